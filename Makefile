@@ -1,0 +1,78 @@
+# Tessera — top-level entry points. `make demo` and `make test` work on a
+# fresh machine: they install what is missing (scripts/setup-deps.sh), build
+# with CMake + Ninja into build/, and generate the model zoo on demand.
+#
+#   make build      configure and build (binaries in build/bin/)
+#   make demo       build, generate the example model, run it with `tessera run`
+#   make test       build and run every test (unit, conformance, zoo, CLI, fuzz smoke)
+#   make zoo        export the model zoo with PyTorch into build/zoo/
+#   make fuzz       build the libFuzzer targets with clang and run them longer
+#   make asan       build and test with AddressSanitizer + UBSan (build-asan/)
+#   make bench-gemm measure tile-sized GEMM across math libraries
+#   make clean      remove build outputs
+#
+# Variables: BUILD_TYPE (Release), WERROR (ON in CI), JOBS, FUZZ_SECONDS.
+
+BUILD_TYPE ?= Release
+WERROR ?= $(if $(CI),ON,OFF)
+JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 300
+PYTHON := /usr/bin/python3
+BUILD := build
+TESSERA := $(BUILD)/bin/tessera
+
+.PHONY: all deps configure build demo test zoo fuzz fuzz-smoke asan bench-gemm clean
+
+all: build
+
+deps:
+	@bash scripts/setup-deps.sh
+
+$(BUILD)/build.ninja: CMakeLists.txt
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DTESSERA_WERROR=$(WERROR)
+
+configure: deps $(BUILD)/build.ninja
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+zoo: deps
+	$(PYTHON) scripts/make_zoo.py --out $(BUILD)/zoo
+
+demo: build
+	@$(PYTHON) scripts/make_zoo.py --out $(BUILD)/zoo --only resnet18
+	$(TESSERA) run $(BUILD)/zoo/resnet18.onnx --input $(BUILD)/zoo/resnet18.inputs.npz --iters 10
+
+test: build zoo
+	cd $(BUILD) && ctest --output-on-failure -j 1
+	@$(MAKE) --no-print-directory fuzz-smoke
+
+FUZZ_BUILD := build-fuzz
+$(FUZZ_BUILD)/build.ninja: CMakeLists.txt
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DTESSERA_FUZZ=ON -DTESSERA_TESTS=OFF -DTESSERA_WERROR=$(WERROR)
+
+fuzz-build: deps $(FUZZ_BUILD)/build.ninja
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_import
+
+# A short run inside `make test`; `make fuzz` runs longer.
+fuzz-smoke: fuzz-build
+	bash tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) 30
+
+fuzz: fuzz-build
+	bash tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+asan: deps
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_SANITIZE="address;undefined"
+	cmake --build build-asan -j $(JOBS)
+	$(PYTHON) scripts/make_zoo.py --out build-asan/zoo
+	cd build-asan && ctest --output-on-failure -j 1
+
+bench-gemm:
+	@bash scripts/setup-deps.sh --bench
+	g++ -O2 -march=native -std=c++20 bench/gemm_tiles/gemm_tiles.cc -o $(BUILD)/gemm_tiles \
+	  /usr/lib/libxsmm.a /usr/lib/libxsmmnoblas.a -ldl -lpthread -lm
+	OMP_NUM_THREADS=1 $(BUILD)/gemm_tiles
+
+clean:
+	rm -rf $(BUILD) build-asan $(FUZZ_BUILD)

@@ -1,0 +1,81 @@
+// The compiler's output for the simple executors: every node bound to its
+// rKernel (an rOperator), in execution order, plus the static memory plan.
+//
+//   ONNX -> import -> check ops -> bind shapes + fold -> simplify
+//        -> pick rKernels -> plan memory -> Program
+//
+// Ownership: a Program owns its Graph (values, constants) and its ROps; a
+// Session borrows it. Thread-safety: immutable after compile; safe to share.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "kernels/cpu/kernel.h"
+#include "passes/passes.h"
+#include "tessera/status.h"
+
+namespace tessera {
+
+struct CompileOptions {
+  std::map<std::string, Shape> input_shapes;  // --shape overrides
+  int64_t tasks_per_op = 0;                   // 0: each kernel's own grain
+  bool fold_constants = true;
+};
+
+// Where a value lives at run time.
+struct Slot {
+  const Value* value = nullptr;
+  bool constant = false;
+  size_t offset = 0;            // into the arena (runtime values)
+  const void* data = nullptr;   // constants
+  size_t bytes = 0;
+};
+
+struct Step {
+  const Node* node = nullptr;
+  const RKernel* kernel = nullptr;
+  std::unique_ptr<ROp> op;
+  std::vector<int> inputs;   // slot per node input, -1 where absent
+  std::vector<int> outputs;  // slot per node output
+};
+
+struct CompileStats {
+  int nodes_imported = 0;
+  int identities_removed = 0;
+  int folded = 0;
+  int dead_removed = 0;
+  int64_t rtasks = 0;
+  double compile_ms = 0;
+};
+
+class Program {
+ public:
+  std::unique_ptr<Graph> graph;
+  std::vector<Slot> slots;
+  std::vector<Step> steps;
+  MemoryPlan memory;
+  size_t max_scratch_bytes = 0;  // per task
+  std::vector<int> input_slots, output_slots;
+  CompileStats stats;
+  std::string source;  // model path
+
+  int slot_of(const Value* v) const;
+};
+
+// Every op type with a definition and a CPU kernel, sorted.
+std::vector<std::string> supported_ops();
+// Fails, naming the op type, the node and the supported ops, if any node has
+// an op Tessera lacks.
+Status check_supported(const Graph& g);
+
+Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const CompileOptions& options);
+Result<std::unique_ptr<Program>> compile_onnx(const std::string& path, const CompileOptions& options);
+
+// Parses "1x3x224x224" (also "1,3,224,224"; "" or "scalar" for rank 0).
+Result<Shape> parse_dims(const std::string& text);
+
+}  // namespace tessera

@@ -1,0 +1,166 @@
+// Shape inference for convolution, pooling and recurrent ops.
+#include "base/strings.h"
+#include "ir/ops/infer.h"
+#include "ir/ops/op_registry.h"
+
+namespace tessera {
+
+Status infer_conv(Node& n) {
+  const Shape& x = n.inputs[0]->shape;
+  const Shape& w = n.inputs[1]->shape;
+  if (x.rank() < 3 || w.rank() != x.rank())
+    return invalid_argument(str_cat("input ", x.to_string(), " and weight ", w.to_string(), " ranks do not match"));
+  int64_t group = n.attr_int("group", 1);
+  if (group < 1 || x[1] % group != 0 || w[0] % group != 0 || w[1] * group != x[1])
+    return invalid_argument(str_cat("channels do not match: input ", x.to_string(), ", weight ", w.to_string(),
+                                    ", group ", group));
+  if (Value* b = n.input(2))
+    if (b->shape.rank() != 1 || b->shape[0] != w[0])
+      return invalid_argument(str_cat("bias has shape ", b->shape.to_string(), ", expected ", w[0]));
+  std::vector<int64_t> kernel(w.dims.begin() + 2, w.dims.end());
+  if (n.has_attr("kernel_shape") && n.attr_ints("kernel_shape") != kernel)
+    return invalid_argument("kernel_shape does not match the weight");
+  TESSERA_ASSIGN_OR_RETURN(WindowGeometry g, window_geometry(n, x, kernel));
+  std::vector<int64_t> out{x[0], w[0]};
+  out.insert(out.end(), g.out.begin(), g.out.end());
+  set_output(n, 0, DType::kFloat32, Shape(out));
+  return Status();
+}
+
+Status infer_conv_transpose(Node& n) {
+  const Shape& x = n.inputs[0]->shape;
+  const Shape& w = n.inputs[1]->shape;
+  if (x.rank() < 3 || w.rank() != x.rank())
+    return invalid_argument(str_cat("input ", x.to_string(), " and weight ", w.to_string(), " ranks do not match"));
+  int64_t group = n.attr_int("group", 1);
+  if (group < 1 || w[0] != x[1] || x[1] % group != 0)
+    return invalid_argument(str_cat("channels do not match: input ", x.to_string(), ", weight ", w.to_string()));
+  int64_t m = w[1] * group;
+  if (Value* b = n.input(2))
+    if (b->shape.rank() != 1 || b->shape[0] != m)
+      return invalid_argument(str_cat("bias has shape ", b->shape.to_string(), ", expected ", m));
+  std::vector<int64_t> kernel(w.dims.begin() + 2, w.dims.end());
+  TESSERA_ASSIGN_OR_RETURN(WindowGeometry g, conv_transpose_geometry(n, x, kernel));
+  std::vector<int64_t> out{x[0], m};
+  out.insert(out.end(), g.out.begin(), g.out.end());
+  set_output(n, 0, DType::kFloat32, Shape(out));
+  return Status();
+}
+
+Status infer_pool(Node& n) {
+  const Shape& x = n.inputs[0]->shape;
+  if (!n.has_attr("kernel_shape")) return invalid_argument("kernel_shape is required");
+  if (n.outputs.size() > 1 && n.op_type == "MaxPool")
+    return unimplemented("MaxPool with the Indices output is not supported");
+  TESSERA_ASSIGN_OR_RETURN(WindowGeometry g, window_geometry(n, x, n.attr_ints("kernel_shape")));
+  if (n.op_type == "MaxPool" && n.attr_int("storage_order", 0) != 0)
+    return unimplemented("MaxPool storage_order=1 is not supported");
+  std::vector<int64_t> out{x[0], x[1]};
+  out.insert(out.end(), g.out.begin(), g.out.end());
+  set_output(n, 0, n.inputs[0]->dtype, Shape(out));
+  return Status();
+}
+
+Status infer_global_pool(Node& n) {
+  const Shape& x = n.inputs[0]->shape;
+  if (x.rank() < 3) return invalid_argument("input must have rank >= 3");
+  std::vector<int64_t> out{x[0], x[1]};
+  for (int i = 2; i < x.rank(); ++i) out.push_back(1);
+  set_output(n, 0, n.inputs[0]->dtype, Shape(out));
+  return Status();
+}
+
+// Checks the common recurrent inputs; `gates` is 4 for LSTM, 3 for GRU.
+static Status check_rnn(const Node& n, int gates, int64_t* hidden, int64_t* dirs) {
+  if (n.attr_int("layout", 0) != 0) return unimplemented("layout=1 (batch first) is not supported");
+  std::string direction = n.attr_string("direction", "forward");
+  if (direction != "forward" && direction != "reverse" && direction != "bidirectional")
+    return invalid_argument(str_cat("direction '", direction, "' is not forward, reverse or bidirectional"));
+  *dirs = direction == "bidirectional" ? 2 : 1;
+  *hidden = n.attr_int("hidden_size", 0);
+  const Shape& x = n.inputs[0]->shape;
+  const Shape& w = n.inputs[1]->shape;
+  const Shape& r = n.inputs[2]->shape;
+  if (x.rank() != 3) return invalid_argument(str_cat("X must be [seq, batch, input], got ", x.to_string()));
+  if (*hidden <= 0) *hidden = w.rank() == 3 ? w[1] / gates : 0;
+  int64_t h = *hidden;
+  if (w.rank() != 3 || w[0] != *dirs || w[1] != gates * h || w[2] != x[2])
+    return invalid_argument(str_cat("W has shape ", w.to_string(), ", expected ", *dirs, "x", gates * h, "x", x[2]));
+  if (r.rank() != 3 || r[0] != *dirs || r[1] != gates * h || r[2] != h)
+    return invalid_argument(str_cat("R has shape ", r.to_string(), ", expected ", *dirs, "x", gates * h, "x", h));
+  if (Value* b = n.input(3))
+    if (b->shape.rank() != 2 || b->shape[0] != *dirs || b->shape[1] != 2 * gates * h)
+      return invalid_argument(str_cat("B has shape ", b->shape.to_string()));
+  if (Value* s = n.input(4)) {
+    if (!s->is_constant()) return unimplemented("sequence_lens must be a constant");
+    for (int64_t len : s->constant->to_int64s())
+      if (len != x[0]) return unimplemented("sequence_lens shorter than the sequence are not supported");
+  }
+  for (size_t i = 5; i < std::min<size_t>(n.inputs.size(), 7); ++i) {
+    Value* v = n.input(i);
+    if (v == nullptr) continue;
+    if (n.op_type == "GRU" && i == 6) break;
+    const Shape& s = v->shape;
+    if (s.rank() != 3 || s[0] != *dirs || s[1] != x[1] || s[2] != h)
+      return invalid_argument(str_cat("initial state '", v->name, "' has shape ", s.to_string()));
+  }
+  if (n.has_attr("clip")) return unimplemented("clip is not supported");
+  if (n.has_attr("activations")) {
+    std::vector<std::string> want = gates == 4 ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
+                                               : std::vector<std::string>{"Sigmoid", "Tanh"};
+    const auto& acts = n.attrs.at("activations").strings;
+    for (size_t i = 0; i < acts.size(); ++i)
+      if (acts[i] != want[i % want.size()]) return unimplemented(str_cat("activation '", acts[i], "' is not supported"));
+  }
+  return Status();
+}
+
+Status infer_lstm(Node& n) {
+  int64_t h, dirs;
+  TESSERA_RETURN_IF_ERROR(check_rnn(n, 4, &h, &dirs));
+  if (n.input(7) != nullptr) return unimplemented("peephole weights (P) are not supported");
+  if (n.attr_int("input_forget", 0) != 0) return unimplemented("input_forget is not supported");
+  const Shape& x = n.inputs[0]->shape;
+  set_output(n, 0, DType::kFloat32, Shape{x[0], dirs, x[1], h});
+  set_output(n, 1, DType::kFloat32, Shape{dirs, x[1], h});
+  set_output(n, 2, DType::kFloat32, Shape{dirs, x[1], h});
+  return Status();
+}
+
+Status infer_gru(Node& n) {
+  int64_t h, dirs;
+  TESSERA_RETURN_IF_ERROR(check_rnn(n, 3, &h, &dirs));
+  const Shape& x = n.inputs[0]->shape;
+  set_output(n, 0, DType::kFloat32, Shape{x[0], dirs, x[1], h});
+  set_output(n, 1, DType::kFloat32, Shape{dirs, x[1], h});
+  return Status();
+}
+
+double flops_conv(const Node& n) {
+  const Shape& w = n.inputs[1]->shape;
+  double per_out = 2.0 * static_cast<double>(dims_product(w.dims, 1, w.rank()));
+  return per_out * static_cast<double>(n.outputs[0]->shape.numel());
+}
+
+double flops_conv_transpose(const Node& n) {
+  const Shape& w = n.inputs[1]->shape;
+  return 2.0 * static_cast<double>(n.inputs[0]->shape.numel()) *
+         static_cast<double>(dims_product(w.dims, 1, w.rank()));
+}
+
+double flops_pool(const Node& n) {
+  double k = 1;
+  for (int64_t d : n.attr_ints("kernel_shape")) k *= static_cast<double>(d);
+  return k * static_cast<double>(n.outputs[0]->shape.numel());
+}
+
+double flops_rnn(const Node& n) {
+  const Shape& x = n.inputs[0]->shape;
+  const Shape& w = n.inputs[1]->shape;
+  const Shape& r = n.inputs[2]->shape;
+  // Per step and direction: W x (gates*h x input) and R h (gates*h x h).
+  return 2.0 * static_cast<double>(x[0]) * static_cast<double>(x[1]) * static_cast<double>(w[0]) *
+         static_cast<double>(w[1]) * static_cast<double>(w[2] + r[2]);
+}
+
+}  // namespace tessera

@@ -1,0 +1,288 @@
+// Conv and ConvTranspose, 1-D and 2-D (1-D runs as 2-D with height 1).
+//
+// Conv tiling: an rTask is one (image, group, output-channel block, pixel
+// block). The general path gathers its pixel block's input patches into
+// scratch (im2col, [C/g * kh * kw, pixels]) and multiplies by the group's
+// weights with one sgemm; a 1x1, stride-1, unpadded conv multiplies the
+// input directly; a depthwise conv (one input channel per group) runs a
+// direct loop per channel.
+//
+// ConvTranspose: an rTask is one (image, group, output-channel block); it
+// multiplies W^T by the input into scratch ([oc_block * kh * kw, in
+// pixels]) and scatter-adds the columns into its own output channels
+// (col2im), so tasks never write the same element.
+#include <algorithm>
+#include <cstring>
+
+#include "base/strings.h"
+#include "ir/ops/op_registry.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/kernel.h"
+
+namespace tessera {
+namespace {
+
+constexpr double kFlopsPerTask = 1 << 21;
+
+// 2-D geometry (1-D is lifted to height 1).
+struct Conv2d {
+  int64_t batch, cin, cout, group;
+  int64_t ih, iw, oh, ow, kh, kw;
+  int64_t sh, sw, dh, dw, ph, pw;  // strides, dilations, top/left pads
+};
+
+Result<Conv2d> conv2d_from(const WindowGeometry& g, const Shape& x, int64_t cout, int64_t group) {
+  if (g.spatial > 2) return unimplemented("3-D convolution is not supported");
+  Conv2d c{};
+  c.batch = x[0];
+  c.cin = x[1];
+  c.cout = cout;
+  c.group = group;
+  bool one = g.spatial == 1;
+  c.ih = one ? 1 : g.in[0];
+  c.iw = g.in[one ? 0 : 1];
+  c.oh = one ? 1 : g.out[0];
+  c.ow = g.out[one ? 0 : 1];
+  c.kh = one ? 1 : g.kernel[0];
+  c.kw = g.kernel[one ? 0 : 1];
+  c.sh = one ? 1 : g.strides[0];
+  c.sw = g.strides[one ? 0 : 1];
+  c.dh = one ? 1 : g.dilations[0];
+  c.dw = g.dilations[one ? 0 : 1];
+  c.ph = one ? 0 : g.pads_begin[0];
+  c.pw = g.pads_begin[one ? 0 : 1];
+  return c;
+}
+
+class ConvOp : public ROp {
+ public:
+  enum class Path { kIm2col, kPointwise, kDepthwise };
+
+  ConvOp(const Conv2d& c, bool has_bias, const KernelParams& p) : c_(c), has_bias_(has_bias) {
+    cin_g_ = c.cin / c.group;
+    cout_g_ = c.cout / c.group;
+    pixels_ = c.oh * c.ow;
+    kdim_ = cin_g_ * c.kh * c.kw;
+    if (cin_g_ == 1 && cout_g_ == 1) path_ = Path::kDepthwise;
+    else if (c.kh == 1 && c.kw == 1 && c.sh == 1 && c.sw == 1 && c.ph == 0 && c.pw == 0 && c.ih == c.oh && c.iw == c.ow)
+      path_ = Path::kPointwise;
+    else path_ = Path::kIm2col;
+    double flops = 2.0 * c.batch * c.cout * pixels_ * kdim_;
+    int64_t outer = c.batch * c.group;
+    int64_t target = p.tasks > 0 ? p.tasks
+                                 : std::clamp<int64_t>(static_cast<int64_t>(flops / kFlopsPerTask), 1, kMaxDefaultTasks);
+    int64_t per = std::max<int64_t>(1, (target + outer - 1) / outer);
+    if (outer >= target) per = 1;
+    if (path_ == Path::kDepthwise) {
+      ob_ = 1;
+      pb_ = std::clamp<int64_t>(per, 1, c.oh);  // row blocks
+    } else {
+      // Pixel blocks of at least 64 pixels first (im2col is per pixel
+      // block), then output-channel blocks of at least 16.
+      pb_ = std::clamp<int64_t>(per, 1, std::max<int64_t>(1, pixels_ / 64));
+      ob_ = std::clamp<int64_t>(std::max<int64_t>(1, per / pb_), 1, std::max<int64_t>(1, cout_g_ / 16));
+    }
+    tasks_ = outer * ob_ * pb_;
+    if (path_ == Path::kIm2col) {
+      int64_t max_px = (pixels_ + pb_ - 1) / pb_;
+      scratch_bytes_ = static_cast<size_t>(kdim_ * max_px) * sizeof(float);
+    }
+  }
+
+  void run(int64_t task, const TaskArgs& args) const override {
+    const float* x = static_cast<const float*>(args.in[0]);
+    const float* w = static_cast<const float*>(args.in[1]);
+    const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) : nullptr;
+    float* y = static_cast<float*>(args.out[0]);
+    int64_t outer = task / (ob_ * pb_), rest = task % (ob_ * pb_);
+    int64_t n = outer / c_.group, g = outer % c_.group;
+    if (path_ == Path::kDepthwise) {
+      int64_t r0, r1;
+      task_range(c_.oh, pb_, rest, &r0, &r1);
+      depthwise(x, w, bias, y, n, g, r0, r1);
+      return;
+    }
+    int64_t o0, o1, p0, p1;
+    task_range(cout_g_, ob_, rest / pb_, &o0, &o1);
+    task_range(pixels_, pb_, rest % pb_, &p0, &p1);
+    if (o1 <= o0 || p1 <= p0) return;
+    const float* xg = x + (n * c_.cin + g * cin_g_) * c_.ih * c_.iw;
+    const float* wg = w + (g * cout_g_ + o0) * kdim_;
+    float* yg = y + (n * c_.cout + g * cout_g_ + o0) * pixels_ + p0;
+    const int64_t px = p1 - p0;
+    if (path_ == Path::kPointwise) {
+      sgemm(false, false, o1 - o0, px, kdim_, 1.f, wg, kdim_, xg + p0, pixels_, 0.f, yg, pixels_);
+    } else {
+      float* col = static_cast<float*>(args.scratch);
+      im2col(xg, col, p0, p1);
+      sgemm(false, false, o1 - o0, px, kdim_, 1.f, wg, kdim_, col, px, 0.f, yg, pixels_);
+    }
+    if (bias != nullptr) {
+      for (int64_t o = o0; o < o1; ++o) {
+        float b = bias[g * cout_g_ + o];
+        float* row = yg + (o - o0) * pixels_;
+        for (int64_t i = 0; i < px; ++i) row[i] += b;
+      }
+    }
+  }
+
+ private:
+  // col[r, j] for r over (channel, ky, kx) and j over pixels [p0, p1).
+  void im2col(const float* xg, float* col, int64_t p0, int64_t p1) const {
+    const int64_t px = p1 - p0;
+    for (int64_t ci = 0; ci < cin_g_; ++ci) {
+      const float* xc = xg + ci * c_.ih * c_.iw;
+      for (int64_t ky = 0; ky < c_.kh; ++ky) {
+        for (int64_t kx = 0; kx < c_.kw; ++kx) {
+          float* dst = col + ((ci * c_.kh + ky) * c_.kw + kx) * px;
+          int64_t oy = p0 / c_.ow, ox = p0 % c_.ow;
+          for (int64_t j = 0; j < px; ++j) {
+            int64_t iy = oy * c_.sh - c_.ph + ky * c_.dh;
+            int64_t ix = ox * c_.sw - c_.pw + kx * c_.dw;
+            dst[j] = (iy >= 0 && iy < c_.ih && ix >= 0 && ix < c_.iw) ? xc[iy * c_.iw + ix] : 0.f;
+            if (++ox == c_.ow) {
+              ox = 0;
+              ++oy;
+            }
+          }
+        }
+      }
+    }
+  }
+
+  void depthwise(const float* x, const float* w, const float* bias, float* y, int64_t n, int64_t c, int64_t r0,
+                 int64_t r1) const {
+    const float* xc = x + (n * c_.cin + c) * c_.ih * c_.iw;
+    const float* wc = w + c * c_.kh * c_.kw;
+    float* yc = y + (n * c_.cout + c) * pixels_;
+    const float b = bias ? bias[c] : 0.f;
+    for (int64_t oy = r0; oy < r1; ++oy) {
+      float* row = yc + oy * c_.ow;
+      for (int64_t ox = 0; ox < c_.ow; ++ox) row[ox] = b;
+      for (int64_t ky = 0; ky < c_.kh; ++ky) {
+        int64_t iy = oy * c_.sh - c_.ph + ky * c_.dh;
+        if (iy < 0 || iy >= c_.ih) continue;
+        const float* xr = xc + iy * c_.iw;
+        for (int64_t kx = 0; kx < c_.kw; ++kx) {
+          const float wv = wc[ky * c_.kw + kx];
+          const int64_t off = kx * c_.dw - c_.pw;
+          // Output columns whose input column is inside the row.
+          int64_t lo = off >= 0 ? 0 : (-off + c_.sw - 1) / c_.sw;
+          const int64_t lim = c_.iw - 1 - off;
+          int64_t hi = lim < 0 ? 0 : std::min<int64_t>(c_.ow, lim / c_.sw + 1);
+          if (c_.sw == 1) {
+            for (int64_t ox = lo; ox < hi; ++ox) row[ox] += wv * xr[ox + off];
+          } else {
+            for (int64_t ox = lo; ox < hi; ++ox) row[ox] += wv * xr[ox * c_.sw + off];
+          }
+        }
+      }
+    }
+  }
+
+  Conv2d c_;
+  bool has_bias_;
+  Path path_;
+  int64_t cin_g_, cout_g_, pixels_, kdim_;
+  int64_t ob_ = 1, pb_ = 1;  // blocks of output channels and of pixels (rows for depthwise)
+};
+
+Result<std::unique_ptr<ROp>> make_conv(const Node& n, const KernelParams& p) {
+  const Shape& x = n.inputs[0]->shape;
+  const Shape& w = n.inputs[1]->shape;
+  std::vector<int64_t> kernel(w.dims.begin() + 2, w.dims.end());
+  TESSERA_ASSIGN_OR_RETURN(WindowGeometry g, window_geometry(n, x, kernel));
+  auto c = conv2d_from(g, x, w[0], n.attr_int("group", 1));
+  if (!c.ok()) return c.status().with_context(n.label());
+  return std::unique_ptr<ROp>(new ConvOp(*c, n.input(2) != nullptr, p));
+}
+
+// -------------------------------------------------------- ConvTranspose ---
+
+class ConvTransposeOp : public ROp {
+ public:
+  ConvTransposeOp(const Conv2d& c, bool has_bias, const KernelParams& p) : c_(c), has_bias_(has_bias) {
+    cin_g_ = c.cin / c.group;
+    cout_g_ = c.cout / c.group;
+    in_px_ = c.ih * c.iw;
+    int64_t outer = c.batch * c.group;
+    double flops = 2.0 * c.batch * c.cin * in_px_ * cout_g_ * c.kh * c.kw;
+    int64_t target = p.tasks > 0 ? p.tasks
+                                 : std::clamp<int64_t>(static_cast<int64_t>(flops / kFlopsPerTask), 1, kMaxDefaultTasks);
+    int64_t per = outer >= target ? 1 : (target + outer - 1) / outer;
+    ob_ = std::clamp<int64_t>(per, 1, cout_g_);
+    tasks_ = outer * ob_;
+    int64_t max_oc = (cout_g_ + ob_ - 1) / ob_;
+    scratch_bytes_ = static_cast<size_t>(max_oc * c.kh * c.kw * in_px_) * sizeof(float);
+  }
+
+  void run(int64_t task, const TaskArgs& args) const override {
+    const float* x = static_cast<const float*>(args.in[0]);
+    const float* w = static_cast<const float*>(args.in[1]);  // [cin, cout/g, kh, kw]
+    const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) : nullptr;
+    float* y = static_cast<float*>(args.out[0]);
+    int64_t outer = task / ob_;
+    int64_t n = outer / c_.group, g = outer % c_.group;
+    int64_t o0, o1;
+    task_range(cout_g_, ob_, task % ob_, &o0, &o1);
+    if (o1 <= o0) return;
+    const int64_t kk = c_.kh * c_.kw;
+    const int64_t rows = (o1 - o0) * kk;
+    float* col = static_cast<float*>(args.scratch);
+    // col[(o, ky, kx), pixel] = sum_ci W[ci, o, ky, kx] * X[ci, pixel]:
+    // A = W_g^T restricted to rows of this block: W_g is [cin_g, cout_g*kk],
+    // so its block is columns [o0*kk, o1*kk) with leading dim cout_g*kk.
+    const float* wg = w + g * cin_g_ * cout_g_ * kk + o0 * kk;
+    const float* xg = x + (n * c_.cin + g * cin_g_) * in_px_;
+    sgemm(true, false, rows, in_px_, cin_g_, 1.f, wg, cout_g_ * kk, xg, in_px_, 0.f, col, in_px_);
+    const int64_t out_px = c_.oh * c_.ow;
+    for (int64_t o = o0; o < o1; ++o) {
+      float* yc = y + (n * c_.cout + g * cout_g_ + o) * out_px;
+      const float b = bias ? bias[g * cout_g_ + o] : 0.f;
+      for (int64_t i = 0; i < out_px; ++i) yc[i] = b;
+      for (int64_t ky = 0; ky < c_.kh; ++ky) {
+        for (int64_t kx = 0; kx < c_.kw; ++kx) {
+          const float* src = col + ((o - o0) * kk + ky * c_.kw + kx) * in_px_;
+          for (int64_t iy = 0; iy < c_.ih; ++iy) {
+            int64_t oy = iy * c_.sh - c_.ph + ky * c_.dh;
+            if (oy < 0 || oy >= c_.oh) continue;
+            for (int64_t ix = 0; ix < c_.iw; ++ix) {
+              int64_t ox = ix * c_.sw - c_.pw + kx * c_.dw;
+              if (ox < 0 || ox >= c_.ow) continue;
+              yc[oy * c_.ow + ox] += src[iy * c_.iw + ix];
+            }
+          }
+        }
+      }
+    }
+  }
+
+ private:
+  Conv2d c_;
+  bool has_bias_;
+  int64_t cin_g_, cout_g_, in_px_, ob_ = 1;
+};
+
+Result<std::unique_ptr<ROp>> make_conv_transpose(const Node& n, const KernelParams& p) {
+  const Shape& x = n.inputs[0]->shape;
+  const Shape& w = n.inputs[1]->shape;
+  std::vector<int64_t> kernel(w.dims.begin() + 2, w.dims.end());
+  TESSERA_ASSIGN_OR_RETURN(WindowGeometry g, conv_transpose_geometry(n, x, kernel));
+  int64_t group = n.attr_int("group", 1);
+  auto c = conv2d_from(g, x, w[1] * group, group);
+  if (!c.ok()) return c.status().with_context(n.label());
+  return std::unique_ptr<ROp>(new ConvTransposeOp(*c, n.input(2) != nullptr, p));
+}
+
+const RKernel kKernels[] = {
+    {"Conv", "conv.im2col_gemm", "tiles of (image, group, channel block, pixel block); 1x1 and depthwise paths",
+     make_conv},
+    {"ConvTranspose", "conv_transpose.gemm_col2im", "tiles of (image, group, output-channel block)",
+     make_conv_transpose},
+};
+
+}  // namespace
+
+std::span<const RKernel> conv_kernels() { return kKernels; }
+
+}  // namespace tessera

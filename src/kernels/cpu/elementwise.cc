@@ -1,0 +1,458 @@
+// Elementwise rKernels: unary math and activations, binary arithmetic and
+// comparisons with numpy broadcasting, Where, Cast, Clip and copies. An rTask
+// is a contiguous range of output elements.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "base/strings.h"
+#include "ir/dtype.h"
+#include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/kernel.h"
+
+namespace tessera {
+namespace {
+
+constexpr int64_t kGrain = 16384;  // elements per rTask by default
+
+// ---------------------------------------------------------------- unary ---
+
+enum class Unary {
+  kAbs, kNeg, kSqrt, kReciprocal, kExp, kLog, kErf, kTanh, kSigmoid, kRelu, kLeakyRelu, kElu,
+  kHardSigmoid, kHardSwish, kSoftplus, kNot,
+};
+
+struct UnaryAttrs {
+  float alpha = 0, beta = 0;
+};
+
+template <typename T>
+void unary_loop(Unary op, const T* x, T* y, int64_t n, const UnaryAttrs& a) {
+  switch (op) {
+    case Unary::kAbs: for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0 ? static_cast<T>(-x[i]) : x[i]; return;
+    case Unary::kNeg: for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(-x[i]); return;
+    case Unary::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : T(0); return;
+    default: break;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    switch (op) {
+      case Unary::kSqrt: for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]); return;
+      case Unary::kReciprocal: for (int64_t i = 0; i < n; ++i) y[i] = 1.f / x[i]; return;
+      case Unary::kExp: for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]); return;
+      case Unary::kLog: for (int64_t i = 0; i < n; ++i) y[i] = std::log(x[i]); return;
+      case Unary::kErf: for (int64_t i = 0; i < n; ++i) y[i] = std::erf(x[i]); return;
+      case Unary::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]); return;
+      case Unary::kSigmoid:
+        for (int64_t i = 0; i < n; ++i) y[i] = 1.f / (1.f + std::exp(-x[i]));
+        return;
+      case Unary::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= 0 ? x[i] : a.alpha * x[i]; return;
+      case Unary::kElu:
+        for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= 0 ? x[i] : a.alpha * (std::exp(x[i]) - 1.f);
+        return;
+      case Unary::kHardSigmoid:
+        for (int64_t i = 0; i < n; ++i) y[i] = std::fmax(0.f, std::fmin(1.f, a.alpha * x[i] + a.beta));
+        return;
+      case Unary::kHardSwish:
+        for (int64_t i = 0; i < n; ++i) y[i] = x[i] * std::fmax(0.f, std::fmin(1.f, x[i] / 6.f + 0.5f));
+        return;
+      case Unary::kSoftplus:
+        // log(1 + e^x), computed without overflow for large x.
+        for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] + std::log1p(std::exp(-x[i])) : std::log1p(std::exp(x[i]));
+        return;
+      default: break;
+    }
+  }
+}
+
+class UnaryOp : public ROp {
+ public:
+  UnaryOp(Unary op, DType dt, int64_t n, UnaryAttrs a, const KernelParams& p) : op_(op), dt_(dt), n_(n), a_(a) {
+    tasks_ = choose_tasks(n, kGrain, p);
+  }
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t b, e;
+    task_range(n_, tasks_, task, &b, &e);
+    switch (dt_) {
+      case DType::kFloat32:
+        unary_loop(op_, static_cast<const float*>(args.in[0]) + b, static_cast<float*>(args.out[0]) + b, e - b, a_);
+        break;
+      case DType::kInt64:
+        unary_loop(op_, static_cast<const int64_t*>(args.in[0]) + b, static_cast<int64_t*>(args.out[0]) + b, e - b, a_);
+        break;
+      case DType::kInt32:
+        unary_loop(op_, static_cast<const int32_t*>(args.in[0]) + b, static_cast<int32_t*>(args.out[0]) + b, e - b, a_);
+        break;
+      case DType::kBool: {  // Not
+        auto* x = static_cast<const uint8_t*>(args.in[0]);
+        auto* y = static_cast<uint8_t*>(args.out[0]);
+        for (int64_t i = b; i < e; ++i) y[i] = !x[i];
+        break;
+      }
+      default: break;
+    }
+  }
+
+ private:
+  Unary op_;
+  DType dt_;
+  int64_t n_;
+  UnaryAttrs a_;
+};
+
+template <Unary kOp>
+Result<std::unique_ptr<ROp>> make_unary(const Node& n, const KernelParams& p) {
+  DType dt = n.inputs[0]->dtype;
+  bool int_ok = kOp == Unary::kAbs || kOp == Unary::kNeg || kOp == Unary::kRelu;
+  bool ok = kOp == Unary::kNot ? dt == DType::kBool
+                               : dt == DType::kFloat32 || (int_ok && (dt == DType::kInt64 || dt == DType::kInt32));
+  if (!ok) return unimplemented(str_cat(n.label(), ": ", n.op_type, " on ", dtype_name(dt), " is not supported"));
+  UnaryAttrs a;
+  switch (kOp) {
+    case Unary::kLeakyRelu: a.alpha = n.attr_float("alpha", 0.01f); break;
+    case Unary::kElu: a.alpha = n.attr_float("alpha", 1.0f); break;
+    case Unary::kHardSigmoid:
+      a.alpha = n.attr_float("alpha", 0.2f);
+      a.beta = n.attr_float("beta", 0.5f);
+      break;
+    default: break;
+  }
+  return std::unique_ptr<ROp>(new UnaryOp(kOp, dt, n.outputs[0]->shape.numel(), a, p));
+}
+
+// --------------------------------------------------------------- binary ---
+
+enum class Binary { kAdd, kSub, kMul, kDiv, kPow, kMin, kMax, kEqual, kLess, kGreater, kAnd };
+
+template <Binary kOp, typename T>
+inline auto binary_apply(T a, T b) {
+  if constexpr (kOp == Binary::kAdd) return static_cast<T>(a + b);
+  else if constexpr (kOp == Binary::kSub) return static_cast<T>(a - b);
+  else if constexpr (kOp == Binary::kMul) return static_cast<T>(a * b);
+  else if constexpr (kOp == Binary::kDiv) {
+    if constexpr (std::is_integral_v<T>) return static_cast<T>(b == 0 ? 0 : a / b);
+    else return static_cast<T>(a / b);
+  } else if constexpr (kOp == Binary::kMin) return a < b ? a : b;
+  else if constexpr (kOp == Binary::kMax) return a > b ? a : b;
+  else if constexpr (kOp == Binary::kEqual) return static_cast<uint8_t>(a == b);
+  else if constexpr (kOp == Binary::kLess) return static_cast<uint8_t>(a < b);
+  else if constexpr (kOp == Binary::kGreater) return static_cast<uint8_t>(a > b);
+  else if constexpr (kOp == Binary::kAnd) return static_cast<uint8_t>(a && b);
+  else return static_cast<T>(std::pow(a, b));
+}
+
+// o[i] = f(a[i*sa], b[i*sb]) with sa, sb in {0, 1}: four loops the compiler
+// vectorizes.
+template <Binary kOp, typename T, typename R>
+void binary_run(const T* a, int64_t sa, const T* b, int64_t sb, R* o, int64_t n) {
+  if (sa == 1 && sb == 1) {
+    for (int64_t i = 0; i < n; ++i) o[i] = binary_apply<kOp>(a[i], b[i]);
+  } else if (sa == 1 && sb == 0) {
+    const T bv = *b;
+    for (int64_t i = 0; i < n; ++i) o[i] = binary_apply<kOp>(a[i], bv);
+  } else if (sa == 0 && sb == 1) {
+    const T av = *a;
+    for (int64_t i = 0; i < n; ++i) o[i] = binary_apply<kOp>(av, b[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = binary_apply<kOp>(a[i * sa], b[i * sb]);
+  }
+}
+
+template <Binary kOp, typename T>
+class BinaryOp : public ROp {
+  static constexpr bool kCompare = kOp == Binary::kEqual || kOp == Binary::kLess || kOp == Binary::kGreater ||
+                                   kOp == Binary::kAnd;
+  using R = std::conditional_t<kCompare, uint8_t, T>;
+
+ public:
+  BinaryOp(BroadcastPlan plan, const KernelParams& p) : plan_(std::move(plan)) {
+    tasks_ = choose_tasks(plan_.numel, kGrain, p);
+  }
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t b, e;
+    task_range(plan_.numel, tasks_, task, &b, &e);
+    auto* out = static_cast<R*>(args.out[0]);
+    const int k = plan_.inputs;
+    for_each_run(plan_, b, e, [&](int64_t o, const int64_t* offs, int64_t len, const int64_t* st) {
+      binary_run<kOp>(static_cast<const T*>(args.in[0]) + offs[0], st[0], static_cast<const T*>(args.in[1]) + offs[1],
+                      st[1], out + o, len);
+      if constexpr (!kCompare) {  // variadic Min/Max: fold the rest in
+        for (int i = 2; i < k; ++i)
+          binary_run<kOp>(out + o, 1, static_cast<const T*>(args.in[i]) + offs[i], st[i], out + o, len);
+      }
+    });
+  }
+
+ private:
+  BroadcastPlan plan_;
+};
+
+// Single-input Min/Max: a copy.
+class CopyOp : public ROp {
+ public:
+  CopyOp(size_t bytes, const KernelParams& p) : bytes_(bytes) {
+    tasks_ = choose_tasks(static_cast<int64_t>(bytes), kGrain * 4, p);
+  }
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t b, e;
+    task_range(static_cast<int64_t>(bytes_), tasks_, task, &b, &e);
+    if (e > b) std::memcpy(static_cast<char*>(args.out[0]) + b, static_cast<const char*>(args.in[0]) + b, e - b);
+  }
+
+ private:
+  size_t bytes_;
+};
+
+BroadcastPlan plan_for(const Node& n) {
+  std::vector<Shape> shapes;
+  for (Value* v : n.inputs) shapes.push_back(v->shape);
+  return make_broadcast(n.outputs[0]->shape, shapes);
+}
+
+template <Binary kOp>
+Result<std::unique_ptr<ROp>> make_binary(const Node& n, const KernelParams& p) {
+  if (n.inputs.size() > static_cast<size_t>(kMaxBroadcastInputs))
+    return unimplemented(str_cat(n.label(), ": more than ", kMaxBroadcastInputs, " inputs"));
+  DType dt = n.inputs[0]->dtype;
+  if (n.inputs.size() == 1) {
+    return std::unique_ptr<ROp>(new CopyOp(static_cast<size_t>(n.outputs[0]->shape.numel()) * dtype_size(dt), p));
+  }
+  if constexpr (kOp == Binary::kPow) {
+    if (n.inputs[1]->dtype != dt) return unimplemented(str_cat(n.label(), ": Pow with mixed types"));
+  }
+  if constexpr (kOp == Binary::kAnd) {
+    return std::unique_ptr<ROp>(new BinaryOp<kOp, uint8_t>(plan_for(n), p));
+  } else {
+    switch (dt) {
+      case DType::kFloat32: return std::unique_ptr<ROp>(new BinaryOp<kOp, float>(plan_for(n), p));
+      case DType::kInt64: return std::unique_ptr<ROp>(new BinaryOp<kOp, int64_t>(plan_for(n), p));
+      case DType::kInt32: return std::unique_ptr<ROp>(new BinaryOp<kOp, int32_t>(plan_for(n), p));
+      case DType::kBool:
+        if (kOp == Binary::kEqual) return std::unique_ptr<ROp>(new BinaryOp<kOp, uint8_t>(plan_for(n), p));
+        break;
+      default: break;
+    }
+  }
+  return unimplemented(str_cat(n.label(), ": ", n.op_type, " on ", dtype_name(dt), " is not supported"));
+}
+
+// ---------------------------------------------------------------- Where ---
+
+template <typename T>
+class WhereOp : public ROp {
+ public:
+  WhereOp(BroadcastPlan plan, const KernelParams& p) : plan_(std::move(plan)) {
+    tasks_ = choose_tasks(plan_.numel, kGrain, p);
+  }
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t b, e;
+    task_range(plan_.numel, tasks_, task, &b, &e);
+    auto* c = static_cast<const uint8_t*>(args.in[0]);
+    auto* x = static_cast<const T*>(args.in[1]);
+    auto* y = static_cast<const T*>(args.in[2]);
+    auto* out = static_cast<T*>(args.out[0]);
+    for_each_run(plan_, b, e, [&](int64_t o, const int64_t* offs, int64_t len, const int64_t* st) {
+      for (int64_t i = 0; i < len; ++i)
+        out[o + i] = c[offs[0] + i * st[0]] ? x[offs[1] + i * st[1]] : y[offs[2] + i * st[2]];
+    });
+  }
+
+ private:
+  BroadcastPlan plan_;
+};
+
+Result<std::unique_ptr<ROp>> make_where(const Node& n, const KernelParams& p) {
+  switch (dtype_size(n.inputs[1]->dtype)) {
+    case 1: return std::unique_ptr<ROp>(new WhereOp<uint8_t>(plan_for(n), p));
+    case 4: return std::unique_ptr<ROp>(new WhereOp<uint32_t>(plan_for(n), p));
+    case 8: return std::unique_ptr<ROp>(new WhereOp<uint64_t>(plan_for(n), p));
+    default: return unimplemented(str_cat(n.label(), ": element type"));
+  }
+}
+
+// ----------------------------------------------------------------- Cast ---
+
+// Float results of a Cast to float16/bfloat16 are rounded to that type and
+// kept as float32 (storage types compute as float32).
+enum class Round { kNone, kHalf, kBFloat16 };
+
+class CastOp : public ROp {
+ public:
+  CastOp(DType from, DType to, Round round, int64_t n, const KernelParams& p)
+      : from_(from), to_(to), round_(round), n_(n) {
+    tasks_ = choose_tasks(n, kGrain, p);
+  }
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t b, e;
+    task_range(n_, tasks_, task, &b, &e);
+    const void* in = args.in[0];
+    void* out = args.out[0];
+    for (int64_t i = b; i < e; ++i) {
+      if (from_ == DType::kFloat32) store_float(out, i, static_cast<const float*>(in)[i]);
+      else store_int(out, i, load_int(in, i));
+    }
+  }
+
+ private:
+  int64_t load_int(const void* p, int64_t i) const {
+    switch (from_) {
+      case DType::kInt64: return static_cast<const int64_t*>(p)[i];
+      case DType::kInt32: return static_cast<const int32_t*>(p)[i];
+      case DType::kInt8: return static_cast<const int8_t*>(p)[i];
+      case DType::kUInt8: case DType::kBool: return static_cast<const uint8_t*>(p)[i];
+      default: return 0;
+    }
+  }
+  void store_float(void* p, int64_t i, float v) const {
+    switch (to_) {
+      case DType::kFloat32:
+        if (round_ == Round::kHalf) v = half_to_float(float_to_half(v));
+        else if (round_ == Round::kBFloat16) v = bfloat16_to_float(float_to_bfloat16(v));
+        static_cast<float*>(p)[i] = v;
+        return;
+      case DType::kBool: static_cast<uint8_t*>(p)[i] = v != 0; return;
+      default: break;
+    }
+    // Float to integer: truncate toward zero; NaN and out-of-range give the
+    // integer minimum, as x86 conversions do.
+    int64_t x = std::isfinite(v) && std::fabs(v) < 9.2e18f ? static_cast<int64_t>(v)
+                                                           : std::numeric_limits<int64_t>::min();
+    store_int_raw(p, i, x);
+  }
+  void store_int(void* p, int64_t i, int64_t v) const {
+    if (to_ == DType::kFloat32) {
+      store_float(p, i, static_cast<float>(v));
+      return;
+    }
+    if (to_ == DType::kBool) {
+      static_cast<uint8_t*>(p)[i] = v != 0;
+      return;
+    }
+    store_int_raw(p, i, v);
+  }
+  void store_int_raw(void* p, int64_t i, int64_t v) const {
+    switch (to_) {
+      case DType::kInt64: static_cast<int64_t*>(p)[i] = v; break;
+      case DType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+      case DType::kInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+      case DType::kUInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+      case DType::kBool: static_cast<uint8_t*>(p)[i] = v != 0; break;
+      default: break;
+    }
+  }
+
+  DType from_, to_;
+  Round round_;
+  int64_t n_;
+};
+
+Result<std::unique_ptr<ROp>> make_cast(const Node& n, const KernelParams& p) {
+  int64_t to = n.attr_int("to", 1);
+  Round r = to == 10 ? Round::kHalf : to == 16 ? Round::kBFloat16 : Round::kNone;
+  return std::unique_ptr<ROp>(new CastOp(n.inputs[0]->dtype, n.outputs[0]->dtype, r, n.outputs[0]->shape.numel(), p));
+}
+
+// ----------------------------------------------------------------- Clip ---
+
+template <typename T>
+class ClipOp : public ROp {
+ public:
+  ClipOp(int64_t n, bool has_min, bool has_max, const KernelParams& p) : n_(n), has_min_(has_min), has_max_(has_max) {
+    tasks_ = choose_tasks(n, kGrain, p);
+  }
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t b, e;
+    task_range(n_, tasks_, task, &b, &e);
+    T lo = has_min_ ? *static_cast<const T*>(args.in[1]) : std::numeric_limits<T>::lowest();
+    T hi = has_max_ ? *static_cast<const T*>(args.in[2]) : std::numeric_limits<T>::max();
+    auto* x = static_cast<const T*>(args.in[0]);
+    auto* y = static_cast<T*>(args.out[0]);
+    for (int64_t i = b; i < e; ++i) y[i] = x[i] < lo ? lo : (x[i] > hi ? hi : x[i]);
+  }
+
+ private:
+  int64_t n_;
+  bool has_min_, has_max_;
+};
+
+Result<std::unique_ptr<ROp>> make_clip(const Node& n, const KernelParams& p) {
+  bool lo = n.input(1) != nullptr, hi = n.input(2) != nullptr;
+  for (size_t i = 1; i < 3; ++i)
+    if (n.input(i) && n.input(i)->shape.numel() != 1)
+      return invalid_argument(str_cat(n.label(), ": min and max must be scalars"));
+  int64_t count = n.outputs[0]->shape.numel();
+  switch (n.inputs[0]->dtype) {
+    case DType::kFloat32: return std::unique_ptr<ROp>(new ClipOp<float>(count, lo, hi, p));
+    case DType::kInt64: return std::unique_ptr<ROp>(new ClipOp<int64_t>(count, lo, hi, p));
+    case DType::kInt32: return std::unique_ptr<ROp>(new ClipOp<int32_t>(count, lo, hi, p));
+    default: return unimplemented(str_cat(n.label(), ": Clip on ", dtype_name(n.inputs[0]->dtype)));
+  }
+}
+
+// Identity, Dropout (inference): copy input 0; Dropout's mask is all true.
+class PassthroughOp : public ROp {
+ public:
+  PassthroughOp(size_t bytes, int64_t mask, const KernelParams& p) : bytes_(bytes), mask_(mask) {
+    tasks_ = choose_tasks(static_cast<int64_t>(bytes), kGrain * 4, p);
+  }
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t b, e;
+    task_range(static_cast<int64_t>(bytes_), tasks_, task, &b, &e);
+    if (e > b) std::memcpy(static_cast<char*>(args.out[0]) + b, static_cast<const char*>(args.in[0]) + b, e - b);
+    if (mask_ >= 0 && args.out[1] != nullptr) {
+      int64_t mb, me;
+      task_range(mask_, tasks_, task, &mb, &me);
+      if (me > mb) std::memset(static_cast<uint8_t*>(args.out[1]) + mb, 1, me - mb);
+    }
+  }
+
+ private:
+  size_t bytes_;
+  int64_t mask_;
+};
+
+Result<std::unique_ptr<ROp>> make_passthrough(const Node& n, const KernelParams& p) {
+  const Value* in = n.inputs[0];
+  int64_t mask = n.outputs.size() > 1 ? n.outputs[1]->shape.numel() : -1;
+  return std::unique_ptr<ROp>(new PassthroughOp(static_cast<size_t>(in->shape.numel()) * dtype_size(in->dtype), mask, p));
+}
+
+const RKernel kKernels[] = {
+    {"Abs", "abs", "|x|", make_unary<Unary::kAbs>},
+    {"Neg", "neg", "-x", make_unary<Unary::kNeg>},
+    {"Sqrt", "sqrt", "", make_unary<Unary::kSqrt>},
+    {"Reciprocal", "reciprocal", "", make_unary<Unary::kReciprocal>},
+    {"Exp", "exp", "", make_unary<Unary::kExp>},
+    {"Log", "log", "", make_unary<Unary::kLog>},
+    {"Erf", "erf", "", make_unary<Unary::kErf>},
+    {"Tanh", "tanh", "", make_unary<Unary::kTanh>},
+    {"Sigmoid", "sigmoid", "", make_unary<Unary::kSigmoid>},
+    {"Relu", "relu", "", make_unary<Unary::kRelu>},
+    {"LeakyRelu", "leaky_relu", "", make_unary<Unary::kLeakyRelu>},
+    {"Elu", "elu", "", make_unary<Unary::kElu>},
+    {"HardSigmoid", "hard_sigmoid", "", make_unary<Unary::kHardSigmoid>},
+    {"HardSwish", "hard_swish", "", make_unary<Unary::kHardSwish>},
+    {"Softplus", "softplus", "", make_unary<Unary::kSoftplus>},
+    {"Not", "not", "", make_unary<Unary::kNot>},
+    {"Add", "add", "broadcasting", make_binary<Binary::kAdd>},
+    {"Sub", "sub", "broadcasting", make_binary<Binary::kSub>},
+    {"Mul", "mul", "broadcasting", make_binary<Binary::kMul>},
+    {"Div", "div", "broadcasting", make_binary<Binary::kDiv>},
+    {"Pow", "pow", "broadcasting", make_binary<Binary::kPow>},
+    {"Min", "min", "variadic, broadcasting", make_binary<Binary::kMin>},
+    {"Max", "max", "variadic, broadcasting", make_binary<Binary::kMax>},
+    {"Equal", "equal", "broadcasting", make_binary<Binary::kEqual>},
+    {"Less", "less", "broadcasting", make_binary<Binary::kLess>},
+    {"Greater", "greater", "broadcasting", make_binary<Binary::kGreater>},
+    {"And", "and", "broadcasting", make_binary<Binary::kAnd>},
+    {"Where", "where", "broadcasting select", make_where},
+    {"Cast", "cast", "", make_cast},
+    {"Clip", "clip", "", make_clip},
+    {"Identity", "copy", "", make_passthrough},
+    {"Dropout", "copy", "inference: identity", make_passthrough},
+};
+
+}  // namespace
+
+std::span<const RKernel> elementwise_kernels() { return kKernels; }
+
+}  // namespace tessera

@@ -1,0 +1,22 @@
+#include "kernels/cpu/gemm.h"
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "base/check.h"
+
+namespace tessera {
+
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // empty sum
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.f : beta * c[i * ldc + j];
+    return;
+  }
+  dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  TESSERA_CHECK_MSG(st == dnnl_success, "dnnl_sgemm(%lld, %lld, %lld) failed: %d", static_cast<long long>(m),
+                    static_cast<long long>(n), static_cast<long long>(k), static_cast<int>(st));
+}
+
+}  // namespace tessera

@@ -1,0 +1,103 @@
+// CPU rKernels.
+//
+// An rKernel implements one op. Given a node with bound shapes it makes an
+// rOperator (ROp): the node's work cut into `tasks()` independent rTasks
+// (tiles of the output: rows, channel blocks, spatial blocks; time steps of
+// a recurrent op are split by the compiler, not here), each of which runs to
+// completion with no synchronization inside. The tiling is a parameter
+// (KernelParams::tasks), so the compiler can ask for several variants of the
+// same op; a kernel honours it up to the parallelism the op has.
+//
+//   auto op = kernel->make(node, KernelParams{.tasks = 8});
+//   TaskArgs args{inputs, outputs, scratch};
+//   for (int64_t i = 0; i < (*op)->tasks(); ++i) (*op)->run(i, args);
+//
+// Ownership: make() returns a unique_ptr the caller owns; an ROp keeps no
+// pointer into the Node after make() returns. Thread-safety: run() is const
+// and may be called for different tasks from different threads at once,
+// each with its own scratch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/graph.h"
+#include "tessera/status.h"
+
+namespace tessera {
+
+// Argument pointers of one rOperator, resolved once before any run: one per
+// node input (nullptr where an optional input is absent) and output.
+struct TaskArgs {
+  const void* const* in = nullptr;
+  void* const* out = nullptr;
+  void* scratch = nullptr;  // scratch_bytes() of this task's own memory
+};
+
+class ROp {
+ public:
+  virtual ~ROp() = default;
+  int64_t tasks() const { return tasks_; }
+  size_t scratch_bytes() const { return scratch_bytes_; }
+  virtual void run(int64_t task, const TaskArgs& args) const = 0;
+
+ protected:
+  int64_t tasks_ = 1;
+  size_t scratch_bytes_ = 0;
+};
+
+struct KernelParams {
+  // Desired number of rTasks; 0 lets the kernel pick by its own grain.
+  int64_t tasks = 0;
+};
+
+struct RKernel {
+  std::string_view op;
+  std::string_view name;  // e.g. "conv.im2col_gemm"
+  std::string_view description;
+  Result<std::unique_ptr<ROp>> (*make)(const Node& node, const KernelParams& params);
+};
+
+// Every CPU rKernel; an op may have several.
+std::span<const RKernel> cpu_kernels();
+// The default rKernel for an op type, or nullptr.
+const RKernel* cpu_kernel_find(std::string_view op);
+
+// Evaluates a node on constant inputs (for constant folding and tests):
+// allocates outputs, runs every rTask in order on this thread.
+Status cpu_evaluate(const Node& node, std::vector<Tensor>* outputs);
+
+// Must run on every thread that runs rTasks: makes the math library
+// single-threaded there (parallelism comes from rTasks, not from inside).
+void cpu_kernels_thread_init();
+
+// --- helpers for kernel files ----------------------------------------------
+
+// Number of tasks for `work` units when a task should do at least `grain`:
+// params.tasks if set (clamped to [1, work]), else ceil(work / grain) capped
+// at kMaxDefaultTasks.
+int64_t choose_tasks(int64_t work, int64_t grain, const KernelParams& params);
+inline constexpr int64_t kMaxDefaultTasks = 64;
+
+// The half-open range of `work` units that task i of n covers.
+inline void task_range(int64_t work, int64_t n, int64_t i, int64_t* begin, int64_t* end) {
+  *begin = work * i / n;
+  *end = work * (i + 1) / n;
+}
+
+// Per-family kernel tables, concatenated by registry.cc.
+std::span<const RKernel> elementwise_kernels();
+std::span<const RKernel> matmul_kernels();
+std::span<const RKernel> conv_kernels();
+std::span<const RKernel> pool_kernels();
+std::span<const RKernel> norm_kernels();
+std::span<const RKernel> reduce_kernels();
+std::span<const RKernel> layout_kernels();
+std::span<const RKernel> rnn_kernels();
+std::span<const RKernel> resize_kernels();
+
+}  // namespace tessera

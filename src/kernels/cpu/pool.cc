@@ -1,0 +1,121 @@
+// MaxPool, AveragePool (1-D and 2-D; ceil_mode, count_include_pad,
+// dilations for MaxPool) and GlobalAveragePool. An rTask is a block of
+// (image, channel) planes.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "base/strings.h"
+#include "ir/ops/op_registry.h"
+#include "kernels/cpu/kernel.h"
+
+namespace tessera {
+namespace {
+
+class PoolOp : public ROp {
+ public:
+  struct Geo {
+    int64_t planes, ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw, ph_end, pw_end;
+  };
+  PoolOp(bool max, bool include_pad, Geo g, const KernelParams& p) : max_(max), include_pad_(include_pad), g_(g) {
+    tasks_ = choose_tasks(g.planes, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, g.oh * g.ow * g.kh * g.kw)), p);
+  }
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t b, e;
+    task_range(g_.planes, tasks_, task, &b, &e);
+    const float* x = static_cast<const float*>(args.in[0]);
+    float* y = static_cast<float*>(args.out[0]);
+    for (int64_t pl = b; pl < e; ++pl) {
+      const float* xp = x + pl * g_.ih * g_.iw;
+      float* yp = y + pl * g_.oh * g_.ow;
+      for (int64_t oy = 0; oy < g_.oh; ++oy) {
+        for (int64_t ox = 0; ox < g_.ow; ++ox) {
+          int64_t y0 = oy * g_.sh - g_.ph, x0 = ox * g_.sw - g_.pw;
+          float acc = max_ ? -std::numeric_limits<float>::infinity() : 0.f;
+          int64_t count = 0;
+          for (int64_t ky = 0; ky < g_.kh; ++ky) {
+            int64_t iy = y0 + ky * g_.dh;
+            if (iy < 0 || iy >= g_.ih) continue;
+            for (int64_t kx = 0; kx < g_.kw; ++kx) {
+              int64_t ix = x0 + kx * g_.dw;
+              if (ix < 0 || ix >= g_.iw) continue;
+              float v = xp[iy * g_.iw + ix];
+              if (max_) acc = v > acc || std::isnan(v) ? v : acc;
+              else acc += v;
+              ++count;
+            }
+          }
+          if (!max_) {
+            // count_include_pad counts padding inside the padded extent
+            // (windows reaching past it under ceil_mode are clipped).
+            if (include_pad_) {
+              int64_t ye = std::min(y0 + (g_.kh - 1) * g_.dh + 1, g_.ih + g_.ph_end);
+              int64_t xe = std::min(x0 + (g_.kw - 1) * g_.dw + 1, g_.iw + g_.pw_end);
+              count = (ye - y0) * (xe - x0);
+            }
+            acc = count > 0 ? acc / static_cast<float>(count) : 0.f;
+          }
+          yp[oy * g_.ow + ox] = acc;
+        }
+      }
+    }
+  }
+
+ private:
+  bool max_, include_pad_;
+  Geo g_;
+};
+
+Result<std::unique_ptr<ROp>> make_pool(const Node& n, const KernelParams& p) {
+  const Shape& x = n.inputs[0]->shape;
+  if (n.inputs[0]->dtype != DType::kFloat32) return unimplemented(str_cat(n.label(), ": pooling on non-float input"));
+  TESSERA_ASSIGN_OR_RETURN(WindowGeometry g, window_geometry(n, x, n.attr_ints("kernel_shape")));
+  if (g.spatial > 2) return unimplemented(str_cat(n.label(), ": 3-D pooling is not supported"));
+  bool one = g.spatial == 1;
+  PoolOp::Geo geo{x[0] * x[1],
+                  one ? 1 : g.in[0], g.in[one ? 0 : 1], one ? 1 : g.out[0], g.out[one ? 0 : 1],
+                  one ? 1 : g.kernel[0], g.kernel[one ? 0 : 1], one ? 1 : g.strides[0], g.strides[one ? 0 : 1],
+                  one ? 1 : g.dilations[0], g.dilations[one ? 0 : 1], one ? 0 : g.pads_begin[0],
+                  g.pads_begin[one ? 0 : 1], one ? 0 : g.pads_end[0], g.pads_end[one ? 0 : 1]};
+  bool max = n.op_type == "MaxPool";
+  return std::unique_ptr<ROp>(new PoolOp(max, n.attr_int("count_include_pad", 0) != 0, geo, p));
+}
+
+class GlobalAvgOp : public ROp {
+ public:
+  GlobalAvgOp(int64_t planes, int64_t size, const KernelParams& p) : planes_(planes), size_(size) {
+    tasks_ = choose_tasks(planes, std::max<int64_t>(1, 32768 / std::max<int64_t>(size, 1)), p);
+  }
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t b, e;
+    task_range(planes_, tasks_, task, &b, &e);
+    const float* x = static_cast<const float*>(args.in[0]);
+    float* y = static_cast<float*>(args.out[0]);
+    for (int64_t pl = b; pl < e; ++pl) {
+      const float* xp = x + pl * size_;
+      float acc = 0;
+      for (int64_t i = 0; i < size_; ++i) acc += xp[i];
+      y[pl] = size_ > 0 ? acc / static_cast<float>(size_) : 0.f;
+    }
+  }
+
+ private:
+  int64_t planes_, size_;
+};
+
+Result<std::unique_ptr<ROp>> make_global_avg(const Node& n, const KernelParams& p) {
+  const Shape& x = n.inputs[0]->shape;
+  return std::unique_ptr<ROp>(new GlobalAvgOp(x[0] * x[1], dims_product(x.dims, 2, x.rank()), p));
+}
+
+const RKernel kKernels[] = {
+    {"MaxPool", "pool.planes", "blocks of (image, channel) planes", make_pool},
+    {"AveragePool", "pool.planes", "blocks of (image, channel) planes", make_pool},
+    {"GlobalAveragePool", "global_pool.planes", "blocks of planes", make_global_avg},
+};
+
+}  // namespace
+
+std::span<const RKernel> pool_kernels() { return kKernels; }
+
+}  // namespace tessera

@@ -1,0 +1,57 @@
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "base/strings.h"
+#include "kernels/cpu/kernel.h"
+
+namespace tessera {
+
+std::span<const RKernel> cpu_kernels() {
+  static const std::vector<RKernel> all = [] {
+    std::vector<RKernel> v;
+    for (auto table : {elementwise_kernels(), matmul_kernels(), conv_kernels(), pool_kernels(), norm_kernels(),
+                       reduce_kernels(), layout_kernels(), rnn_kernels(), resize_kernels()})
+      v.insert(v.end(), table.begin(), table.end());
+    return v;
+  }();
+  return all;
+}
+
+const RKernel* cpu_kernel_find(std::string_view op) {
+  for (const RKernel& k : cpu_kernels())
+    if (k.op == op) return &k;
+  return nullptr;
+}
+
+int64_t choose_tasks(int64_t work, int64_t grain, const KernelParams& params) {
+  if (work <= 1) return 1;
+  if (params.tasks > 0) return std::min(params.tasks, work);
+  int64_t n = (work + grain - 1) / std::max<int64_t>(grain, 1);
+  return std::clamp<int64_t>(n, 1, std::min(work, kMaxDefaultTasks));
+}
+
+void cpu_kernels_thread_init() { omp_set_num_threads(1); }
+
+Status cpu_evaluate(const Node& node, std::vector<Tensor>* outputs) {
+  const RKernel* k = cpu_kernel_find(node.op_type);
+  if (k == nullptr) return unimplemented(str_cat(node.label(), ": no CPU kernel"));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ROp> op, k->make(node, KernelParams{1}));
+  outputs->clear();
+  std::vector<const void*> in;
+  std::vector<void*> out;
+  for (Value* v : node.inputs) in.push_back(v && v->is_constant() ? v->constant->raw() : nullptr);
+  for (Value* v : node.outputs) {
+    outputs->emplace_back(v->dtype, v->shape);
+    out.push_back(outputs->back().raw());
+  }
+  std::vector<unsigned char> scratch(op->scratch_bytes() + 64);
+  void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+  TaskArgs args{in.data(), out.data(), aligned};
+  cpu_kernels_thread_init();
+  for (int64_t i = 0; i < op->tasks(); ++i) op->run(i, args);
+  return Status();
+}
+
+}  // namespace tessera

@@ -1,0 +1,145 @@
+// Resize, nearest and (multi-)linear, with the coordinate transformation
+// modes PyTorch exports (half_pixel, pytorch_half_pixel, align_corners,
+// asymmetric). Per-dim source indices and weights are tabulated at make
+// time; dims that are not resized pass their index through, so a 2-D
+// upsample of an NCHW tensor blends 4 corners, not 16. An rTask is a block of
+// output rows.
+#include <algorithm>
+#include <cmath>
+
+#include "base/strings.h"
+#include "ir/ops/op_registry.h"
+#include "kernels/cpu/kernel.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kMaxRank = 8;
+
+struct DimMap {
+  bool identity = true;
+  std::vector<int64_t> i0, i1;  // source indices per output index
+  std::vector<float> w;         // weight of i1 (linear), 0 for nearest
+};
+
+class ResizeOp : public ROp {
+ public:
+  ResizeOp(Shape in, Shape out, std::vector<DimMap> maps, const KernelParams& p)
+      : in_(std::move(in)), out_(std::move(out)), maps_(std::move(maps)) {
+    int64_t st = 1;
+    in_st_.resize(in_.rank());
+    for (int d = in_.rank() - 1; d >= 0; --d) {
+      in_st_[d] = st;
+      st *= in_.dims[d];
+    }
+    for (int d = 0; d < out_.rank(); ++d)
+      if (!maps_[d].identity) interp_.push_back(d);
+    cols_ = out_.rank() ? out_.dims.back() : 1;
+    rows_ = cols_ ? out_.numel() / cols_ : 0;
+    tasks_ = choose_tasks(rows_, std::max<int64_t>(1, 8192 / std::max<int64_t>(cols_, 1)), p);
+  }
+
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t b, e;
+    task_range(rows_, tasks_, task, &b, &e);
+    const float* x = static_cast<const float*>(args.in[0]);
+    float* y = static_cast<float*>(args.out[0]);
+    const int r = out_.rank();
+    int64_t idx[kMaxRank];
+    for (int64_t row = b; row < e; ++row) {
+      int64_t rem = row;
+      for (int d = r - 2; d >= 0; --d) {
+        idx[d] = rem % out_.dims[d];
+        rem /= out_.dims[d];
+      }
+      for (int64_t c = 0; c < cols_; ++c) {
+        idx[r - 1] = c;
+        y[row * cols_ + c] = sample(x, idx);
+      }
+    }
+  }
+
+ private:
+  float sample(const float* x, const int64_t* idx) const {
+    int64_t base = 0;
+    for (int d = 0; d < out_.rank(); ++d)
+      if (maps_[d].identity) base += idx[d] * in_st_[d];
+    const int k = static_cast<int>(interp_.size());
+    float acc = 0;
+    for (int corner = 0; corner < (1 << k); ++corner) {
+      float w = 1;
+      int64_t off = base;
+      for (int j = 0; j < k; ++j) {
+        const DimMap& m = maps_[interp_[j]];
+        int64_t o = idx[interp_[j]];
+        bool hi = (corner >> j) & 1;
+        w *= hi ? m.w[o] : 1.f - m.w[o];
+        off += (hi ? m.i1[o] : m.i0[o]) * in_st_[interp_[j]];
+      }
+      if (w != 0) acc += w * x[off];
+    }
+    return acc;
+  }
+
+  Shape in_, out_;
+  std::vector<DimMap> maps_;
+  std::vector<int64_t> in_st_;
+  std::vector<int> interp_;
+  int64_t rows_, cols_;
+};
+
+Result<std::unique_ptr<ROp>> make_resize(const Node& n, const KernelParams& p) {
+  if (n.inputs[0]->dtype != DType::kFloat32) return unimplemented(str_cat(n.label(), ": Resize of non-float input"));
+  TESSERA_ASSIGN_OR_RETURN(ResizeParams rp, resize_params(n));
+  const Shape& in = n.inputs[0]->shape;
+  if (in.rank() == 0 || in.rank() > kMaxRank) return unimplemented(str_cat(n.label(), ": Resize of rank ", in.rank()));
+  std::string ctm = n.attr_string("coordinate_transformation_mode", "half_pixel");
+  std::string nearest_mode = n.attr_string("nearest_mode", "round_prefer_floor");
+  bool linear = n.attr_string("mode", "nearest") == "linear";
+  if (ctm != "half_pixel" && ctm != "pytorch_half_pixel" && ctm != "align_corners" && ctm != "asymmetric")
+    return unimplemented(str_cat(n.label(), ": coordinate_transformation_mode '", ctm, "' is not supported"));
+  std::vector<DimMap> maps(in.rank());
+  for (int d = 0; d < in.rank(); ++d) {
+    int64_t len = in.dims[d], out = rp.out[d];
+    float s = rp.scale[d];
+    DimMap& m = maps[d];
+    m.identity = len == out && s == 1.f;
+    if (m.identity) continue;
+    m.i0.resize(out);
+    m.i1.resize(out);
+    m.w.assign(out, 0.f);
+    for (int64_t o = 0; o < out; ++o) {
+      double xo;
+      if (ctm == "half_pixel") xo = (o + 0.5) / s - 0.5;
+      else if (ctm == "pytorch_half_pixel") xo = out > 1 ? (o + 0.5) / s - 0.5 : 0.0;
+      else if (ctm == "align_corners") xo = out == 1 ? 0.0 : static_cast<double>(o) * (len - 1) / (out - 1);
+      else xo = o / static_cast<double>(s);
+      if (linear) {
+        xo = std::clamp(xo, 0.0, static_cast<double>(len - 1));
+        int64_t i0 = static_cast<int64_t>(std::floor(xo));
+        m.i0[o] = i0;
+        m.i1[o] = std::min(i0 + 1, len - 1);
+        m.w[o] = static_cast<float>(xo - static_cast<double>(i0));
+      } else {
+        double r;
+        if (nearest_mode == "floor") r = std::floor(xo);
+        else if (nearest_mode == "ceil") r = std::ceil(xo);
+        else if (nearest_mode == "round_prefer_ceil") r = std::floor(xo + 0.5);
+        else r = (xo - std::floor(xo) == 0.5) ? std::floor(xo) : std::round(xo);  // round_prefer_floor
+        int64_t i = std::clamp<int64_t>(static_cast<int64_t>(r), 0, len - 1);
+        m.i0[o] = m.i1[o] = i;
+      }
+    }
+  }
+  return std::unique_ptr<ROp>(new ResizeOp(in, n.outputs[0]->shape, std::move(maps), p));
+}
+
+const RKernel kKernels[] = {
+    {"Resize", "resize.rows", "nearest and linear; tabulated per-dim indices", make_resize},
+};
+
+}  // namespace
+
+std::span<const RKernel> resize_kernels() { return kKernels; }
+
+}  // namespace tessera

@@ -1,0 +1,407 @@
+#include "onnx/importer.h"
+
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <unordered_map>
+
+#include "base/strings.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ONNX TensorProto.DataType values.
+enum OnnxType : int {
+  kOnnxFloat = 1, kOnnxUInt8 = 2, kOnnxInt8 = 3, kOnnxUInt16 = 4, kOnnxInt16 = 5, kOnnxInt32 = 6,
+  kOnnxInt64 = 7, kOnnxString = 8, kOnnxBool = 9, kOnnxFloat16 = 10, kOnnxDouble = 11,
+  kOnnxUInt32 = 12, kOnnxUInt64 = 13, kOnnxBFloat16 = 16,
+};
+
+// The dtype a tensor of ONNX type `t` has inside Tessera (storage floats
+// become float32), or kUndefined.
+DType compute_dtype(int t) {
+  switch (t) {
+    case kOnnxFloat: case kOnnxFloat16: case kOnnxBFloat16: case kOnnxDouble: return DType::kFloat32;
+    case kOnnxInt64: return DType::kInt64;
+    case kOnnxInt32: return DType::kInt32;
+    case kOnnxInt8: return DType::kInt8;
+    case kOnnxUInt8: return DType::kUInt8;
+    case kOnnxBool: return DType::kBool;
+    default: return DType::kUndefined;
+  }
+}
+
+std::string onnx_type_name(int t) {
+  switch (t) {
+    case kOnnxUInt16: return "uint16";
+    case kOnnxInt16: return "int16";
+    case kOnnxString: return "string";
+    case kOnnxUInt32: return "uint32";
+    case kOnnxUInt64: return "uint64";
+    default: return str_cat("type ", t);
+  }
+}
+
+class Importer {
+ public:
+  Importer(std::string display_name, std::string model_dir)
+      : file_(std::move(display_name)), model_dir_(std::move(model_dir)) {}
+
+  Result<std::unique_ptr<Graph>> run(onnx::ModelProto& model, const ImportOptions& options);
+
+ private:
+  Status error(StatusCode code, const std::string& what) const { return Status(code, str_cat(file_, ": ", what)); }
+  Status check_opsets(const onnx::ModelProto& model);
+  Result<Tensor> convert_tensor(const onnx::TensorProto& tp, const std::string& where);
+  Status read_external(const onnx::TensorProto& tp, const std::string& where, std::string* bytes);
+  Result<Shape> convert_shape(const onnx::TypeProto& type, const std::string& where, DType* dtype);
+  Status convert_attribute(const onnx::AttributeProto& ap, const std::string& where, Attribute* out);
+  Status convert_constant_node(const onnx::NodeProto& np, const std::string& label);
+  Status convert_node(const onnx::NodeProto& np, size_t index);
+
+  std::string file_;
+  std::string model_dir_;
+  std::unique_ptr<Graph> g_ = std::make_unique<Graph>();
+};
+
+Status Importer::check_opsets(const onnx::ModelProto& model) {
+  int64_t opset = -1;
+  for (const auto& imp : model.opset_import()) {
+    if (imp.domain().empty() || imp.domain() == "ai.onnx") opset = imp.version();
+  }
+  if (opset < 0) return error(StatusCode::kInvalidArgument, "model imports no opset of the default ONNX domain");
+  if (opset < kMinOpset || opset > kMaxOpset)
+    return error(StatusCode::kUnimplemented,
+                 str_cat("opset ", opset, " is not supported (Tessera reads opsets ", kMinOpset, " to ", kMaxOpset,
+                         "); re-export with torch.onnx.export(..., opset_version=17)"));
+  g_->opset = opset;
+  return Status();
+}
+
+Status Importer::read_external(const onnx::TensorProto& tp, const std::string& where, std::string* bytes) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& kv : tp.external_data()) {
+    if (kv.key() == "location") location = kv.value();
+    else if (kv.key() == "offset" && !parse_int64(kv.value(), &offset))
+      return error(StatusCode::kInvalidArgument, str_cat(where, ": bad external data offset '", kv.value(), "'"));
+    else if (kv.key() == "length" && !parse_int64(kv.value(), &length))
+      return error(StatusCode::kInvalidArgument, str_cat(where, ": bad external data length '", kv.value(), "'"));
+  }
+  if (location.empty()) return error(StatusCode::kInvalidArgument, str_cat(where, ": external data has no location"));
+  if (model_dir_.empty())
+    return error(StatusCode::kInvalidArgument, str_cat(where, ": external data '", location,
+                                                       "' cannot be resolved for a model read from memory"));
+  fs::path rel(location);
+  if (rel.is_absolute() || location.find("..") != std::string::npos)
+    return error(StatusCode::kInvalidArgument,
+                 str_cat(where, ": external data location '", location, "' must be a path inside the model's folder"));
+  fs::path full = fs::path(model_dir_) / rel;
+  std::ifstream in(full, std::ios::binary);
+  if (!in) return error(StatusCode::kNotFound, str_cat(where, ": cannot open external data file '", full.string(),
+                                                       "': ", std::strerror(errno)));
+  in.seekg(0, std::ios::end);
+  int64_t file_size = in.tellg();
+  if (offset < 0 || offset > file_size) {
+    return error(StatusCode::kDataLoss, str_cat(where, ": external data offset ", offset, " is past the end of '",
+                                                full.string(), "' (", file_size, " bytes)"));
+  }
+  if (length < 0) length = file_size - offset;
+  if (length > file_size - offset)
+    return error(StatusCode::kDataLoss, str_cat(where, ": external data '", full.string(), "' holds ",
+                                                file_size - offset, " bytes after offset ", offset, ", need ", length));
+  bytes->resize(static_cast<size_t>(length));
+  in.seekg(offset);
+  in.read(bytes->data(), length);
+  if (!in) return error(StatusCode::kDataLoss, str_cat(where, ": short read from '", full.string(), "'"));
+  return Status();
+}
+
+Result<Tensor> Importer::convert_tensor(const onnx::TensorProto& tp, const std::string& where) {
+  DType dt = compute_dtype(tp.data_type());
+  if (dt == DType::kUndefined)
+    return error(StatusCode::kUnimplemented,
+                 str_cat(where, ": element type ", onnx_type_name(tp.data_type()), " is not supported"));
+  std::vector<int64_t> dims(tp.dims().begin(), tp.dims().end());
+  int64_t numel = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || (d > 0 && numel > std::numeric_limits<int64_t>::max() / 4 / d))
+      return error(StatusCode::kInvalidArgument, str_cat(where, ": bad dimension ", d));
+    numel *= d;
+  }
+  Shape shape(dims);
+  Tensor t(dt, shape);
+  // Bytes per element as stored in the file.
+  size_t stored_size = 0;
+  switch (tp.data_type()) {
+    case kOnnxFloat: case kOnnxInt32: stored_size = 4; break;
+    case kOnnxInt64: case kOnnxDouble: stored_size = 8; break;
+    case kOnnxFloat16: case kOnnxBFloat16: stored_size = 2; break;
+    default: stored_size = 1; break;
+  }
+  std::string external;
+  const std::string* raw = nullptr;
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
+    TESSERA_RETURN_IF_ERROR(read_external(tp, where, &external));
+    raw = &external;
+  } else if (tp.has_raw_data()) {
+    raw = &tp.raw_data();
+  }
+  auto store = [&](int64_t i, double v) {
+    switch (dt) {
+      case DType::kFloat32: t.data<float>()[i] = static_cast<float>(v); break;
+      case DType::kInt64: t.data<int64_t>()[i] = static_cast<int64_t>(v); break;
+      case DType::kInt32: t.data<int32_t>()[i] = static_cast<int32_t>(v); break;
+      case DType::kInt8: t.data<int8_t>()[i] = static_cast<int8_t>(v); break;
+      case DType::kUInt8: t.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+      case DType::kBool: t.data<uint8_t>()[i] = v != 0; break;
+      default: break;
+    }
+  };
+  if (raw != nullptr) {
+    if (raw->size() != static_cast<size_t>(numel) * stored_size)
+      return error(StatusCode::kDataLoss, str_cat(where, ": holds ", raw->size(), " bytes, shape ",
+                                                  shape.to_string(), " needs ", numel * stored_size));
+    const char* p = raw->data();
+    for (int64_t i = 0; i < numel; ++i) {
+      const char* e = p + i * stored_size;
+      switch (tp.data_type()) {
+        case kOnnxFloat: { float v; std::memcpy(&v, e, 4); t.data<float>()[i] = v; break; }
+        case kOnnxDouble: { double v; std::memcpy(&v, e, 8); t.data<float>()[i] = static_cast<float>(v); break; }
+        case kOnnxFloat16: { uint16_t v; std::memcpy(&v, e, 2); t.data<float>()[i] = half_to_float(v); break; }
+        case kOnnxBFloat16: { uint16_t v; std::memcpy(&v, e, 2); t.data<float>()[i] = bfloat16_to_float(v); break; }
+        case kOnnxInt64: { int64_t v; std::memcpy(&v, e, 8); t.data<int64_t>()[i] = v; break; }
+        case kOnnxInt32: { int32_t v; std::memcpy(&v, e, 4); t.data<int32_t>()[i] = v; break; }
+        case kOnnxInt8: t.data<int8_t>()[i] = static_cast<int8_t>(*e); break;
+        case kOnnxUInt8: t.data<uint8_t>()[i] = static_cast<uint8_t>(*e); break;
+        case kOnnxBool: t.data<uint8_t>()[i] = *e != 0; break;
+        default: break;
+      }
+    }
+    return t;
+  }
+  // Typed fields.
+  auto check_count = [&](int count) -> Status {
+    if (count != numel)
+      return error(StatusCode::kDataLoss, str_cat(where, ": holds ", count, " values, shape ", shape.to_string(),
+                                                  " needs ", numel));
+    return Status();
+  };
+  switch (tp.data_type()) {
+    case kOnnxFloat:
+      TESSERA_RETURN_IF_ERROR(check_count(tp.float_data_size()));
+      for (int64_t i = 0; i < numel; ++i) store(i, tp.float_data(static_cast<int>(i)));
+      break;
+    case kOnnxDouble:
+      TESSERA_RETURN_IF_ERROR(check_count(tp.double_data_size()));
+      for (int64_t i = 0; i < numel; ++i) store(i, tp.double_data(static_cast<int>(i)));
+      break;
+    case kOnnxInt64:
+      TESSERA_RETURN_IF_ERROR(check_count(tp.int64_data_size()));
+      for (int64_t i = 0; i < numel; ++i) t.data<int64_t>()[i] = tp.int64_data(static_cast<int>(i));
+      break;
+    case kOnnxFloat16: case kOnnxBFloat16:
+      TESSERA_RETURN_IF_ERROR(check_count(tp.int32_data_size()));
+      for (int64_t i = 0; i < numel; ++i) {
+        auto bits = static_cast<uint16_t>(tp.int32_data(static_cast<int>(i)));
+        t.data<float>()[i] = tp.data_type() == kOnnxFloat16 ? half_to_float(bits) : bfloat16_to_float(bits);
+      }
+      break;
+    default:
+      TESSERA_RETURN_IF_ERROR(check_count(tp.int32_data_size()));
+      for (int64_t i = 0; i < numel; ++i) store(i, tp.int32_data(static_cast<int>(i)));
+      break;
+  }
+  return t;
+}
+
+Result<Shape> Importer::convert_shape(const onnx::TypeProto& type, const std::string& where, DType* dtype) {
+  if (!type.has_tensor_type()) return error(StatusCode::kUnimplemented, str_cat(where, " is not a tensor"));
+  const auto& tt = type.tensor_type();
+  *dtype = compute_dtype(tt.elem_type());
+  if (*dtype == DType::kUndefined)
+    return error(StatusCode::kUnimplemented,
+                 str_cat(where, ": element type ", onnx_type_name(tt.elem_type()), " is not supported"));
+  Shape s;
+  if (!tt.has_shape()) return s;  // unknown rank; inference fills it in
+  for (const auto& d : tt.shape().dim()) {
+    if (d.has_dim_value()) {
+      if (d.dim_value() < 0) return error(StatusCode::kInvalidArgument, str_cat(where, ": negative dimension"));
+      s.dims.push_back(d.dim_value());
+      s.symbols.emplace_back();
+    } else {
+      s.dims.push_back(kDynamic);
+      s.symbols.push_back(d.has_dim_param() ? d.dim_param() : "");
+    }
+  }
+  return s;
+}
+
+Status Importer::convert_attribute(const onnx::AttributeProto& ap, const std::string& where, Attribute* out) {
+  using A = onnx::AttributeProto;
+  switch (ap.type()) {
+    case A::INT: out->kind = Attribute::Kind::kInt; out->i = ap.i(); break;
+    case A::FLOAT: out->kind = Attribute::Kind::kFloat; out->f = ap.f(); break;
+    case A::STRING: out->kind = Attribute::Kind::kString; out->s = ap.s(); break;
+    case A::INTS: out->kind = Attribute::Kind::kInts; out->ints.assign(ap.ints().begin(), ap.ints().end()); break;
+    case A::FLOATS:
+      out->kind = Attribute::Kind::kFloats;
+      out->floats.assign(ap.floats().begin(), ap.floats().end());
+      break;
+    case A::STRINGS:
+      out->kind = Attribute::Kind::kStrings;
+      out->strings.assign(ap.strings().begin(), ap.strings().end());
+      break;
+    case A::TENSOR: {
+      out->kind = Attribute::Kind::kTensor;
+      TESSERA_ASSIGN_OR_RETURN(out->t, convert_tensor(ap.t(), str_cat(where, " attribute '", ap.name(), "'")));
+      break;
+    }
+    default:
+      return error(StatusCode::kUnimplemented,
+                   str_cat(where, ": attribute '", ap.name(), "' has a kind Tessera does not support (subgraphs, "
+                                  "sparse tensors and type protos are not supported)"));
+  }
+  return Status();
+}
+
+Status Importer::convert_constant_node(const onnx::NodeProto& np, const std::string& label) {
+  if (np.output_size() != 1) return error(StatusCode::kInvalidArgument, str_cat(label, " must have one output"));
+  if (np.attribute_size() != 1)
+    return error(StatusCode::kInvalidArgument, str_cat(label, " must have exactly one value attribute"));
+  Attribute a;
+  TESSERA_RETURN_IF_ERROR(convert_attribute(np.attribute(0), label, &a));
+  const std::string& key = np.attribute(0).name();
+  Tensor t;
+  if (key == "value") t = a.t;
+  else if (key == "value_float") t = Tensor::from_floats({a.f}, Shape{});
+  else if (key == "value_floats") t = Tensor::from_floats(a.floats, Shape{static_cast<int64_t>(a.floats.size())});
+  else if (key == "value_int") t = Tensor::from_int64s({a.i}, Shape{});
+  else if (key == "value_ints") t = Tensor::from_int64s(a.ints, Shape{static_cast<int64_t>(a.ints.size())});
+  else return error(StatusCode::kUnimplemented, str_cat(label, ": attribute '", key, "' is not supported"));
+  if (g_->find_value(np.output(0)))
+    return error(StatusCode::kInvalidArgument, str_cat(label, ": output '", np.output(0), "' is defined twice"));
+  g_->add_constant(np.output(0), std::move(t));
+  return Status();
+}
+
+Status Importer::convert_node(const onnx::NodeProto& np, size_t index) {
+  std::string name = np.name().empty() ? str_cat(np.op_type(), "_", index) : np.name();
+  std::string label = str_cat("node ", np.op_type(), " '", name, "'");
+  if (!np.domain().empty() && np.domain() != "ai.onnx")
+    return error(StatusCode::kUnimplemented,
+                 str_cat(label, " is in domain '", np.domain(), "'; Tessera supports only the default ONNX domain"));
+  if (np.op_type() == "Constant") return convert_constant_node(np, label);
+  std::vector<Value*> inputs;
+  for (const auto& in : np.input()) {
+    if (in.empty()) {
+      inputs.push_back(nullptr);
+      continue;
+    }
+    Value* v = g_->find_value(in);
+    if (v == nullptr)
+      return error(StatusCode::kInvalidArgument, str_cat(label, " reads '", in, "', which nothing defines"));
+    inputs.push_back(v);
+  }
+  while (!inputs.empty() && inputs.back() == nullptr) inputs.pop_back();
+  std::vector<std::string> out_names;
+  for (int i = 0; i < np.output_size(); ++i) {
+    const std::string& o = np.output(i);
+    if (!o.empty() && g_->find_value(o))
+      return error(StatusCode::kInvalidArgument, str_cat(label, ": output '", o, "' is defined twice"));
+    out_names.push_back(o.empty() ? str_cat(name, ":unused", i) : o);
+  }
+  Node* n = g_->add_node(np.op_type(), name, std::move(inputs), np.output_size(), out_names);
+  n->opset = g_->opset;
+  for (const auto& ap : np.attribute()) {
+    Attribute a;
+    TESSERA_RETURN_IF_ERROR(convert_attribute(ap, label, &a));
+    n->attrs[ap.name()] = std::move(a);
+  }
+  return Status();
+}
+
+Result<std::unique_ptr<Graph>> Importer::run(onnx::ModelProto& model, const ImportOptions& options) {
+  if (!model.has_graph()) return error(StatusCode::kInvalidArgument, "not an ONNX model (it has no graph)");
+  TESSERA_RETURN_IF_ERROR(check_opsets(model));
+  try {
+    if (options.run_onnx_checker) onnx::checker::check_model(model);
+    if (options.run_onnx_shape_inference) onnx::shape_inference::InferShapes(model);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
+    return error(StatusCode::kInvalidArgument, str_cat("ONNX checker rejected the model: ", what));
+  }
+  const auto& gp = model.graph();
+  g_->name = gp.name();
+  for (int i = 0; i < gp.initializer_size(); ++i) {
+    const auto& tp = gp.initializer(i);
+    std::string where = str_cat("initializer '", tp.name(), "'");
+    if (tp.name().empty()) return error(StatusCode::kInvalidArgument, str_cat("initializer ", i, " has no name"));
+    if (g_->find_value(tp.name())) return error(StatusCode::kInvalidArgument, str_cat(where, " is defined twice"));
+    TESSERA_ASSIGN_OR_RETURN(Tensor t, convert_tensor(tp, where));
+    g_->add_constant(tp.name(), std::move(t));
+  }
+  for (const auto& vi : gp.input()) {
+    if (g_->find_value(vi.name())) continue;  // an initializer listed as input (IR < 4): a constant
+    DType dt = DType::kUndefined;
+    TESSERA_ASSIGN_OR_RETURN(Shape s, convert_shape(vi.type(), str_cat("input '", vi.name(), "'"), &dt));
+    g_->add_input(vi.name(), dt, s);
+  }
+  for (int i = 0; i < gp.node_size(); ++i) TESSERA_RETURN_IF_ERROR(convert_node(gp.node(i), static_cast<size_t>(i)));
+  for (const auto& vi : gp.output()) {
+    Value* v = g_->find_value(vi.name());
+    if (v == nullptr) return error(StatusCode::kInvalidArgument, str_cat("output '", vi.name(), "' is never produced"));
+    if (v->is_output) continue;
+    g_->mark_output(v);
+  }
+  // Types ONNX inferred, where we have no better: dtypes of intermediates.
+  for (const auto& vi : gp.value_info()) {
+    Value* v = g_->find_value(vi.name());
+    if (v == nullptr || v->is_constant() || !vi.type().has_tensor_type()) continue;
+    DType dt = compute_dtype(vi.type().tensor_type().elem_type());
+    if (dt != DType::kUndefined) v->dtype = dt;
+  }
+  TESSERA_RETURN_IF_ERROR(g_->sort_topologically().with_context(file_));
+  TESSERA_RETURN_IF_ERROR(verify_graph(*g_).with_context(file_));
+  return std::move(g_);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Graph>> import_onnx_bytes(const void* data, size_t size, const std::string& model_dir,
+                                                 const std::string& display_name, const ImportOptions& options) {
+  if (size == 0) return invalid_argument(str_cat(display_name, ": file is empty, not an ONNX model"));
+  if (size > static_cast<size_t>(std::numeric_limits<int>::max()))
+    return unimplemented(str_cat(display_name, ": models over 2 GiB must keep weights as external data"));
+  onnx::ModelProto model;
+  if (!model.ParseFromArray(data, static_cast<int>(size)))
+    return data_loss(str_cat(display_name, ": not an ONNX model, or the file is truncated (protobuf parse failed)"));
+  Importer imp(display_name, model_dir);
+  return imp.run(model, options);
+}
+
+Result<std::unique_ptr<Graph>> import_onnx_file(const std::string& path, const ImportOptions& options) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return not_found(str_cat("model file '", path, "' does not exist"));
+  if (fs::is_directory(path, ec)) return invalid_argument(str_cat("model path '", path, "' is a directory"));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found(str_cat("cannot open model file '", path, "': ", std::strerror(errno)));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string bytes = ss.str();
+  std::string dir = fs::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  return import_onnx_bytes(bytes.data(), bytes.size(), dir, path, options);
+}
+
+}  // namespace tessera

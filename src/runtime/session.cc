@@ -1,0 +1,135 @@
+#include "runtime/session.h"
+
+#include <cstring>
+#include <thread>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/strings.h"
+
+namespace tessera {
+
+std::string_view executor_name(Executor e) {
+  switch (e) {
+    case Executor::kSequential: return "sequential";
+    case Executor::kTwoLayer: return "two-layer";
+  }
+  return "?";
+}
+
+bool executor_parse(std::string_view name, Executor* out) {
+  if (name == "sequential") *out = Executor::kSequential;
+  else if (name == "two-layer") *out = Executor::kTwoLayer;
+  else return false;
+  return true;
+}
+
+Result<std::unique_ptr<Session>> Session::create(std::unique_ptr<Program> program, const SessionOptions& options) {
+  int hw = static_cast<int>(std::thread::hardware_concurrency());
+  if (hw <= 0) hw = 1;
+  int threads = options.threads > 0 ? options.threads : hw;
+  if (options.executor == Executor::kSequential) threads = 1;
+  if (threads > 1024) return invalid_argument(str_cat("--threads ", threads, " is too many"));
+  if (threads > hw) log_warning("running ", threads, " threads on ", hw, " cores; expect slowdowns");
+  std::unique_ptr<Session> s(new Session(std::move(program), options, threads));
+  return s;
+}
+
+Session::Session(std::unique_ptr<Program> program, const SessionOptions& options, int threads)
+    : program_(std::move(program)), options_(options), threads_(threads) {
+  arena_ = aligned_alloc64(program_->memory.arena_bytes);
+  scratch_stride_ = (program_->max_scratch_bytes + 63) / 64 * 64;
+  scratch_ = aligned_alloc64(scratch_stride_ * static_cast<size_t>(threads_));
+  resolve_pointers();
+  cpu_kernels_thread_init();
+  if (options_.executor == Executor::kTwoLayer && threads_ > 1)
+    pool_ = std::make_unique<ThreadPool>(threads_, [](int) { cpu_kernels_thread_init(); });
+}
+
+Session::~Session() {
+  pool_.reset();
+  aligned_free64(arena_);
+  aligned_free64(scratch_);
+}
+
+void Session::resolve_pointers() {
+  auto addr = [&](int slot) -> void* {
+    if (slot < 0) return nullptr;
+    const Slot& s = program_->slots[slot];
+    if (s.constant) return const_cast<void*>(s.data);
+    return static_cast<char*>(arena_) + s.offset;
+  };
+  for (const Step& st : program_->steps) {
+    std::vector<const void*> in;
+    std::vector<void*> out;
+    for (int s : st.inputs) in.push_back(addr(s));
+    for (int s : st.outputs) out.push_back(addr(s));
+    in_ptrs_.push_back(std::move(in));
+    out_ptrs_.push_back(std::move(out));
+  }
+}
+
+void Session::poison_arena() { std::memset(arena_, 0xFF, program_->memory.arena_bytes); }
+
+Status Session::set_input(const std::string& name, const Tensor& t) {
+  const auto& ins = inputs();
+  for (size_t i = 0; i < ins.size(); ++i) {
+    const Value* v = ins[i];
+    if (v->name != name) continue;
+    if (t.dtype() != v->dtype)
+      return invalid_argument(str_cat("input '", name, "' is ", dtype_name(v->dtype), ", got ", dtype_name(t.dtype())));
+    if (!(t.shape() == v->shape))
+      return invalid_argument(str_cat("input '", name, "' has shape ", v->shape.to_string(), ", got ",
+                                      t.shape().to_string(), " (use --shape to bind another size)"));
+    int64_t t0 = now_ns();
+    const Slot& s = program_->slots[program_->input_slots[i]];
+    if (s.bytes > 0) std::memcpy(static_cast<char*>(arena_) + s.offset, t.raw(), s.bytes);
+    timings_.copy_in_ns += now_ns() - t0;
+    return Status();
+  }
+  std::vector<std::string> names;
+  for (const Value* v : ins) names.push_back(v->name);
+  return not_found(str_cat("the model has no input '", name, "' (inputs: ", str_join(names, ", "), ")"));
+}
+
+void Session::run_sequential() {
+  void* scratch = scratch_;
+  for (size_t i = 0; i < program_->steps.size(); ++i) {
+    const ROp& op = *program_->steps[i].op;
+    TaskArgs args{in_ptrs_[i].data(), out_ptrs_[i].data(), scratch};
+    const int64_t n = op.tasks();
+    for (int64_t t = 0; t < n; ++t) op.run(t, args);
+  }
+}
+
+void Session::run_two_layer() {
+  for (size_t i = 0; i < program_->steps.size(); ++i) {
+    const ROp& op = *program_->steps[i].op;
+    const void* const* in = in_ptrs_[i].data();
+    void* const* out = out_ptrs_[i].data();
+    auto body = [&](int64_t task, int thread) {
+      TaskArgs args{in, out, static_cast<char*>(scratch_) + scratch_stride_ * static_cast<size_t>(thread)};
+      op.run(task, args);
+    };
+    pool_->parallel_for(op.tasks(), body);
+  }
+}
+
+Status Session::run() {
+  int64_t t0 = now_ns();
+  if (pool_) run_two_layer();
+  else run_sequential();
+  timings_.compute_ns = now_ns() - t0;
+  return Status();
+}
+
+Tensor Session::output(size_t i) const {
+  const Value* v = outputs()[i];
+  const Slot& s = program_->slots[program_->output_slots[i]];
+  Tensor t(v->dtype, v->shape);
+  const void* src = s.constant ? s.data : static_cast<const char*>(arena_) + s.offset;
+  if (s.bytes > 0) std::memcpy(t.raw(), src, s.bytes);
+  return t;
+}
+
+}  // namespace tessera

@@ -1,0 +1,48 @@
+// Command-line parsing shared by the `tessera` subcommands: options are
+// declared with their help text, so --help and the "unknown option" errors
+// come from the same table.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tessera/status.h"
+
+namespace tessera::cli {
+
+struct OptionSpec {
+  std::string name;        // "--iters"
+  std::string value_name;  // "N"; empty for a flag
+  std::string help;
+  bool repeatable = false;
+};
+
+struct Command {
+  std::string name;      // "run"
+  std::string usage;     // "tessera run MODEL.onnx [options]"
+  std::string summary;   // one line
+  std::vector<OptionSpec> options;
+  std::string epilog;    // examples
+};
+
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::vector<std::string>> values;  // option -> values (flags: {""})
+  bool help = false;
+
+  bool has(const std::string& opt) const { return values.count(opt) != 0; }
+  std::string get(const std::string& opt, const std::string& def = "") const;
+  Result<int64_t> get_int(const std::string& opt, int64_t def, int64_t min, int64_t max) const;
+};
+
+// Parses argv (after the subcommand name). Accepts "--opt value" and
+// "--opt=value".
+Result<Args> parse(const Command& cmd, int argc, char** argv);
+std::string help_text(const Command& cmd);
+
+// Prints "tessera: error: <message>" to stderr and returns 1 (2 for usage).
+int fail(const Status& st);
+int usage_error(const Command& cmd, const std::string& message);
+
+}  // namespace tessera::cli

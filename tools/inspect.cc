@@ -1,0 +1,82 @@
+// tessera inspect MODEL.onnx: what a model holds, without running it.
+#include <cstdio>
+
+#include "base/strings.h"
+#include "compiler/program.h"
+#include "ir/ops/op_registry.h"
+#include "ir/printer.h"
+#include "kernels/cpu/kernel.h"
+#include "onnx/importer.h"
+#include "passes/passes.h"
+#include "tools/cli.h"
+#include "tools/commands.h"
+
+namespace tessera::tools {
+namespace {
+
+const cli::Command kInspect = {
+    "inspect",
+    "tessera inspect MODEL.onnx [options]",
+    "Show a model's inputs, outputs, node count by op, parameters and FLOP estimate.",
+    {
+        {"--shape", "NAME=DIMS", "bind a dynamic input's shape (needed for FLOPs)", true},
+        {"--graph", "", "also print every node, after shapes are bound"},
+    },
+    "examples:\n  tessera inspect build/zoo/resnet18.onnx\n  tessera inspect bert.onnx --shape input_ids=1x64 --graph\n"};
+
+}  // namespace
+
+int inspect_main(int argc, char** argv) {
+  auto parsed = cli::parse(kInspect, argc, argv);
+  if (!parsed.ok()) return cli::usage_error(kInspect, parsed.status().message());
+  const cli::Args& a = *parsed;
+  if (a.help) {
+    std::fputs(cli::help_text(kInspect).c_str(), stdout);
+    return 0;
+  }
+  if (a.positional.size() != 1) return cli::usage_error(kInspect, "expected exactly one MODEL.onnx");
+  const std::string path = a.positional[0];
+  auto g = import_onnx_file(path);
+  if (!g.ok()) return cli::fail(g.status());
+  Graph& graph = **g;
+  GraphSummary before = graph_summarize(graph);
+
+  std::printf("model     %s\n", path.c_str());
+  std::printf("graph     %s (opset %lld)\n", graph.name.empty() ? "(unnamed)" : graph.name.c_str(),
+              static_cast<long long>(graph.opset));
+  std::printf("inputs\n");
+  for (const Value* v : graph.inputs())
+    std::printf("  %-24s %s %s\n", v->name.c_str(), std::string(dtype_name(v->dtype)).c_str(), v->shape.to_string().c_str());
+
+  BindOptions bo;
+  for (const std::string& spec : a.has("--shape") ? a.values.at("--shape") : std::vector<std::string>{}) {
+    size_t eq = spec.find('=');
+    if (eq == std::string::npos) return cli::usage_error(kInspect, str_cat("--shape expects NAME=DIMS, got '", spec, "'"));
+    auto dims = parse_dims(spec.substr(eq + 1));
+    if (!dims.ok()) return cli::usage_error(kInspect, dims.status().message());
+    bo.input_shapes[spec.substr(0, eq)] = *dims;
+  }
+  Status supported = check_supported(graph);
+  Status bound = supported.ok() ? bind_shapes(graph, bo, cpu_evaluate) : supported;
+  std::printf("outputs\n");
+  for (const Value* v : graph.outputs())
+    std::printf("  %-24s %s %s\n", v->name.c_str(), std::string(dtype_name(v->dtype)).c_str(),
+                bound.ok() ? v->shape.to_string().c_str() : "?");
+  std::printf("nodes     %d\n", before.nodes);
+  for (auto& [op, count] : before.op_counts) {
+    bool ok = op_find(op) != nullptr && cpu_kernel_find(op) != nullptr;
+    std::printf("  %-24s %d%s\n", op.c_str(), count, ok ? "" : "   (not supported)");
+  }
+  std::printf("params    %s (%sB)\n", human_count(static_cast<double>(before.parameters)).c_str(),
+              human_count(static_cast<double>(before.parameter_bytes)).c_str());
+  if (bound.ok()) {
+    GraphSummary after = graph_summarize(graph);
+    std::printf("flops     %s per run (multiply-add = 2)\n", human_count(after.flops).c_str());
+    if (a.has("--graph")) std::printf("\n%s", graph_to_text(graph).c_str());
+  } else {
+    std::printf("flops     unknown: %s\n", bound.message().c_str());
+  }
+  return 0;
+}
+
+}  // namespace tessera::tools

@@ -1,0 +1,47 @@
+// tessera: the command-line front end. One file per subcommand.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "tools/commands.h"
+
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+void print_help() {
+  std::printf(
+      "usage: tessera <command> [options]\n\n"
+      "Tessera compiles ONNX models into schedules of fine-grained tasks and runs them.\n\n"
+      "commands:\n"
+      "  run MODEL.onnx       compile and run a model; print latency and outputs\n"
+      "  inspect MODEL.onnx   show inputs, outputs, ops, parameters and FLOPs\n"
+      "  ops                  list supported ops and their rKernels\n\n"
+      "options:\n"
+      "  --version            print the version\n"
+      "  --help, -h           show this help (also: tessera <command> --help)\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    print_help();
+    return 2;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    print_help();
+    return 0;
+  }
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("tessera %s\n", kVersion);
+    return 0;
+  }
+  if (cmd == "run") return tessera::tools::run_main(argc - 2, argv + 2);
+  if (cmd == "inspect") return tessera::tools::inspect_main(argc - 2, argv + 2);
+  if (cmd == "ops") return tessera::tools::ops_main(argc - 2, argv + 2);
+  std::fprintf(stderr, "tessera: error: unknown command '%s' (commands: run, inspect, ops; see tessera --help)\n",
+               cmd.c_str());
+  return 2;
+}

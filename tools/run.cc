@@ -1,0 +1,295 @@
+// tessera run MODEL.onnx: compile and execute a model, report latency and
+// outputs.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/strings.h"
+#include "ir/npy.h"
+#include "onnx/importer.h"
+#include "runtime/session.h"
+#include "tools/cli.h"
+#include "tools/commands.h"
+
+namespace tessera::tools {
+namespace {
+
+const cli::Command kRun = {
+    "run",
+    "tessera run MODEL.onnx [options]",
+    "Compile an ONNX model and run it on the local CPU; print latency and outputs.",
+    {
+        {"--input", "NAME=FILE", "input from a .npy file; or FILE.npz holding inputs by name", true},
+        {"--shape", "NAME=DIMS", "bind a dynamic input's shape, e.g. x=1x3x224x224", true},
+        {"--output-dir", "DIR", "write each output to DIR/<name>.npy"},
+        {"--iters", "N", "timed runs (default 10)"},
+        {"--warmup", "N", "untimed runs first (default 2)"},
+        {"--threads", "N", "worker threads, including the caller (default: all cores)"},
+        {"--executor", "NAME", "sequential | two-layer (default two-layer)"},
+        {"--seed", "N", "seed for inputs not given (default 0)"},
+        {"--json", "", "print one JSON object on stdout at the end"},
+        {"--quiet", "", "no human-readable text on stderr"},
+    },
+    "Inputs not given are filled with seeded random values: floats uniform in [-1, 1),\n"
+    "integers uniform in [0, 16), bools fair coins.\n\n"
+    "examples:\n"
+    "  tessera run build/zoo/resnet18.onnx --iters 20\n"
+    "  tessera run model.onnx --input x=x.npy --output-dir out/ --json\n"
+    "  tessera run bert.onnx --shape input_ids=1x64 --executor sequential\n"};
+
+Tensor random_tensor(DType dt, const Shape& shape, uint64_t seed) {
+  Tensor t(dt, shape);
+  std::mt19937_64 rng(seed);
+  int64_t n = t.numel();
+  switch (dt) {
+    case DType::kFloat32: {
+      std::uniform_real_distribution<float> u(-1.f, 1.f);
+      for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = u(rng);
+      break;
+    }
+    case DType::kInt64:
+      for (int64_t i = 0; i < n; ++i) t.data<int64_t>()[i] = static_cast<int64_t>(rng() % 16);
+      break;
+    case DType::kInt32:
+      for (int64_t i = 0; i < n; ++i) t.data<int32_t>()[i] = static_cast<int32_t>(rng() % 16);
+      break;
+    case DType::kInt8:
+      for (int64_t i = 0; i < n; ++i) t.data<int8_t>()[i] = static_cast<int8_t>(rng() % 16);
+      break;
+    default:  // uint8, bool
+      for (int64_t i = 0; i < n; ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % (dt == DType::kBool ? 2 : 16));
+      break;
+  }
+  return t;
+}
+
+// Converts a loaded array to the input's dtype where that is lossless in
+// intent (npy float64 was narrowed on load; integer widths may differ).
+Result<Tensor> conform(const Tensor& t, const Value& v, const std::string& source) {
+  if (t.dtype() == v.dtype) return t;
+  bool int_to_int = dtype_is_integer(t.dtype()) && dtype_is_integer(v.dtype);
+  if (!int_to_int)
+    return invalid_argument(str_cat("input '", v.name, "' is ", dtype_name(v.dtype), " but ", source, " holds ",
+                                    dtype_name(t.dtype())));
+  Tensor out(v.dtype, t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    int64_t x = t.value_as_int64(i);
+    switch (v.dtype) {
+      case DType::kInt64: out.data<int64_t>()[i] = x; break;
+      case DType::kInt32: out.data<int32_t>()[i] = static_cast<int32_t>(x); break;
+      case DType::kInt8: out.data<int8_t>()[i] = static_cast<int8_t>(x); break;
+      default: out.data<uint8_t>()[i] = static_cast<uint8_t>(x); break;
+    }
+  }
+  return out;
+}
+
+std::string safe_file_name(const std::string& name) {
+  std::string s = name;
+  for (char& c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-')) c = '_';
+  if (s.empty() || s == "." || s == "..") s = "_" + s;
+  return s;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\', o += c;
+    else if (static_cast<unsigned char>(c) < 0x20) o += str_cat("\\u00", "0123456789abcdef"[(c >> 4) & 0xf], "0123456789abcdef"[c & 0xf]);
+    else o += c;
+  }
+  return o;
+}
+
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  double idx = q * static_cast<double>(v.size() - 1);
+  size_t lo = static_cast<size_t>(std::floor(idx)), hi = static_cast<size_t>(std::ceil(idx));
+  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
+}
+
+std::string preview(const Tensor& t) {
+  int64_t n = t.numel();
+  std::string s = "[";
+  for (int64_t i = 0; i < std::min<int64_t>(n, 5); ++i) s += str_cat(i ? ", " : "", t.value_as_double(i));
+  if (n > 5) s += ", ...";
+  s += "]";
+  if (n > 0 && t.dtype() == DType::kFloat32) {
+    double mn = 1e300, mx = -1e300, sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double x = t.data<float>()[i];
+      mn = std::min(mn, x);
+      mx = std::max(mx, x);
+      sum += x;
+    }
+    s += str_cat("  min ", mn, " max ", mx, " mean ", sum / static_cast<double>(n));
+  }
+  return s;
+}
+
+}  // namespace
+
+int run_main(int argc, char** argv) {
+  auto parsed = cli::parse(kRun, argc, argv);
+  if (!parsed.ok()) return cli::usage_error(kRun, parsed.status().message());
+  const cli::Args& a = *parsed;
+  if (a.help) {
+    std::fputs(cli::help_text(kRun).c_str(), stdout);
+    return 0;
+  }
+  if (a.positional.size() != 1) return cli::usage_error(kRun, "expected exactly one MODEL.onnx");
+  const std::string model = a.positional[0];
+  bool json = a.has("--json");
+  if (a.has("--quiet")) log_set_level(LogLevel::kWarning);
+
+  auto iters = a.get_int("--iters", 10, 1, 1000000);
+  auto warmup = a.get_int("--warmup", 2, 0, 1000000);
+  auto threads = a.get_int("--threads", 0, 1, 1024);
+  auto seed = a.get_int("--seed", 0, 0, INT64_MAX);
+  for (auto* r : {&iters, &warmup, &threads, &seed})
+    if (!r->ok()) return cli::usage_error(kRun, r->status().message());
+  SessionOptions so;
+  so.threads = static_cast<int>(*threads);
+  if (a.has("--executor") && !executor_parse(a.get("--executor"), &so.executor))
+    return cli::usage_error(kRun, str_cat("--executor must be sequential or two-layer, got '", a.get("--executor"), "'"));
+
+  CompileOptions co;
+  for (const std::string& spec : a.has("--shape") ? a.values.at("--shape") : std::vector<std::string>{}) {
+    size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0) return cli::usage_error(kRun, str_cat("--shape expects NAME=DIMS, got '", spec, "'"));
+    auto dims = parse_dims(spec.substr(eq + 1));
+    if (!dims.ok()) return cli::usage_error(kRun, str_cat("--shape ", spec, ": ", dims.status().message()));
+    co.input_shapes[spec.substr(0, eq)] = *dims;
+  }
+
+  // Inputs.
+  std::map<std::string, Tensor> given;
+  for (const std::string& spec : a.has("--input") ? a.values.at("--input") : std::vector<std::string>{}) {
+    size_t eq = spec.find('=');
+    std::string name = eq == std::string::npos ? "" : spec.substr(0, eq);
+    std::string file = eq == std::string::npos ? spec : spec.substr(eq + 1);
+    bool npz = file.size() > 4 && file.substr(file.size() - 4) == ".npz";
+    if (npz) {
+      auto arrays = npz_read(file);
+      if (!arrays.ok()) return cli::fail(arrays.status());
+      if (name.empty()) {
+        for (auto& [k, t] : *arrays) given[k] = t;
+      } else if (arrays->count(name)) {
+        given[name] = arrays->at(name);
+      } else if (arrays->size() == 1) {
+        given[name] = arrays->begin()->second;
+      } else {
+        return cli::fail(not_found(str_cat(file, " has no array named '", name, "'")));
+      }
+    } else {
+      if (name.empty()) return cli::usage_error(kRun, str_cat("--input expects NAME=FILE.npy or FILE.npz, got '", spec, "'"));
+      auto t = npy_read(file);
+      if (!t.ok()) return cli::fail(t.status());
+      given[name] = *t;
+    }
+  }
+  // Import first, so that dynamic dimensions can be bound from the arrays
+  // given (an explicit --shape wins).
+  auto graph = import_onnx_file(model);
+  if (!graph.ok()) return cli::fail(graph.status());
+  for (const Value* in : (*graph)->inputs()) {
+    auto it = given.find(in->name);
+    if (it != given.end() && !co.input_shapes.count(in->name)) co.input_shapes[in->name] = it->second.shape();
+  }
+  auto program = compile_graph(std::move(*graph), co);
+  if (!program.ok()) return cli::fail(program.status().with_context(model));
+  (*program)->source = model;
+  const CompileStats stats = (*program)->stats;
+  auto session_or = Session::create(std::move(*program), so);
+  if (!session_or.ok()) return cli::fail(session_or.status());
+  Session& session = **session_or;
+  log_info(model, ": ", stats.nodes_imported, " nodes imported, ", session.program().steps.size(), " ops after ",
+           stats.folded, " folded, ", stats.identities_removed + stats.dead_removed, " removed; ", stats.rtasks,
+           " rTasks; arena ", human_count(static_cast<double>(session.program().memory.arena_bytes)), "B; compiled in ",
+           str_cat(std::round(stats.compile_ms * 10) / 10), " ms");
+
+  for (auto& [name, t] : given) {
+    const Value* v = nullptr;
+    for (const Value* in : session.inputs())
+      if (in->name == name) v = in;
+    if (v == nullptr) {
+      // .npz archives may carry more arrays (e.g. expected outputs): skip
+      // those silently only when no NAME= was given for them.
+      bool from_npz_bulk = false;
+      for (const std::string& spec : a.values.at("--input"))
+        if (spec.find('=') == std::string::npos) from_npz_bulk = true;
+      if (from_npz_bulk) continue;
+      std::vector<std::string> names;
+      for (const Value* in : session.inputs()) names.push_back(in->name);
+      return cli::fail(not_found(str_cat("--input names '", name, "', which is not a model input (inputs: ",
+                                         str_join(names, ", "), ")")));
+    }
+    auto c = conform(t, *v, str_cat("the file given for '", name, "'"));
+    if (!c.ok()) return cli::fail(c.status());
+    Status st = session.set_input(name, *c);
+    if (!st.ok()) return cli::fail(st);
+  }
+  uint64_t input_seed = static_cast<uint64_t>(*seed);
+  for (size_t i = 0; i < session.inputs().size(); ++i) {
+    const Value* v = session.inputs()[i];
+    if (given.count(v->name)) continue;
+    log_info("input '", v->name, "': random ", dtype_name(v->dtype), " ", v->shape.to_string(), " (seed ", *seed, ")");
+    Status st = session.set_input(v->name, random_tensor(v->dtype, v->shape, input_seed + i * 7919));
+    if (!st.ok()) return cli::fail(st);
+  }
+
+  // Runs.
+  for (int64_t i = 0; i < *warmup; ++i) {
+    Status st = session.run();
+    if (!st.ok()) return cli::fail(st);
+  }
+  std::vector<double> ms;
+  for (int64_t i = 0; i < *iters; ++i) {
+    int64_t t0 = now_ns();
+    Status st = session.run();
+    if (!st.ok()) return cli::fail(st);
+    ms.push_back(static_cast<double>(now_ns() - t0) / 1e6);
+  }
+  double lmin = *std::min_element(ms.begin(), ms.end()), lmax = *std::max_element(ms.begin(), ms.end());
+  double lmed = percentile(ms, 0.5), lp90 = percentile(ms, 0.9);
+
+  // Outputs.
+  std::string out_dir = a.get("--output-dir");
+  if (!out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(out_dir, ec);
+    if (ec) return cli::fail(invalid_argument(str_cat("cannot create --output-dir '", out_dir, "': ", ec.message())));
+  }
+  std::string outputs_json;
+  log_info("executor ", executor_name(session.executor()), ", ", session.threads(), " thread(s); latency over ", *iters,
+           " runs: median ", str_cat(std::round(lmed * 1000) / 1000), " ms (min ", str_cat(std::round(lmin * 1000) / 1000),
+           ", p90 ", str_cat(std::round(lp90 * 1000) / 1000), ", max ", str_cat(std::round(lmax * 1000) / 1000), ")");
+  for (size_t i = 0; i < session.outputs().size(); ++i) {
+    const Value* v = session.outputs()[i];
+    Tensor t = session.output(i);
+    log_info("output '", v->name, "': ", dtype_name(v->dtype), " ", v->shape.to_string(), " ", preview(t));
+    if (!out_dir.empty()) {
+      std::string path = (std::filesystem::path(out_dir) / (safe_file_name(v->name) + ".npy")).string();
+      Status st = npy_write(path, t);
+      if (!st.ok()) return cli::fail(st);
+    }
+    outputs_json += str_cat(i ? "," : "", "{\"name\":\"", json_escape(v->name), "\",\"dtype\":\"", dtype_name(v->dtype),
+                            "\",\"shape\":[", str_join(v->shape.dims, ","), "]}");
+  }
+  if (json) {
+    std::printf(
+        "{\"model\":\"%s\",\"executor\":\"%s\",\"threads\":%d,\"iters\":%lld,"
+        "\"latency_ms\":{\"min\":%.6f,\"median\":%.6f,\"p90\":%.6f,\"max\":%.6f},\"outputs\":[%s]}\n",
+        json_escape(model).c_str(), std::string(executor_name(session.executor())).c_str(), session.threads(),
+        static_cast<long long>(*iters), lmin, lmed, lp90, lmax, outputs_json.c_str());
+  }
+  return 0;
+}
+
+}  // namespace tessera::tools
