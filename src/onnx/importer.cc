@@ -53,8 +53,9 @@ std::string onnx_type_name(int t) {
 
 class Importer {
  public:
-  Importer(std::string display_name, std::string model_dir)
-      : file_(std::move(display_name)), model_dir_(std::move(model_dir)) {}
+  // `source_path` is the model file ("" when imported from memory).
+  Importer(std::string display_name, std::string model_dir, std::string source_path)
+      : file_(std::move(display_name)), model_dir_(std::move(model_dir)), source_path_(std::move(source_path)) {}
 
   Result<std::unique_ptr<Graph>> run(onnx::ModelProto& model, const ImportOptions& options);
 
@@ -70,6 +71,7 @@ class Importer {
 
   std::string file_;
   std::string model_dir_;
+  std::string source_path_;
   std::unique_ptr<Graph> g_ = std::make_unique<Graph>();
 };
 
@@ -333,8 +335,28 @@ Status Importer::convert_node(const onnx::NodeProto& np, size_t index) {
 Result<std::unique_ptr<Graph>> Importer::run(onnx::ModelProto& model, const ImportOptions& options) {
   if (!model.has_graph()) return error(StatusCode::kInvalidArgument, "not an ONNX model (it has no graph)");
   TESSERA_RETURN_IF_ERROR(check_opsets(model));
+  bool external = false;
+  for (const auto& tp : model.graph().initializer()) {
+    if (tp.data_location() != onnx::TensorProto::EXTERNAL) continue;
+    external = true;
+    // Refuse paths that leave the model's folder before anything opens them.
+    for (const auto& kv : tp.external_data()) {
+      if (kv.key() != "location") continue;
+      if (fs::path(kv.value()).is_absolute() || kv.value().find("..") != std::string::npos)
+        return error(StatusCode::kInvalidArgument,
+                     str_cat("initializer '", tp.name(), "': external data location '", kv.value(),
+                             "' must be a path inside the model's folder"));
+    }
+  }
+  if (external && source_path_.empty())
+    return error(StatusCode::kInvalidArgument, "a model read from memory cannot reference external data files");
   try {
-    if (options.run_onnx_checker) onnx::checker::check_model(model);
+    // The in-memory checker resolves external data against the working
+    // directory; the file-based one against the model's folder.
+    if (options.run_onnx_checker) {
+      if (external) onnx::checker::check_model(source_path_);
+      else onnx::checker::check_model(model);
+    }
     if (options.run_onnx_shape_inference) onnx::shape_inference::InferShapes(model);
   } catch (const std::exception& e) {
     std::string what = e.what();
@@ -386,9 +408,24 @@ Result<std::unique_ptr<Graph>> import_onnx_bytes(const void* data, size_t size, 
   onnx::ModelProto model;
   if (!model.ParseFromArray(data, static_cast<int>(size)))
     return data_loss(str_cat(display_name, ": not an ONNX model, or the file is truncated (protobuf parse failed)"));
-  Importer imp(display_name, model_dir);
+  Importer imp(display_name, model_dir, "");
   return imp.run(model, options);
 }
+
+namespace {
+Result<std::unique_ptr<Graph>> import_file_bytes(const std::string& bytes, const std::string& path,
+                                                 const ImportOptions& options) {
+  if (bytes.empty()) return invalid_argument(str_cat(path, ": file is empty, not an ONNX model"));
+  onnx::ModelProto model;
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
+    return unimplemented(str_cat(path, ": models over 2 GiB must keep weights as external data"));
+  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return data_loss(str_cat(path, ": not an ONNX model, or the file is truncated (protobuf parse failed)"));
+  std::string dir = fs::path(path).parent_path().string();
+  Importer imp(path, dir.empty() ? "." : dir, path);
+  return imp.run(model, options);
+}
+}  // namespace
 
 Result<std::unique_ptr<Graph>> import_onnx_file(const std::string& path, const ImportOptions& options) {
   std::error_code ec;
@@ -399,9 +436,7 @@ Result<std::unique_ptr<Graph>> import_onnx_file(const std::string& path, const I
   std::stringstream ss;
   ss << in.rdbuf();
   std::string bytes = ss.str();
-  std::string dir = fs::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  return import_onnx_bytes(bytes.data(), bytes.size(), dir, path, options);
+  return import_file_bytes(bytes, path, options);
 }
 
 }  // namespace tessera

@@ -1,0 +1,233 @@
+// Conformance of elementwise ops against naive references: broadcasting,
+// odd sizes, empty and size-1 dimensions, every supported dtype.
+#include <cmath>
+#include <functional>
+
+#include "tests/conformance/harness.h"
+
+namespace tessera::testing {
+namespace {
+
+class Elementwise : public ::testing::Test {
+ protected:
+  Rng rng{static_cast<uint64_t>(::testing::UnitTest::GetInstance()->random_seed()) * 7 + 1};
+};
+
+Tensor unary_ref(const Tensor& x, const std::function<double(double)>& f) {
+  Tensor y(x.dtype(), x.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    double v = f(x.value_as_double(i));
+    if (x.dtype() == DType::kFloat32) y.data<float>()[i] = static_cast<float>(v);
+    else if (x.dtype() == DType::kInt64) y.data<int64_t>()[i] = static_cast<int64_t>(v);
+    else if (x.dtype() == DType::kInt32) y.data<int32_t>()[i] = static_cast<int32_t>(v);
+    else y.data<uint8_t>()[i] = static_cast<uint8_t>(v);
+  }
+  return y;
+}
+
+struct UnaryCase {
+  const char* op;
+  std::function<double(double)> f;
+  float lo, hi;
+  std::map<std::string, Attribute> attrs;
+};
+
+TEST_F(Elementwise, UnaryFloatOps) {
+  double a = 0.3, b = 0.6;
+  std::vector<UnaryCase> cases = {
+      {"Abs", [](double x) { return std::fabs(x); }, -3, 3, {}},
+      {"Neg", [](double x) { return -x; }, -3, 3, {}},
+      {"Sqrt", [](double x) { return std::sqrt(x); }, 0, 9, {}},
+      {"Reciprocal", [](double x) { return 1 / x; }, 0.5, 4, {}},
+      {"Exp", [](double x) { return std::exp(x); }, -5, 5, {}},
+      {"Log", [](double x) { return std::log(x); }, 0.01, 10, {}},
+      {"Erf", [](double x) { return std::erf(x); }, -3, 3, {}},
+      {"Tanh", [](double x) { return std::tanh(x); }, -5, 5, {}},
+      {"Sigmoid", [](double x) { return 1 / (1 + std::exp(-x)); }, -8, 8, {}},
+      {"Relu", [](double x) { return x > 0 ? x : 0; }, -3, 3, {}},
+      {"LeakyRelu", [a](double x) { return x >= 0 ? x : a * x; }, -3, 3, {{"alpha", attr_f(0.3f)}}},
+      {"LeakyRelu", [](double x) { return x >= 0 ? x : 0.01 * x; }, -3, 3, {}},
+      {"Elu", [a](double x) { return x >= 0 ? x : a * (std::exp(x) - 1); }, -3, 3, {{"alpha", attr_f(0.3f)}}},
+      {"HardSigmoid", [a, b](double x) { return std::max(0.0, std::min(1.0, a * x + b)); }, -4, 4,
+       {{"alpha", attr_f(0.3f)}, {"beta", attr_f(0.6f)}}},
+      {"HardSwish", [](double x) { return x * std::max(0.0, std::min(1.0, x / 6 + 0.5)); }, -5, 5, {}},
+      {"Softplus", [](double x) { return std::log1p(std::exp(x)); }, -20, 20, {}},
+  };
+  for (const Shape& s : {Shape{7}, Shape{3, 17, 5}, Shape{1}, Shape{}, Shape{2, 0, 3}, Shape{40000}}) {
+    for (auto& c : cases) {
+      SCOPED_TRACE(std::string(c.op) + " " + s.to_string());
+      Tensor x = rng.floats(s, c.lo, c.hi);
+      OpCase oc{c.op, {{x}}, c.attrs};
+      expect_matches(oc, {unary_ref(x, c.f)}, 2e-6);
+    }
+  }
+}
+
+TEST_F(Elementwise, UnaryIntegerOps) {
+  for (DType dt : {DType::kInt64, DType::kInt32}) {
+    Tensor x = rng.ints(Shape{5, 9}, -50, 50, dt);
+    expect_matches({"Abs", {{x}}}, {unary_ref(x, [](double v) { return std::fabs(v); })});
+    expect_matches({"Neg", {{x}}}, {unary_ref(x, [](double v) { return -v; })});
+    expect_matches({"Relu", {{x}}}, {unary_ref(x, [](double v) { return v > 0 ? v : 0; })});
+  }
+  Tensor bl = rng.bools(Shape{4, 33});
+  expect_matches({"Not", {{bl}}}, {unary_ref(bl, [](double v) { return v == 0; })});
+}
+
+// Broadcasting binary reference.
+Tensor binary_ref(const Tensor& a, const Tensor& b, const Shape& out, DType out_dt,
+                  const std::function<double(double, double)>& f) {
+  Tensor y(out_dt, out);
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    auto idx = unravel(i, out);
+    double v = f(a.value_as_double(ravel_broadcast(idx, a.shape())), b.value_as_double(ravel_broadcast(idx, b.shape())));
+    if (out_dt == DType::kFloat32) y.data<float>()[i] = static_cast<float>(v);
+    else if (out_dt == DType::kInt64) y.data<int64_t>()[i] = static_cast<int64_t>(v);
+    else if (out_dt == DType::kInt32) y.data<int32_t>()[i] = static_cast<int32_t>(v);
+    else y.data<uint8_t>()[i] = static_cast<uint8_t>(v);
+  }
+  return y;
+}
+
+struct ShapePair {
+  Shape a, b, out;
+};
+
+const std::vector<ShapePair>& broadcast_shapes_list() {
+  static const std::vector<ShapePair> v = {
+      {{7}, {7}, {7}},
+      {{3, 5}, {5}, {3, 5}},
+      {{3, 5}, {3, 1}, {3, 5}},
+      {{1}, {4, 6}, {4, 6}},
+      {{}, {2, 3}, {2, 3}},
+      {{2, 1, 4}, {3, 1}, {2, 3, 4}},
+      {{5, 1, 7, 1}, {1, 6, 1, 3}, {5, 6, 7, 3}},
+      {{2, 0, 3}, {3}, {2, 0, 3}},
+      {{1, 1}, {1, 1}, {1, 1}},
+      {{128, 257}, {257}, {128, 257}},
+  };
+  return v;
+}
+
+TEST_F(Elementwise, BinaryArithmeticBroadcasts) {
+  std::vector<std::pair<const char*, std::function<double(double, double)>>> ops = {
+      {"Add", [](double x, double y) { return x + y; }},
+      {"Sub", [](double x, double y) { return x - y; }},
+      {"Mul", [](double x, double y) { return x * y; }},
+      {"Div", [](double x, double y) { return x / y; }},
+      {"Min", [](double x, double y) { return std::min(x, y); }},
+      {"Max", [](double x, double y) { return std::max(x, y); }},
+  };
+  for (const auto& sp : broadcast_shapes_list()) {
+    for (auto& [op, f] : ops) {
+      SCOPED_TRACE(std::string(op) + " " + sp.a.to_string() + " , " + sp.b.to_string());
+      Tensor a = rng.floats(sp.a), b = rng.floats(sp.b, 0.5f, 2.f);
+      expect_matches({op, {{a}, {b}}}, {binary_ref(a, b, sp.out, DType::kFloat32, f)});
+      // Same with the second operand constant (weights are constants).
+      expect_matches({op, {{a}, {b, true}}}, {binary_ref(a, b, sp.out, DType::kFloat32, f)});
+    }
+  }
+}
+
+TEST_F(Elementwise, PowAndIntegerArithmetic) {
+  Tensor a = rng.floats(Shape{4, 9}, 0.1f, 3.f), e = rng.floats(Shape{9}, -2.f, 2.f);
+  expect_matches({"Pow", {{a}, {e}}}, {binary_ref(a, e, Shape{4, 9}, DType::kFloat32, [](double x, double y) {
+                   return std::pow(x, y);
+                 })}, 2e-6);
+  for (DType dt : {DType::kInt64, DType::kInt32}) {
+    Tensor x = rng.ints(Shape{3, 8}, -100, 100, dt), y = rng.ints(Shape{8}, 1, 9, dt);
+    expect_matches({"Add", {{x}, {y}}}, {binary_ref(x, y, Shape{3, 8}, dt, [](double p, double q) { return p + q; })});
+    expect_matches({"Mul", {{x}, {y}}}, {binary_ref(x, y, Shape{3, 8}, dt, [](double p, double q) { return p * q; })});
+    expect_matches({"Div", {{x}, {y}}}, {binary_ref(x, y, Shape{3, 8}, dt, [](double p, double q) {
+                     return std::trunc(p / q);
+                   })});
+  }
+}
+
+TEST_F(Elementwise, ComparisonsAndLogic) {
+  for (const auto& sp : broadcast_shapes_list()) {
+    Tensor a = rng.ints(sp.a, -3, 3, DType::kInt64), b = rng.ints(sp.b, -3, 3, DType::kInt64);
+    Tensor fa = rng.floats(sp.a), fb = rng.floats(sp.b);
+    expect_matches({"Equal", {{a}, {b}}}, {binary_ref(a, b, sp.out, DType::kBool, [](double x, double y) { return x == y; })});
+    expect_matches({"Less", {{fa}, {fb}}}, {binary_ref(fa, fb, sp.out, DType::kBool, [](double x, double y) { return x < y; })});
+    expect_matches({"Greater", {{fa}, {fb}}},
+                   {binary_ref(fa, fb, sp.out, DType::kBool, [](double x, double y) { return x > y; })});
+    Tensor ba = rng.bools(sp.a), bb = rng.bools(sp.b);
+    expect_matches({"And", {{ba}, {bb}}}, {binary_ref(ba, bb, sp.out, DType::kBool, [](double x, double y) {
+                     return x != 0 && y != 0;
+                   })});
+  }
+}
+
+TEST_F(Elementwise, VariadicMinMax) {
+  Tensor a = rng.floats(Shape{2, 3, 4}), b = rng.floats(Shape{4}), c = rng.floats(Shape{3, 1});
+  Tensor ab = binary_ref(a, b, Shape{2, 3, 4}, DType::kFloat32, [](double x, double y) { return std::max(x, y); });
+  expect_matches({"Max", {{a}, {b}, {c}}},
+                 {binary_ref(ab, c, Shape{2, 3, 4}, DType::kFloat32, [](double x, double y) { return std::max(x, y); })});
+  expect_matches({"Min", {{a}}}, {a});
+}
+
+TEST_F(Elementwise, WhereBroadcasts) {
+  Tensor cond = rng.bools(Shape{3, 1, 5});
+  Tensor x = rng.floats(Shape{4, 5}), y = rng.floats(Shape{1});
+  Shape out{3, 4, 5};
+  Tensor ref(DType::kFloat32, out);
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    auto idx = unravel(i, out);
+    bool c = cond.data<uint8_t>()[ravel_broadcast(idx, cond.shape())];
+    ref.data<float>()[i] = c ? x.data<float>()[ravel_broadcast(idx, x.shape())] : y.data<float>()[0];
+  }
+  expect_matches({"Where", {{cond}, {x}, {y}}}, {ref});
+  Tensor xi = rng.ints(Shape{3, 4, 5}, -9, 9), yi = rng.ints(Shape{5}, -9, 9);
+  Tensor refi(DType::kInt64, out);
+  for (int64_t i = 0; i < refi.numel(); ++i) {
+    auto idx = unravel(i, out);
+    bool c = cond.data<uint8_t>()[ravel_broadcast(idx, cond.shape())];
+    refi.data<int64_t>()[i] = c ? xi.data<int64_t>()[i] : yi.data<int64_t>()[idx[2]];
+  }
+  expect_matches({"Where", {{cond}, {xi}, {yi}}}, {refi});
+}
+
+TEST_F(Elementwise, CastBetweenTypes) {
+  Tensor f = rng.floats(Shape{6, 7}, -100, 100);
+  Tensor to_i(DType::kInt64, f.shape()), to_b(DType::kBool, f.shape()), half(DType::kFloat32, f.shape());
+  for (int64_t i = 0; i < f.numel(); ++i) {
+    float v = f.data<float>()[i];
+    to_i.data<int64_t>()[i] = static_cast<int64_t>(v);
+    to_b.data<uint8_t>()[i] = v != 0;
+    half.data<float>()[i] = half_to_float(float_to_half(v));
+  }
+  expect_matches({"Cast", {{f}}, {{"to", attr_i(7)}}}, {to_i});
+  expect_matches({"Cast", {{f}}, {{"to", attr_i(9)}}}, {to_b});
+  expect_matches({"Cast", {{f}}, {{"to", attr_i(10)}}}, {half}, 0);
+  Tensor i = rng.ints(Shape{33}, -1000, 1000);
+  Tensor to_f(DType::kFloat32, i.shape()), to_i32(DType::kInt32, i.shape());
+  for (int64_t k = 0; k < i.numel(); ++k) {
+    to_f.data<float>()[k] = static_cast<float>(i.data<int64_t>()[k]);
+    to_i32.data<int32_t>()[k] = static_cast<int32_t>(i.data<int64_t>()[k]);
+  }
+  expect_matches({"Cast", {{i}}, {{"to", attr_i(1)}}}, {to_f}, 0);
+  expect_matches({"Cast", {{i}}, {{"to", attr_i(6)}}}, {to_i32});
+}
+
+TEST_F(Elementwise, ClipWithOptionalBounds) {
+  Tensor x = rng.floats(Shape{5, 11}, -3, 3);
+  Tensor lo = Tensor::from_floats({-0.5f}, Shape{}), hi = Tensor::from_floats({1.25f}, Shape{});
+  expect_matches({"Clip", {{x}, {lo, true}, {hi, true}}},
+                 {unary_ref(x, [](double v) { return std::clamp(v, -0.5, 1.25); })});
+  expect_matches({"Clip", {{x}, {Tensor()}, {hi}}}, {unary_ref(x, [](double v) { return std::min(v, 1.25); })});
+  expect_matches({"Clip", {{x}, {lo}}}, {unary_ref(x, [](double v) { return std::max(v, -0.5); })});
+  expect_matches({"Clip", {{x}}}, {x});
+}
+
+TEST_F(Elementwise, IdentityAndDropoutPassThrough) {
+  Tensor x = rng.floats(Shape{3, 4});
+  expect_matches({"Identity", {{x}}}, {x});
+  Tensor mask(DType::kBool, x.shape());
+  for (int64_t i = 0; i < mask.numel(); ++i) mask.data<uint8_t>()[i] = 1;
+  OpCase d{"Dropout", {{x}}, {}, 2};
+  expect_matches(d, {x, mask});
+}
+
+}  // namespace
+}  // namespace tessera::testing

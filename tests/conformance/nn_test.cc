@@ -1,0 +1,526 @@
+// Conformance of linear-algebra, convolution, pooling, normalization,
+// reduction and recurrent ops against naive references.
+#include <cmath>
+#include <limits>
+
+#include "ir/ops/op_registry.h"
+#include "tests/conformance/harness.h"
+
+namespace tessera::testing {
+namespace {
+
+class Nn : public ::testing::Test {
+ protected:
+  Rng rng{static_cast<uint64_t>(::testing::UnitTest::GetInstance()->random_seed()) * 13 + 5};
+};
+
+float at(const Tensor& t, std::initializer_list<int64_t> idx) {
+  int64_t off = 0, d = 0;
+  for (int64_t i : idx) off = off * t.shape().dims[d++] + i;
+  return t.data<float>()[off];
+}
+
+// ------------------------------------------------------------- MatMul ---
+
+Tensor matmul_ref(const Tensor& a, const Tensor& b) {
+  Shape as = a.shape(), bs = b.shape();
+  bool av = as.rank() == 1, bv = bs.rank() == 1;
+  if (av) as = Shape{1, as[0]};
+  if (bv) bs = Shape{bs[0], 1};
+  int64_t m = as[as.rank() - 2], k = as[as.rank() - 1], n = bs[bs.rank() - 1];
+  Shape ab(std::vector<int64_t>(as.dims.begin(), as.dims.end() - 2));
+  Shape bb(std::vector<int64_t>(bs.dims.begin(), bs.dims.end() - 2));
+  Shape batch = *broadcast_shapes(ab, bb);
+  std::vector<int64_t> out = batch.dims;
+  if (!av) out.push_back(m);
+  if (!bv) out.push_back(n);
+  Tensor y(DType::kFloat32, Shape(out));
+  for (int64_t bi = 0; bi < batch.numel(); ++bi) {
+    auto idx = unravel(bi, batch);
+    int64_t ao = ravel_broadcast(idx, ab) * m * k, bo = ravel_broadcast(idx, bb) * k * n;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < k; ++p) acc += double(a.data<float>()[ao + i * k + p]) * b.data<float>()[bo + p * n + j];
+        y.data<float>()[bi * m * n + i * n + j] = static_cast<float>(acc);
+      }
+  }
+  return y;
+}
+
+TEST_F(Nn, MatMulBatchedBroadcast) {
+  std::vector<std::pair<Shape, Shape>> cases = {
+      {{5, 7}, {7, 3}},          {{1, 64}, {64, 33}},         {{2, 3, 4, 5}, {5, 6}},  {{2, 1, 4, 5}, {3, 5, 2}},
+      {{7}, {7, 4}},             {{3, 7}, {7}},               {{7}, {7}},              {{0, 4}, {4, 3}},
+      {{4, 0}, {0, 3}},          {{2, 2, 65, 70}, {2, 2, 70, 129}},
+  };
+  for (auto& [as, bs] : cases) {
+    SCOPED_TRACE(as.to_string() + " x " + bs.to_string());
+    Tensor a = rng.floats(as), b = rng.floats(bs);
+    expect_matches({"MatMul", {{a}, {b}}}, {matmul_ref(a, b)});
+    expect_matches({"MatMul", {{a}, {b, true}}}, {matmul_ref(a, b)});
+  }
+}
+
+TEST_F(Nn, GemmTransposesAlphaBetaBias) {
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      for (const Shape& cs : {Shape{}, Shape{9}, Shape{6, 1}, Shape{6, 9}, Shape{1, 9}}) {
+        int64_t m = 6, k = 11, n = 9;
+        Tensor a = rng.floats(ta ? Shape{k, m} : Shape{m, k}), b = rng.floats(tb ? Shape{n, k} : Shape{k, n});
+        Tensor c = rng.floats(cs);
+        float alpha = 0.7f, beta = 1.3f;
+        Tensor y(DType::kFloat32, Shape{m, n});
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double acc = 0;
+            for (int64_t p = 0; p < k; ++p)
+              acc += double(ta ? at(a, {p, i}) : at(a, {i, p})) * (tb ? at(b, {j, p}) : at(b, {p, j}));
+            acc = alpha * acc + beta * c.data<float>()[ravel_broadcast({i, j}, cs)];
+            y.data<float>()[i * n + j] = static_cast<float>(acc);
+          }
+        OpCase oc{"Gemm", {{a}, {b, true}, {c, true}},
+                  {{"transA", attr_i(ta)}, {"transB", attr_i(tb)}, {"alpha", attr_f(alpha)}, {"beta", attr_f(beta)}}};
+        expect_matches(oc, {y});
+      }
+  Tensor a = rng.floats(Shape{4, 5}), b = rng.floats(Shape{5, 3});
+  expect_matches({"Gemm", {{a}, {b}}}, {matmul_ref(a, b)});
+}
+
+TEST_F(Nn, EinsumMatmulPatterns) {
+  Tensor a = rng.floats(Shape{2, 3, 5, 4}), b = rng.floats(Shape{2, 3, 6, 4});
+  // "bhqd,bhkd->bhqk": attention scores.
+  Tensor y(DType::kFloat32, Shape{2, 3, 5, 6});
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    auto ix = unravel(i, y.shape());
+    double acc = 0;
+    for (int64_t d = 0; d < 4; ++d) acc += double(at(a, {ix[0], ix[1], ix[2], d})) * at(b, {ix[0], ix[1], ix[3], d});
+    y.data<float>()[i] = static_cast<float>(acc);
+  }
+  expect_matches({"Einsum", {{a}, {b}}, {{"equation", attr_s("bhqd,bhkd->bhqk")}}}, {y});
+  Tensor x = rng.floats(Shape{4, 7}), w = rng.floats(Shape{7, 3});
+  expect_matches({"Einsum", {{x}, {w}}, {{"equation", attr_s("ij,jk->ik")}}}, {matmul_ref(x, w)});
+  expect_matches({"Einsum", {{x}, {w}}, {{"equation", attr_s("ij,jk")}}}, {matmul_ref(x, w)});
+}
+
+// --------------------------------------------------------------- Conv ---
+
+struct ConvSpec {
+  int64_t n, c, h, w, m, kh, kw, group;
+  std::vector<int64_t> strides, dilations, pads;
+  std::string auto_pad = "NOTSET";
+};
+
+Tensor conv_ref(const Tensor& x, const Tensor& wt, const Tensor* bias, const ConvSpec& s, int64_t oh, int64_t ow,
+                int64_t pt, int64_t pl) {
+  Tensor y(DType::kFloat32, Shape{s.n, s.m, oh, ow});
+  int64_t cg = s.c / s.group, mg = s.m / s.group;
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t m = 0; m < s.m; ++m)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          double acc = bias ? bias->data<float>()[m] : 0;
+          int64_t g = m / mg;
+          for (int64_t c = 0; c < cg; ++c)
+            for (int64_t ky = 0; ky < s.kh; ++ky)
+              for (int64_t kx = 0; kx < s.kw; ++kx) {
+                int64_t iy = i * s.strides[0] - pt + ky * s.dilations[0];
+                int64_t ix = j * s.strides[1] - pl + kx * s.dilations[1];
+                if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
+                acc += double(at(x, {n, g * cg + c, iy, ix})) * at(wt, {m, c, ky, kx});
+              }
+          y.data<float>()[((n * s.m + m) * oh + i) * ow + j] = static_cast<float>(acc);
+        }
+  return y;
+}
+
+TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
+  std::vector<ConvSpec> specs = {
+      {1, 3, 9, 11, 4, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {2, 8, 10, 7, 6, 3, 2, 2, {2, 1}, {1, 2}, {0, 1, 2, 0}},
+      {1, 16, 12, 12, 16, 3, 3, 16, {1, 1}, {1, 1}, {1, 1, 1, 1}},   // depthwise
+      {1, 16, 13, 13, 16, 5, 5, 16, {2, 2}, {1, 1}, {2, 2, 2, 2}},   // depthwise strided
+      {1, 8, 9, 9, 16, 3, 3, 8, {1, 1}, {2, 2}, {2, 2, 2, 2}},       // depthwise multiplier 2, dilated
+      {1, 32, 7, 7, 48, 1, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},      // pointwise
+      {1, 6, 8, 8, 4, 1, 1, 1, {2, 2}, {1, 1}, {0, 0, 0, 0}},        // strided 1x1
+      {1, 5, 10, 9, 7, 3, 3, 1, {2, 2}, {1, 1}, {0, 0, 0, 0}, "SAME_UPPER"},
+      {1, 5, 10, 9, 7, 4, 4, 1, {3, 2}, {1, 1}, {0, 0, 0, 0}, "SAME_LOWER"},
+      {1, 5, 10, 9, 7, 3, 3, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}, "VALID"},
+      {1, 64, 14, 14, 64, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+  };
+  for (const auto& s : specs) {
+    SCOPED_TRACE(::testing::Message() << "c=" << s.c << " m=" << s.m << " k=" << s.kh << "x" << s.kw << " g=" << s.group
+                                      << " auto_pad=" << s.auto_pad);
+    Tensor x = rng.floats(Shape{s.n, s.c, s.h, s.w});
+    Tensor w = rng.floats(Shape{s.m, s.c / s.group, s.kh, s.kw});
+    Tensor b = rng.floats(Shape{s.m});
+    int64_t pt = s.pads[0], pl = s.pads[1], pb = s.pads[2], pr = s.pads[3], oh, ow;
+    int64_t ekh = (s.kh - 1) * s.dilations[0] + 1, ekw = (s.kw - 1) * s.dilations[1] + 1;
+    if (s.auto_pad == "SAME_UPPER" || s.auto_pad == "SAME_LOWER") {
+      oh = (s.h + s.strides[0] - 1) / s.strides[0];
+      ow = (s.w + s.strides[1] - 1) / s.strides[1];
+      int64_t th = std::max<int64_t>(0, (oh - 1) * s.strides[0] + ekh - s.h);
+      int64_t tw = std::max<int64_t>(0, (ow - 1) * s.strides[1] + ekw - s.w);
+      pt = s.auto_pad == "SAME_UPPER" ? th / 2 : th - th / 2;
+      pl = s.auto_pad == "SAME_UPPER" ? tw / 2 : tw - tw / 2;
+    } else {
+      if (s.auto_pad == "VALID") pt = pl = pb = pr = 0;
+      oh = (s.h + pt + pb - ekh) / s.strides[0] + 1;
+      ow = (s.w + pl + pr - ekw) / s.strides[1] + 1;
+    }
+    std::map<std::string, Attribute> attrs = {{"strides", attr_ints(s.strides)},
+                                              {"dilations", attr_ints(s.dilations)},
+                                              {"group", attr_i(s.group)}};
+    if (s.auto_pad == "NOTSET") attrs["pads"] = attr_ints(s.pads);
+    else attrs["auto_pad"] = attr_s(s.auto_pad);
+    expect_matches({"Conv", {{x}, {w, true}, {b, true}}, attrs}, {conv_ref(x, w, &b, s, oh, ow, pt, pl)}, 1e-5);
+    expect_matches({"Conv", {{x}, {w, true}}, attrs}, {conv_ref(x, w, nullptr, s, oh, ow, pt, pl)}, 1e-5);
+  }
+}
+
+TEST_F(Nn, Conv1d) {
+  ConvSpec s{2, 4, 1, 17, 6, 1, 3, 2, {1, 2}, {1, 1}, {0, 1, 0, 1}};
+  Tensor x = rng.floats(Shape{2, 4, 17}), w = rng.floats(Shape{6, 2, 3});
+  Tensor ref = conv_ref(x.reshaped(Shape{2, 4, 1, 17}), w.reshaped(Shape{6, 2, 1, 3}), nullptr, s, 1, 9, 0, 1);
+  expect_matches({"Conv", {{x}, {w, true}}, {{"strides", attr_ints({2})}, {"pads", attr_ints({1, 1})}, {"group", attr_i(2)}}},
+                 {ref.reshaped(Shape{2, 6, 9})});
+}
+
+TEST_F(Nn, ConvTranspose) {
+  struct Case { int64_t c, m, group, h, w, kh, kw, sh, sw, ph, pw, oph, opw; };
+  for (const Case& k : {Case{4, 6, 1, 5, 6, 3, 3, 2, 2, 1, 1, 1, 0}, Case{6, 4, 2, 4, 4, 4, 4, 2, 2, 1, 1, 0, 0},
+                        Case{3, 5, 1, 3, 7, 2, 3, 1, 3, 0, 1, 0, 2}}) {
+    Tensor x = rng.floats(Shape{2, k.c, k.h, k.w});
+    Tensor w = rng.floats(Shape{k.c, k.m / k.group, k.kh, k.kw});
+    Tensor b = rng.floats(Shape{k.m});
+    int64_t oh = (k.h - 1) * k.sh + k.kh - 2 * k.ph + k.oph, ow = (k.w - 1) * k.sw + k.kw - 2 * k.pw + k.opw;
+    Tensor y(DType::kFloat32, Shape{2, k.m, oh, ow});
+    int64_t cg = k.c / k.group, mg = k.m / k.group;
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t m = 0; m < k.m; ++m)
+        for (int64_t i = 0; i < oh * ow; ++i) y.data<float>()[(n * k.m + m) * oh * ow + i] = b.data<float>()[m];
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t c = 0; c < k.c; ++c)
+        for (int64_t iy = 0; iy < k.h; ++iy)
+          for (int64_t ix = 0; ix < k.w; ++ix)
+            for (int64_t mo = 0; mo < mg; ++mo)
+              for (int64_t ky = 0; ky < k.kh; ++ky)
+                for (int64_t kx = 0; kx < k.kw; ++kx) {
+                  int64_t oy = iy * k.sh - k.ph + ky, ox = ix * k.sw - k.pw + kx;
+                  if (oy < 0 || oy >= oh || ox < 0 || ox >= ow) continue;
+                  int64_t m = (c / cg) * mg + mo;
+                  y.data<float>()[((n * k.m + m) * oh + oy) * ow + ox] += at(x, {n, c, iy, ix}) * at(w, {c, mo, ky, kx});
+                }
+    expect_matches({"ConvTranspose", {{x}, {w, true}, {b, true}},
+                    {{"strides", attr_ints({k.sh, k.sw})}, {"pads", attr_ints({k.ph, k.pw, k.ph, k.pw})},
+                     {"output_padding", attr_ints({k.oph, k.opw})}, {"group", attr_i(k.group)}}},
+                   {y});
+  }
+}
+
+// ------------------------------------------------------------ Pooling ---
+
+TEST_F(Nn, MaxAndAveragePool) {
+  struct Case { int64_t h, w, kh, kw, sh, sw, pt, pl, pb, pr; int ceil; int include_pad; };
+  for (const Case& k : {Case{9, 9, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0}, Case{8, 7, 2, 3, 2, 2, 0, 1, 0, 1, 1, 0},
+                        Case{10, 10, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1}, Case{7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 0, 1},
+                        Case{5, 6, 5, 6, 1, 1, 0, 0, 0, 0, 0, 0}}) {
+    Tensor x = rng.floats(Shape{2, 3, k.h, k.w});
+    auto out_len = [&](int64_t in, int64_t kk, int64_t s, int64_t p0, int64_t p1) {
+      int64_t span = in + p0 + p1 - kk;
+      int64_t o = (k.ceil ? (span + s - 1) / s : span / s) + 1;
+      if (k.ceil && (o - 1) * s >= in + p0) --o;
+      return o;
+    };
+    int64_t oh = out_len(k.h, k.kh, k.sh, k.pt, k.pb), ow = out_len(k.w, k.kw, k.sw, k.pl, k.pr);
+    Tensor mx(DType::kFloat32, Shape{2, 3, oh, ow}), av(DType::kFloat32, Shape{2, 3, oh, ow});
+    for (int64_t pl = 0; pl < 6; ++pl)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          float m = -std::numeric_limits<float>::infinity();
+          double s = 0;
+          int64_t cnt = 0;
+          int64_t y0 = i * k.sh - k.pt, x0 = j * k.sw - k.pl;
+          for (int64_t a = 0; a < k.kh; ++a)
+            for (int64_t b = 0; b < k.kw; ++b) {
+              int64_t y = y0 + a, xx = x0 + b;
+              if (y < 0 || y >= k.h || xx < 0 || xx >= k.w) continue;
+              float v = x.data<float>()[(pl * k.h + y) * k.w + xx];
+              m = std::max(m, v);
+              s += v;
+              ++cnt;
+            }
+          if (k.include_pad) {
+            int64_t ye = std::min(y0 + k.kh, k.h + k.pb), xe = std::min(x0 + k.kw, k.w + k.pr);
+            cnt = (ye - y0) * (xe - x0);
+          }
+          mx.data<float>()[(pl * oh + i) * ow + j] = m;
+          av.data<float>()[(pl * oh + i) * ow + j] = static_cast<float>(s / cnt);
+        }
+    std::map<std::string, Attribute> attrs = {{"kernel_shape", attr_ints({k.kh, k.kw})},
+                                              {"strides", attr_ints({k.sh, k.sw})},
+                                              {"pads", attr_ints({k.pt, k.pl, k.pb, k.pr})},
+                                              {"ceil_mode", attr_i(k.ceil)}};
+    expect_matches({"MaxPool", {{x}}, attrs}, {mx});
+    attrs["count_include_pad"] = attr_i(k.include_pad);
+    expect_matches({"AveragePool", {{x}}, attrs}, {av});
+  }
+  Tensor x = rng.floats(Shape{2, 5, 3, 7});
+  Tensor g(DType::kFloat32, Shape{2, 5, 1, 1});
+  for (int64_t p = 0; p < 10; ++p) {
+    double s = 0;
+    for (int64_t i = 0; i < 21; ++i) s += x.data<float>()[p * 21 + i];
+    g.data<float>()[p] = static_cast<float>(s / 21);
+  }
+  expect_matches({"GlobalAveragePool", {{x}}}, {g});
+}
+
+// ------------------------------------------------------ Normalization ---
+
+TEST_F(Nn, BatchInstanceLayerNorm) {
+  Tensor x = rng.floats(Shape{2, 4, 3, 5});
+  Tensor sc = rng.floats(Shape{4}, 0.5, 1.5), bi = rng.floats(Shape{4}), mean = rng.floats(Shape{4}),
+         var = rng.floats(Shape{4}, 0.5, 2);
+  Tensor bn(DType::kFloat32, x.shape()), in(DType::kFloat32, x.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    int64_t c = (i / 15) % 4;
+    bn.data<float>()[i] = static_cast<float>((x.data<float>()[i] - mean.data<float>()[c]) /
+                                                 std::sqrt(var.data<float>()[c] + 1e-3) * sc.data<float>()[c] +
+                                             bi.data<float>()[c]);
+  }
+  for (int64_t p = 0; p < 8; ++p) {
+    double s = 0, q = 0;
+    for (int64_t i = 0; i < 15; ++i) s += x.data<float>()[p * 15 + i];
+    double mu = s / 15;
+    for (int64_t i = 0; i < 15; ++i) q += std::pow(x.data<float>()[p * 15 + i] - mu, 2);
+    for (int64_t i = 0; i < 15; ++i)
+      in.data<float>()[p * 15 + i] = static_cast<float>((x.data<float>()[p * 15 + i] - mu) / std::sqrt(q / 15 + 1e-5) *
+                                                            sc.data<float>()[p % 4] + bi.data<float>()[p % 4]);
+  }
+  expect_matches({"BatchNormalization", {{x}, {sc, true}, {bi, true}, {mean, true}, {var, true}},
+                  {{"epsilon", attr_f(1e-3f)}}},
+                 {bn});
+  expect_matches({"InstanceNormalization", {{x}, {sc, true}, {bi, true}}}, {in});
+
+  for (int axis : {-1, 2, 1}) {
+    Tensor lx = rng.floats(Shape{3, 4, 6}, -2, 2);
+    int64_t cols = axis == 1 ? 24 : 6;
+    Shape ps = axis == 1 ? Shape{4, 6} : Shape{6};
+    Tensor g = rng.floats(ps, 0.5, 1.5), b = rng.floats(ps);
+    Tensor ln(DType::kFloat32, lx.shape());
+    for (int64_t r = 0; r < lx.numel() / cols; ++r) {
+      double s = 0, q = 0;
+      for (int64_t i = 0; i < cols; ++i) s += lx.data<float>()[r * cols + i];
+      double mu = s / cols;
+      for (int64_t i = 0; i < cols; ++i) q += std::pow(lx.data<float>()[r * cols + i] - mu, 2);
+      for (int64_t i = 0; i < cols; ++i)
+        ln.data<float>()[r * cols + i] = static_cast<float>((lx.data<float>()[r * cols + i] - mu) /
+                                                                std::sqrt(q / cols + 1e-5) * g.data<float>()[i] +
+                                                            b.data<float>()[i]);
+    }
+    expect_matches({"LayerNormalization", {{lx}, {g, true}, {b, true}}, {{"axis", attr_i(axis)}}}, {ln});
+  }
+}
+
+TEST_F(Nn, SoftmaxAndLogSoftmaxAnyAxis) {
+  Tensor x = rng.floats(Shape{3, 4, 5}, -5, 5);
+  for (int axis : {-1, 0, 1}) {
+    for (int64_t opset : {int64_t{17}, int64_t{11}}) {
+      Tensor sm(DType::kFloat32, x.shape()), lsm(DType::kFloat32, x.shape());
+      int64_t ax = axis < 0 ? axis + 3 : axis;
+      // opset < 13 normalizes over every dim from `axis` on.
+      int64_t inner = 1, len = x.shape()[static_cast<int>(ax)];
+      for (int d = static_cast<int>(ax) + 1; d < 3; ++d) inner *= x.shape()[d];
+      if (opset < 13) {
+        len *= inner;
+        inner = 1;
+      }
+      int64_t outer = x.numel() / (len * inner);
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t i = 0; i < inner; ++i) {
+          double mx = -1e30, s = 0;
+          for (int64_t k = 0; k < len; ++k) mx = std::max<double>(mx, x.data<float>()[(o * len + k) * inner + i]);
+          for (int64_t k = 0; k < len; ++k) s += std::exp(x.data<float>()[(o * len + k) * inner + i] - mx);
+          for (int64_t k = 0; k < len; ++k) {
+            int64_t off = (o * len + k) * inner + i;
+            sm.data<float>()[off] = static_cast<float>(std::exp(x.data<float>()[off] - mx) / s);
+            lsm.data<float>()[off] = static_cast<float>(x.data<float>()[off] - mx - std::log(s));
+          }
+        }
+      OpCase a{"Softmax", {{x}}, {{"axis", attr_i(axis)}}};
+      a.opset = opset;
+      OpCase b{"LogSoftmax", {{x}}, {{"axis", attr_i(axis)}}};
+      b.opset = opset;
+      expect_matches(a, {sm});
+      expect_matches(b, {lsm});
+    }
+  }
+}
+
+// ---------------------------------------------------------- Reductions ---
+
+TEST_F(Nn, ReduceAnyAxesKeepdims) {
+  Tensor x = rng.floats(Shape{3, 4, 5, 2});
+  std::vector<std::vector<int64_t>> axes_list = {{}, {0}, {3}, {1, 2}, {0, 2}, {-1, -3}, {0, 1, 2, 3}};
+  for (auto& axes : axes_list)
+    for (int keep : {0, 1})
+      for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"}) {
+        SCOPED_TRACE(::testing::Message() << op << " keepdims=" << keep << " axes=" << axes.size());
+        std::vector<bool> red(4, axes.empty());
+        for (int64_t a : axes) red[a < 0 ? a + 4 : a] = true;
+        std::vector<int64_t> od, kd;
+        for (int d = 0; d < 4; ++d) {
+          kd.push_back(red[d] ? 1 : x.shape()[d]);
+          if (!red[d]) od.push_back(x.shape()[d]);
+          else if (keep) od.push_back(1);
+        }
+        Shape keep_shape(kd);
+        Tensor y(DType::kFloat32, keep_shape);
+        std::vector<double> acc(y.numel(), std::string(op) == "ReduceMax" ? -1e30 : std::string(op) == "ReduceMin" ? 1e30 : 0);
+        int64_t count = x.numel() / y.numel();
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          auto idx = unravel(i, x.shape());
+          int64_t o = 0;
+          for (int d = 0; d < 4; ++d) o = o * kd[d] + (red[d] ? 0 : idx[d]);
+          double v = x.data<float>()[i];
+          if (std::string(op) == "ReduceMax") acc[o] = std::max(acc[o], v);
+          else if (std::string(op) == "ReduceMin") acc[o] = std::min(acc[o], v);
+          else acc[o] += v;
+        }
+        for (int64_t o = 0; o < y.numel(); ++o)
+          y.data<float>()[o] = static_cast<float>(std::string(op) == "ReduceMean" ? acc[o] / count : acc[o]);
+        OpCase c{op, {{x}}, {{"keepdims", attr_i(keep)}}};
+        if (!axes.empty()) {
+          if (std::string(op) == "ReduceSum") c.inputs.push_back({Tensor::from_int64s(axes, Shape{int64_t(axes.size())}), true});
+          else c.attrs["axes"] = attr_ints(axes);
+        }
+        expect_matches(c, {y.reshaped(Shape(od))});
+      }
+}
+
+TEST_F(Nn, ArgMaxAndCumSum) {
+  Tensor x = rng.ints(Shape{3, 6, 4}, 0, 4, DType::kInt64);  // ties on purpose
+  Tensor xf(DType::kFloat32, x.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) xf.data<float>()[i] = static_cast<float>(x.data<int64_t>()[i]);
+  for (int last : {0, 1}) {
+    Tensor am(DType::kInt64, Shape{3, 1, 4});
+    for (int64_t o = 0; o < 3; ++o)
+      for (int64_t i = 0; i < 4; ++i) {
+        int64_t best = 0;
+        for (int64_t k = 1; k < 6; ++k) {
+          float v = at(xf, {o, k, i}), b = at(xf, {o, best, i});
+          if (v > b || (last && v == b)) best = k;
+        }
+        am.data<int64_t>()[o * 4 + i] = best;
+      }
+    expect_matches({"ArgMax", {{xf}}, {{"axis", attr_i(1)}, {"select_last_index", attr_i(last)}}}, {am});
+  }
+  for (int ex : {0, 1})
+    for (int rev : {0, 1}) {
+      Tensor cs(DType::kFloat32, xf.shape());
+      for (int64_t o = 0; o < 3; ++o)
+        for (int64_t i = 0; i < 4; ++i) {
+          double acc = 0;
+          for (int64_t j = 0; j < 6; ++j) {
+            int64_t k = rev ? 5 - j : j;
+            double v = at(xf, {o, k, i});
+            if (ex) {
+              cs.data<float>()[(o * 6 + k) * 4 + i] = static_cast<float>(acc);
+              acc += v;
+            } else {
+              acc += v;
+              cs.data<float>()[(o * 6 + k) * 4 + i] = static_cast<float>(acc);
+            }
+          }
+        }
+      expect_matches({"CumSum", {{xf}, {Tensor::from_int64s({-2}, Shape{}), true}},
+                      {{"exclusive", attr_i(ex)}, {"reverse", attr_i(rev)}}},
+                     {cs});
+    }
+}
+
+// ---------------------------------------------------------- Recurrent ---
+
+double sig(double x) { return 1 / (1 + std::exp(-x)); }
+
+TEST_F(Nn, LstmAndGruAllDirections) {
+  const int64_t seq = 5, batch = 3, in = 4, h = 6;
+  for (std::string dir : {"forward", "reverse", "bidirectional"}) {
+    int64_t dirs = dir == "bidirectional" ? 2 : 1;
+    for (bool lstm : {true, false}) {
+      for (int lbr : {0, 1}) {
+        if (lstm && lbr) continue;
+        int64_t G = lstm ? 4 : 3;
+        Tensor x = rng.floats(Shape{seq, batch, in}), w = rng.floats(Shape{dirs, G * h, in}),
+               r = rng.floats(Shape{dirs, G * h, h}), b = rng.floats(Shape{dirs, 2 * G * h}),
+               h0 = rng.floats(Shape{dirs, batch, h}), c0 = rng.floats(Shape{dirs, batch, h});
+        Tensor y(DType::kFloat32, Shape{seq, dirs, batch, h}), yh(DType::kFloat32, Shape{dirs, batch, h}),
+            yc(DType::kFloat32, Shape{dirs, batch, h});
+        for (int64_t d = 0; d < dirs; ++d)
+          for (int64_t bi = 0; bi < batch; ++bi) {
+            std::vector<double> H(h), C(h);
+            for (int64_t j = 0; j < h; ++j) {
+              H[j] = at(h0, {d, bi, j});
+              C[j] = at(c0, {d, bi, j});
+            }
+            bool rev = dir == "reverse" || d == 1;
+            for (int64_t s = 0; s < seq; ++s) {
+              int64_t t = rev ? seq - 1 - s : s;
+              std::vector<double> xw(G * h), hr(G * h);
+              for (int64_t gi = 0; gi < G * h; ++gi) {
+                xw[gi] = at(b, {d, gi});
+                hr[gi] = at(b, {d, G * h + gi});
+                for (int64_t k = 0; k < in; ++k) xw[gi] += at(x, {t, bi, k}) * at(w, {d, gi, k});
+                for (int64_t k = 0; k < h; ++k) hr[gi] += H[k] * at(r, {d, gi, k});
+              }
+              std::vector<double> nh(h);
+              if (lstm) {
+                for (int64_t j = 0; j < h; ++j) {
+                  double ig = sig(xw[j] + hr[j]), og = sig(xw[h + j] + hr[h + j]), fg = sig(xw[2 * h + j] + hr[2 * h + j]);
+                  double cg = std::tanh(xw[3 * h + j] + hr[3 * h + j]);
+                  C[j] = fg * C[j] + ig * cg;
+                  nh[j] = og * std::tanh(C[j]);
+                }
+              } else {
+                std::vector<double> rg(h), z(h);
+                for (int64_t j = 0; j < h; ++j) {
+                  z[j] = sig(xw[j] + hr[j]);
+                  rg[j] = sig(xw[h + j] + hr[h + j]);
+                }
+                for (int64_t j = 0; j < h; ++j) {
+                  double cand;
+                  if (lbr) {
+                    cand = std::tanh(xw[2 * h + j] + rg[j] * hr[2 * h + j]);
+                  } else {
+                    double acc = at(b, {d, G * h + 2 * h + j});
+                    for (int64_t k = 0; k < h; ++k) acc += rg[k] * H[k] * at(r, {d, 2 * h + j, k});
+                    cand = std::tanh(xw[2 * h + j] + acc);
+                  }
+                  nh[j] = (1 - z[j]) * cand + z[j] * H[j];
+                }
+              }
+              H = nh;
+              for (int64_t j = 0; j < h; ++j) y.data<float>()[((t * dirs + d) * batch + bi) * h + j] = static_cast<float>(H[j]);
+            }
+            for (int64_t j = 0; j < h; ++j) {
+              yh.data<float>()[(d * batch + bi) * h + j] = static_cast<float>(H[j]);
+              yc.data<float>()[(d * batch + bi) * h + j] = static_cast<float>(C[j]);
+            }
+          }
+        SCOPED_TRACE((lstm ? "LSTM " : "GRU ") + dir + " lbr=" + std::to_string(lbr));
+        std::map<std::string, Attribute> attrs = {{"hidden_size", attr_i(h)}, {"direction", attr_s(dir)}};
+        if (lstm) {
+          OpCase c{"LSTM", {{x}, {w, true}, {r, true}, {b, true}, {Tensor()}, {h0}, {c0}}, attrs, 3};
+          expect_matches(c, {y, yh, yc});
+        } else {
+          attrs["linear_before_reset"] = attr_i(lbr);
+          OpCase c{"GRU", {{x}, {w, true}, {r, true}, {b, true}, {Tensor()}, {h0}}, attrs, 2};
+          expect_matches(c, {y, yh});
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::testing
