@@ -200,7 +200,8 @@ int run_main(int argc, char** argv) {
   if (!graph.ok()) return cli::fail(graph.status());
   for (const Value* in : (*graph)->inputs()) {
     auto it = given.find(in->name);
-    if (it != given.end() && !co.input_shapes.count(in->name)) co.input_shapes[in->name] = it->second.shape();
+    if (it != given.end() && !co.input_shapes.count(in->name) && !in->shape.is_static())
+      co.input_shapes[in->name] = it->second.shape();
   }
   auto program = compile_graph(std::move(*graph), co);
   if (!program.ok()) return cli::fail(program.status().with_context(model));

@@ -4,7 +4,13 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -51,6 +57,94 @@ std::string onnx_type_name(int t) {
   }
 }
 
+// Runs ONNX's checker and shape inference in a forked child. libonnx is
+// not hardened against malformed models (1.12's convPoolShapeInference
+// reads past the dims of a low-rank input, found by our fuzzer), and bad
+// input must never take the process down: a crash in the child becomes an
+// error here. The child inherits the parsed model copy-on-write and reports
+// back through a pipe; the parent waits at most kCheckTimeoutMs.
+constexpr int kCheckTimeoutMs = 120000;
+
+Status onnx_checks_in_child(const onnx::ModelProto& model, bool external, const std::string& source_path,
+                            const ImportOptions& options, std::string* message) {
+  int fds[2];
+  if (pipe(fds) != 0) return internal_error(str_cat("pipe: ", std::strerror(errno)));
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return resource_exhausted(str_cat("fork: ", std::strerror(errno)));
+  }
+  if (pid == 0) {  // child: check, report, _exit without running destructors
+    close(fds[0]);
+    std::string err;
+    try {
+      if (options.run_onnx_checker) {
+        // The in-memory checker resolves external data against the working
+        // directory; the file-based one against the model's folder.
+        if (external) onnx::checker::check_model(source_path);
+        else onnx::checker::check_model(model);
+      }
+      if (options.run_onnx_shape_inference) {
+        onnx::ModelProto copy = model;
+        onnx::shape_inference::InferShapes(copy);
+      }
+    } catch (const std::exception& e) {
+      err = e.what();
+      if (err.empty()) err = "unknown error";
+    }
+    size_t off = 0;
+    while (off < err.size()) {
+      ssize_t w = write(fds[1], err.data() + off, err.size() - off);
+      if (w <= 0) break;
+      off += static_cast<size_t>(w);
+    }
+    _exit(err.empty() ? 0 : 1);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  int waited = 0;
+  bool timed_out = false;
+  while (true) {
+    pollfd pfd{fds[0], POLLIN, 0};
+    int r = poll(&pfd, 1, 100);
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) {
+      waited += 100;
+      if (waited >= kCheckTimeoutMs) {
+        timed_out = true;
+        kill(pid, SIGKILL);
+        break;
+      }
+      continue;
+    }
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) {
+    *message = str_cat("ONNX checks did not finish within ", kCheckTimeoutMs / 1000, " s");
+    return Status(StatusCode::kInvalidArgument, *message);
+  }
+  if (WIFSIGNALED(status)) {
+    *message = str_cat("ONNX's checker or shape inference crashed on this model (signal ", WTERMSIG(status),
+                       "); the model is malformed");
+    return Status(StatusCode::kInvalidArgument, *message);
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+    *message = str_cat("ONNX checker rejected the model: ", out);
+    return Status(StatusCode::kInvalidArgument, *message);
+  }
+  return Status();
+}
+
 class Importer {
  public:
   // `source_path` is the model file ("" when imported from memory).
@@ -62,6 +156,11 @@ class Importer {
  private:
   Status error(StatusCode code, const std::string& what) const { return Status(code, str_cat(file_, ": ", what)); }
   Status check_opsets(const onnx::ModelProto& model);
+  Status run_onnx_checks(const onnx::ModelProto& model, bool external, const ImportOptions& options) {
+    std::string message;
+    Status st = onnx_checks_in_child(model, external, source_path_, options, &message);
+    return st.ok() ? st : error(st.code(), st.message());
+  }
   Result<Tensor> convert_tensor(const onnx::TensorProto& tp, const std::string& where);
   Status read_external(const onnx::TensorProto& tp, const std::string& where, std::string* bytes);
   Result<Shape> convert_shape(const onnx::TypeProto& type, const std::string& where, DType* dtype);
@@ -141,7 +240,6 @@ Result<Tensor> Importer::convert_tensor(const onnx::TensorProto& tp, const std::
     numel *= d;
   }
   Shape shape(dims);
-  Tensor t(dt, shape);
   // Bytes per element as stored in the file.
   size_t stored_size = 0;
   switch (tp.data_type()) {
@@ -158,6 +256,7 @@ Result<Tensor> Importer::convert_tensor(const onnx::TensorProto& tp, const std::
   } else if (tp.has_raw_data()) {
     raw = &tp.raw_data();
   }
+  Tensor t;
   auto store = [&](int64_t i, double v) {
     switch (dt) {
       case DType::kFloat32: t.data<float>()[i] = static_cast<float>(v); break;
@@ -172,7 +271,8 @@ Result<Tensor> Importer::convert_tensor(const onnx::TensorProto& tp, const std::
   if (raw != nullptr) {
     if (raw->size() != static_cast<size_t>(numel) * stored_size)
       return error(StatusCode::kDataLoss, str_cat(where, ": holds ", raw->size(), " bytes, shape ",
-                                                  shape.to_string(), " needs ", numel * stored_size));
+                                                  shape.to_string(), " needs ", numel * static_cast<int64_t>(stored_size)));
+    t = Tensor(dt, shape);
     const char* p = raw->data();
     for (int64_t i = 0; i < numel; ++i) {
       const char* e = p + i * stored_size;
@@ -196,6 +296,7 @@ Result<Tensor> Importer::convert_tensor(const onnx::TensorProto& tp, const std::
     if (count != numel)
       return error(StatusCode::kDataLoss, str_cat(where, ": holds ", count, " values, shape ", shape.to_string(),
                                                   " needs ", numel));
+    t = Tensor(dt, shape);
     return Status();
   };
   switch (tp.data_type()) {
@@ -350,19 +451,8 @@ Result<std::unique_ptr<Graph>> Importer::run(onnx::ModelProto& model, const Impo
   }
   if (external && source_path_.empty())
     return error(StatusCode::kInvalidArgument, "a model read from memory cannot reference external data files");
-  try {
-    // The in-memory checker resolves external data against the working
-    // directory; the file-based one against the model's folder.
-    if (options.run_onnx_checker) {
-      if (external) onnx::checker::check_model(source_path_);
-      else onnx::checker::check_model(model);
-    }
-    if (options.run_onnx_shape_inference) onnx::shape_inference::InferShapes(model);
-  } catch (const std::exception& e) {
-    std::string what = e.what();
-    while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
-    return error(StatusCode::kInvalidArgument, str_cat("ONNX checker rejected the model: ", what));
-  }
+  if (options.run_onnx_checker || options.run_onnx_shape_inference)
+    TESSERA_RETURN_IF_ERROR(run_onnx_checks(model, external, options));
   const auto& gp = model.graph();
   g_->name = gp.name();
   for (int i = 0; i < gp.initializer_size(); ++i) {

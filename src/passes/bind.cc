@@ -33,6 +33,12 @@ Status bind_input(Value* v, const BindOptions& options) {
                                       Shape(ex).to_string()));
     }
   }
+  double bytes = static_cast<double>(dtype_size(v->dtype));
+  for (int64_t d : v->shape.dims) bytes *= static_cast<double>(d);
+  if (bytes > static_cast<double>(kMaxValueBytes))
+    return resource_exhausted(str_cat("input '", v->name, "' of shape ", v->shape.to_string(), " would take ",
+                                      bytes / (1 << 30), " GiB, over the ", kMaxValueBytes >> 30,
+                                      " GiB limit for one tensor"));
   v->shape_known = true;
   return Status();
 }

@@ -244,5 +244,24 @@ TEST_F(BadInput, ExternalDataLoadsAndMissingFileIsNamed) {
   expect_error(compile_status(save(m, "ext2.onnx")), {"inside the model's folder"});
 }
 
+// Found by fuzz_onnx_import: a rank-2 input into a Conv with 3x3 weights
+// made libonnx 1.12's convPoolShapeInference read past the input's dims
+// (SEGV inside libonnx). ONNX's checks now run in a child process.
+TEST_F(BadInput, RegressionOnnxConvShapeInferenceCrashOnLowRankInput) {
+  onnx::ModelProto m = model();
+  auto* g = m.mutable_graph();
+  g->clear_node();
+  g->clear_initializer();
+  auto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : {4, 2, 3, 3}) w->add_dims(d);
+  for (int i = 0; i < 72; ++i) w->add_float_data(0.f);
+  add_node(g, "Conv", "conv_low_rank", {"x", "w"}, {"y"});
+  set_unknown_dims(g->mutable_output(0), 4);
+  Status st = compile_status(save(m, "lowrank.onnx"));
+  expect_error(st, {"lowrank.onnx"});
+}
+
 }  // namespace
 }  // namespace tessera

@@ -123,8 +123,15 @@ Status op_infer(Node& n) {
   if (!st.ok()) return st.message().rfind(n.label(), 0) == 0 ? st : st.with_context(n.label());
   for (Value* o : n.outputs) {
     if (!o->shape_known) continue;
-    for (int64_t dim : o->shape.dims)
+    double bytes = static_cast<double>(dtype_size(o->dtype));
+    for (int64_t dim : o->shape.dims) {
       if (dim < 0) return internal_error(str_cat(n.label(), ": inferred a negative dimension for '", o->name, "'"));
+      bytes *= static_cast<double>(dim);
+    }
+    if (bytes > static_cast<double>(kMaxValueBytes))
+      return resource_exhausted(str_cat(n.label(), ": output '", o->name, "' would be ", o->shape.to_string(), " (",
+                                        bytes / (1 << 30), " GiB), over the ", kMaxValueBytes >> 30,
+                                        " GiB limit for one tensor"));
   }
   return Status();
 }

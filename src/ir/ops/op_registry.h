@@ -17,6 +17,10 @@
 
 namespace tessera {
 
+// The largest single tensor Tessera will plan (bytes). Larger shapes come
+// from malformed models or wrong --shape values, and are refused by name.
+inline constexpr int64_t kMaxValueBytes = int64_t{4} << 30;
+
 struct OpDef {
   std::string_view type;
   int min_inputs;

@@ -1,0 +1,97 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "ir/dtype.h"
+#include "ir/graph.h"
+#include "ir/npy.h"
+#include "ir/ops/op_registry.h"
+
+namespace tessera {
+namespace {
+
+TEST(DType, HalfRoundTripsEveryValue) {
+  // Every finite half converts to float and back exactly.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00) continue;  // inf/NaN
+    float f = half_to_float(static_cast<uint16_t>(h));
+    ASSERT_EQ(float_to_half(f), h) << std::hex << h;
+  }
+  EXPECT_EQ(half_to_float(0x3c00), 1.0f);
+  EXPECT_EQ(float_to_half(65520.f), 0x7c00);          // rounds to inf
+  EXPECT_EQ(float_to_half(1.0f + 1.0f / 4096), 0x3c00);  // ties to even
+  EXPECT_TRUE(std::isnan(half_to_float(float_to_half(NAN))));
+  EXPECT_EQ(bfloat16_to_float(float_to_bfloat16(1.5f)), 1.5f);
+  EXPECT_EQ(float_to_bfloat16(1.00390625f), 0x3f80);  // tie rounds to even
+}
+
+TEST(Graph, TopologicalSortAndCycleDetection) {
+  Graph g;
+  Value* x = g.add_input("x", DType::kFloat32, Shape{2});
+  Node* b = g.add_node("Relu", "b", {nullptr}, 1);
+  Node* a = g.add_node("Relu", "a", {x}, 1);
+  b->inputs[0] = a->outputs[0];  // b reads a, but comes first
+  g.mark_output(b->outputs[0]);
+  EXPECT_FALSE(verify_graph(g).ok());
+  ASSERT_TRUE(g.sort_topologically().ok());
+  EXPECT_EQ(g.nodes()[0]->name, "a");
+  EXPECT_TRUE(verify_graph(g).ok());
+  a->inputs[0] = b->outputs[0];  // a <-> b
+  Status st = g.sort_topologically();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("cycle"), std::string::npos);
+}
+
+TEST(Graph, DeepChainSortsWithoutRecursion) {
+  Graph g;
+  Value* v = g.add_input("x", DType::kFloat32, Shape{1});
+  std::vector<Node*> nodes;
+  for (int i = 0; i < 100000; ++i) {
+    Node* n = g.add_node("Relu", "n" + std::to_string(i), {v}, 1);
+    v = n->outputs[0];
+  }
+  g.mark_output(v);
+  EXPECT_TRUE(g.sort_topologically().ok());
+  EXPECT_TRUE(verify_graph(g).ok());
+}
+
+TEST(Npy, RoundTripsAndRejectsMalformed) {
+  auto dir = std::filesystem::temp_directory_path();
+  std::string path = (dir / "tessera_npy_test.npy").string();
+  Tensor t = Tensor::from_floats({1, 2, 3, 4, 5, 6}, Shape{2, 3});
+  ASSERT_TRUE(npy_write(path, t).ok());
+  auto r = npy_read(path);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->shape().to_string(), "2x3");
+  EXPECT_EQ(std::memcmp(r->raw(), t.raw(), 24), 0);
+  Tensor i = Tensor::from_int64s({7}, Shape{});
+  ASSERT_TRUE(npy_write(path, i).ok());
+  EXPECT_EQ(npy_read(path)->shape().rank(), 0);
+  EXPECT_FALSE(npy_parse("\x93NUMPY\x01\x00", "x").ok());
+  EXPECT_FALSE(npy_parse("garbage", "x").ok());
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }";
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8) + std::string(1, static_cast<char>(header.size())) +
+                      std::string(1, '\0') + header + std::string(8, '\0');  // 2 of 4 floats
+  auto short_data = npy_parse(bytes, "short.npy");
+  ASSERT_FALSE(short_data.ok());
+  EXPECT_NE(short_data.status().message().find("short.npy"), std::string::npos);
+  std::filesystem::remove(path);
+}
+
+TEST(Ops, BroadcastAndWindowGeometry) {
+  EXPECT_EQ(broadcast_shapes(Shape{2, 1, 4}, Shape{3, 1})->to_string(), "2x3x4");
+  EXPECT_FALSE(broadcast_shapes(Shape{2, 3}, Shape{4}).ok());
+  Graph g;
+  Node* n = g.add_node("MaxPool", "p", {}, 1);
+  n->attrs["strides"].kind = Attribute::Kind::kInts;
+  n->attrs["strides"].ints = {2, 2};
+  n->attrs["ceil_mode"].i = 1;
+  auto geo = window_geometry(*n, Shape{1, 1, 112, 112}, {3, 3});
+  ASSERT_TRUE(geo.ok());
+  EXPECT_EQ(geo->out[0], 56);  // (112 - 3) / 2 + 1 = 55.5 -> 56 with ceil
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# End-to-end checks of the tessera CLI: exit codes, --json, --output-dir,
+# error lines. Usage: cli_test.sh BUILD_DIR (needs BUILD_DIR/zoo).
+set -uo pipefail
+BUILD=${1:?build dir}
+T=$BUILD/bin/tessera
+ZOO=$BUILD/zoo
+PY=/usr/bin/python3
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pass=0
+fail=0
+check() {  # check NAME COMMAND...: passes when COMMAND succeeds
+  local name=$1
+  shift
+  if "$@" >"$TMP/log" 2>&1; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: $name"
+    sed 's/^/    /' "$TMP/log" | head -20
+  fi
+}
+# expect_fail NAME EXPECTED_RC NEEDLE COMMAND...: COMMAND exits with rc and
+# prints exactly one line on stderr containing NEEDLE
+expect_fail() {
+  local name=$1 rc=$2 needle=$3
+  shift 3
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local got=$?
+  if [[ $got -eq $rc ]] && grep -qF -- "$needle" "$TMP/err"; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: $name (rc $got, want $rc; want '$needle' in stderr)"
+    sed 's/^/    /' "$TMP/err" | head -5
+  fi
+}
+
+check "version" bash -c "$T --version | grep -qx 'tessera [0-9.]*'"
+check "help lists commands" bash -c "$T --help | grep -q 'run MODEL.onnx' && $T --help | grep -q inspect"
+check "run --help documents options" bash -c "$T run --help | grep -q -- '--output-dir DIR' && $T run --help | grep -q -- '--executor NAME'"
+check "ops lists Conv" bash -c "$T ops | grep -q '^Conv ' && $T ops | grep -q '^LSTM '"
+check "inspect resnet18" bash -c "$T inspect $ZOO/resnet18.onnx > $TMP/insp && grep -q 'Conv  *20' $TMP/insp && grep -q '^flops .*G per run' $TMP/insp && grep -q '^params .*11.[0-9]*M' $TMP/insp"
+
+# --json: one object on stdout with the documented fields.
+check "run --json" bash -c "$T run $ZOO/mlp.onnx --input $ZOO/mlp.inputs.npz --iters 3 --json 2>/dev/null > $TMP/j.json && $PY -c '
+import json,sys
+j=json.load(open(\"$TMP/j.json\"))
+assert j[\"model\"].endswith(\"mlp.onnx\"), j
+assert j[\"executor\"]==\"two-layer\" and j[\"iters\"]==3 and j[\"threads\"]>=1
+l=j[\"latency_ms\"]; assert 0<l[\"min\"]<=l[\"median\"]<=l[\"p90\"]<=l[\"max\"], l
+assert j[\"outputs\"]==[{\"name\":\"output\",\"dtype\":\"float32\",\"shape\":[16,10]}], j[\"outputs\"]
+'"
+
+# --output-dir: outputs equal PyTorch's.
+for ex in sequential two-layer; do
+  check "output-dir matches PyTorch ($ex)" bash -c "$T run $ZOO/bert_tiny.onnx --input $ZOO/bert_tiny.inputs.npz --executor $ex --iters 1 --output-dir $TMP/o_$ex --quiet && $PY -c '
+import numpy as np
+ref=np.load(\"$ZOO/bert_tiny.outputs.npz\")
+for k in ref.files:
+    a=np.load(\"$TMP/o_$ex/\"+k+\".npy\"); r=ref[k]
+    e=np.linalg.norm(a-r)/np.linalg.norm(r)
+    assert e<1e-4, (k,e)
+'"
+done
+
+# Inputs given one by one with NAME=FILE.npy; the rest random (and said so).
+check "NAME=FILE.npy input" bash -c "$PY -c '
+import numpy as np
+d=np.load(\"$ZOO/mlp.inputs.npz\"); np.save(\"$TMP/x.npy\", d[\"input\"])' && $T run $ZOO/mlp.onnx --input input=$TMP/x.npy --iters 1 --output-dir $TMP/o2 --quiet && $PY -c '
+import numpy as np
+a=np.load(\"$TMP/o2/output.npy\"); r=np.load(\"$ZOO/mlp.outputs.npz\")[\"output\"]
+assert np.linalg.norm(a-r)/np.linalg.norm(r)<1e-4'"
+check "random inputs are announced" bash -c "$T run $ZOO/mlp.onnx --iters 1 2>&1 | grep -q \"input 'input': random float32 16x784 (seed 0)\""
+
+# Output names are sanitized into file names.
+check "odd output names" bash -c "$PY -c '
+import onnx
+from onnx import helper, TensorProto
+n=helper.make_node(\"Relu\",[\"x\"],[\"a/b:c d\"])
+g=helper.make_graph([n],\"g\",[helper.make_tensor_value_info(\"x\",TensorProto.FLOAT,[2])],[helper.make_tensor_value_info(\"a/b:c d\",TensorProto.FLOAT,[2])])
+onnx.save(helper.make_model(g,opset_imports=[helper.make_opsetid(\"\",17)]),\"$TMP/odd.onnx\")' && $T run $TMP/odd.onnx --iters 1 --output-dir $TMP/o3 --quiet && test -f '$TMP/o3/a_b_c_d.npy'"
+
+# Errors: non-zero exit and one clear line.
+expect_fail "missing model" 1 "does not exist" $T run $TMP/none.onnx
+expect_fail "not a model" 1 "not an ONNX model" bash -c "echo hello > $TMP/bad.onnx; $T run $TMP/bad.onnx"
+expect_fail "unknown option" 2 "unknown option '--itters'" $T run $ZOO/mlp.onnx --itters 3
+expect_fail "bad --iters" 2 "--iters expects an integer" $T run $ZOO/mlp.onnx --iters many
+expect_fail "bad --executor" 2 "--executor must be" $T run $ZOO/mlp.onnx --executor fast
+expect_fail "unknown command" 2 "unknown command 'runn'" $T runn
+expect_fail "dynamic dims" 1 "--shape input_ids=1x1" $T run $ZOO/bert_tiny.onnx
+expect_fail "wrong input name" 1 "not a model input" bash -c "$T run $ZOO/mlp.onnx --input nosuch=$TMP/x.npy"
+expect_fail "wrong input shape" 1 "has shape" bash -c "$PY -c 'import numpy as np; np.save(\"$TMP/s.npy\", np.zeros((2,3),np.float32))' && $T run $ZOO/mlp.onnx --input input=$TMP/s.npy"
+check "--shape binds dynamic dims" $T run $ZOO/bert_tiny.onnx --shape input_ids=1x16 --shape attention_mask=1x16 --iters 1 --quiet
+
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]
