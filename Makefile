@@ -5,7 +5,8 @@
 #   make build      configure and build (binaries in build/bin/)
 #   make demo       build, generate the example model, run it with `tessera run`
 #   make test       build and run every test (unit, conformance, zoo, CLI, fuzz smoke)
-#   make zoo        export the model zoo with PyTorch into build/zoo/
+#   make zoo        export the model zoo (build/zoo/) and the extra set of
+#                   unseen-kind models (build/zoo-extra/) with PyTorch
 #   make fuzz       build the libFuzzer targets with clang and run them longer
 #   make asan       build and test with AddressSanitizer + UBSan (build-asan/)
 #   make bench-gemm measure tile-sized GEMM across math libraries
@@ -38,6 +39,7 @@ build: configure
 
 zoo: deps
 	$(PYTHON) scripts/make_zoo.py --out $(BUILD)/zoo
+	$(PYTHON) scripts/make_zoo.py --set extra --out $(BUILD)/zoo-extra
 
 demo: build
 	@$(PYTHON) scripts/make_zoo.py --out $(BUILD)/zoo --only resnet18

@@ -10,7 +10,7 @@ torch.onnx.export at opset 17. For MODEL, writes into the output folder:
   MODEL.outputs.npz    PyTorch's outputs for them, by output name
 
 Usage: /usr/bin/python3 scripts/make_zoo.py [--out build/zoo] [--only NAME,...]
-                                            [--list] [--force]
+                                            [--set zoo|extra] [--list] [--force]
 Models already present are skipped unless --force.
 """
 import argparse
@@ -36,10 +36,12 @@ def randomize_norms(model, gen):
             m.weight.data.copy_(torch.rand(c, generator=gen) + 0.5)
             m.bias.data.copy_(torch.rand(c, generator=gen) * 0.2 - 0.1)
         elif isinstance(m, nn.LayerNorm) and m.elementwise_affine:
-            n = m.weight.numel()
             m.weight.data.copy_(torch.rand(m.weight.shape, generator=gen) + 0.5)
             m.bias.data.copy_(torch.rand(m.bias.shape, generator=gen) * 0.2 - 0.1)
-            del n
+        elif isinstance(m, (nn.Linear, nn.Conv2d)) and not m.weight.detach().any():
+            # Zero-initialized heads (torchvision's ViT) would make every
+            # output 0 and every comparison trivially exact.
+            m.weight.data.copy_(torch.randn(m.weight.shape, generator=gen) * 0.02)
 
 
 # ----------------------------------------------------------------- models ---
@@ -203,6 +205,152 @@ def add_chains8():
     return AddChains(), {"input": torch.randn(1, 64)}, None
 
 
+# ----------------------------------------------------- the "extra" set ---
+# Models outside the zoo proper, of the same kinds: torchvision CNNs,
+# transformers and RNNs as torch.onnx.export emits them. Checked by
+# `make zoo-extra-test`.
+
+def _tv(name, size=224, **kw):
+    def make():
+        import torchvision
+        model = getattr(torchvision.models, name)(weights=None, **kw)
+        return model, {"input": torch.randn(1, 3, size, size)}, None
+    return make
+
+
+class Encoder(nn.Module):
+    """nn.TransformerEncoder, batch first, with a padding mask."""
+
+    def __init__(self, d=64, heads=4, layers=2):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(d, heads, dim_feedforward=128, dropout=0.0, batch_first=True,
+                                           activation="gelu")
+        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+    def forward(self, x, pad):
+        return self.enc(x, src_key_padding_mask=pad)
+
+
+def transformer_encoder():
+    pad = torch.zeros(2, 12, dtype=torch.bool)
+    pad[1, 9:] = True
+    return Encoder(), {"x": torch.randn(2, 12, 64), "pad": pad}, None
+
+
+class Mha(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(32, 4, batch_first=True)
+
+    def forward(self, q, kv):
+        out, w = self.mha(q, kv, kv)
+        return out, w
+
+
+def multihead_attention():
+    return Mha(), {"q": torch.randn(2, 5, 32), "kv": torch.randn(2, 7, 32)}, None
+
+
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        layer = nn.TransformerDecoderLayer(48, 4, dim_feedforward=96, dropout=0.0, batch_first=True,
+                                           norm_first=True)
+        self.dec = nn.TransformerDecoder(layer, 2)
+
+    def forward(self, tgt, memory):
+        mask = torch.triu(torch.full((tgt.shape[1], tgt.shape[1]), float("-inf")), diagonal=1)
+        return self.dec(tgt, memory, tgt_mask=mask)
+
+
+def transformer_decoder():
+    return Decoder(), {"tgt": torch.randn(1, 6, 48), "memory": torch.randn(1, 9, 48)}, None
+
+
+class Rnn(nn.Module):
+    def __init__(self, kind, **kw):
+        super().__init__()
+        self.rnn = getattr(nn, kind)(**kw)
+
+    def forward(self, x):
+        out = self.rnn(x)
+        return out[0]
+
+
+def gru_bidirectional():
+    return Rnn("GRU", input_size=20, hidden_size=32, num_layers=2, bidirectional=True, batch_first=True), \
+        {"input": torch.randn(3, 15, 20)}, None
+
+
+def lstm_bidirectional():
+    return Rnn("LSTM", input_size=16, hidden_size=24, num_layers=2, bidirectional=True), \
+        {"input": torch.randn(11, 2, 16)}, None
+
+
+class CharLM(nn.Module):
+    """Embedding -> GRU -> Linear, as in a small character language model."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 32)
+        self.gru = nn.GRU(32, 64, batch_first=True)
+        self.out = nn.Linear(64, 100)
+
+    def forward(self, ids):
+        h, _ = self.gru(self.emb(ids))
+        return F.log_softmax(self.out(h), dim=-1)
+
+
+def char_lm():
+    return CharLM(), {"ids": torch.randint(0, 100, (2, 20))}, None
+
+
+class UNetTiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.d1 = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU())
+        self.d2 = nn.Sequential(nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ReLU())
+        self.up = nn.ConvTranspose2d(32, 16, 2, stride=2)
+        self.u1 = nn.Sequential(nn.Conv2d(32, 16, 3, padding=1), nn.InstanceNorm2d(16, affine=True), nn.LeakyReLU(0.1))
+        self.head = nn.Conv2d(16, 2, 1)
+
+    def forward(self, x):
+        a = self.d1(x)
+        b = self.d2(a)
+        u = F.interpolate(b, scale_factor=2, mode="bilinear", align_corners=False)
+        c = self.u1(torch.cat([self.up(b) + u[:, :16], a], 1))
+        return torch.sigmoid(self.head(c))
+
+
+def unet_tiny():
+    return UNetTiny(), {"input": torch.randn(1, 3, 32, 32)}, None
+
+
+EXTRA = {
+    "alexnet": _tv("alexnet"),
+    "vgg11": _tv("vgg11"),
+    "squeezenet1_0": _tv("squeezenet1_0"),
+    "densenet121": _tv("densenet121"),
+    "googlenet": _tv("googlenet", aux_logits=False, init_weights=True),
+    "inception_v3": _tv("inception_v3", 299, aux_logits=False, init_weights=True),
+    "shufflenet_v2_x1_0": _tv("shufflenet_v2_x1_0"),
+    "mnasnet0_5": _tv("mnasnet0_5"),
+    "mobilenet_v3_small": _tv("mobilenet_v3_small"),
+    "efficientnet_b0": _tv("efficientnet_b0"),
+    "regnet_x_400mf": _tv("regnet_x_400mf"),
+    "resnext50_32x4d": _tv("resnext50_32x4d"),
+    "convnext_tiny": _tv("convnext_tiny"),
+    "vit_b_16": _tv("vit_b_16"),
+    "swin_t": _tv("swin_t"),
+    "transformer_encoder": transformer_encoder,
+    "transformer_decoder": transformer_decoder,
+    "multihead_attention": multihead_attention,
+    "gru_bidirectional": gru_bidirectional,
+    "lstm_bidirectional": lstm_bidirectional,
+    "char_lm": char_lm,
+    "unet_tiny": unet_tiny,
+}
+
 MODELS = {
     "resnet18": resnet18,
     "mobilenet_v2": mobilenet_v2,
@@ -217,7 +365,7 @@ MODELS = {
 
 def export(name, out_dir, seed=0):
     torch.manual_seed(seed)
-    model, inputs, dynamic = MODELS[name]()
+    model, inputs, dynamic = {**MODELS, **EXTRA}[name]()
     gen = torch.Generator().manual_seed(seed + 1)
     randomize_norms(model, gen)
     model.eval()
@@ -243,14 +391,18 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated model names")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
     ap.add_argument("--force", action="store_true", help="re-export models already present")
+    ap.add_argument("--set", choices=["zoo", "extra"], default="zoo",
+                    help="zoo: the models the tests require; extra: more models of the same kinds")
     a = ap.parse_args()
+    catalog = MODELS if a.set == "zoo" else EXTRA
     if a.list:
-        print("\n".join(MODELS))
+        print("\n".join(catalog))
         return 0
-    names = [n for n in a.only.split(",") if n] or list(MODELS)
-    unknown = [n for n in names if n not in MODELS]
+    names = [n for n in a.only.split(",") if n] or list(catalog)
+    unknown = [n for n in names if n not in MODELS and n not in EXTRA]
     if unknown:
-        print(f"make_zoo: unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}", file=sys.stderr)
+        print(f"make_zoo: unknown model(s) {', '.join(unknown)}; known: {', '.join(list(MODELS) + list(EXTRA))}",
+              file=sys.stderr)
         return 2
     os.makedirs(a.out, exist_ok=True)
     torch.set_num_threads(2)

@@ -144,6 +144,26 @@ TEST_F(Elementwise, PowAndIntegerArithmetic) {
   }
 }
 
+TEST_F(Elementwise, ModPythonAndCSemantics) {
+  for (DType dt : {DType::kInt64, DType::kInt32}) {
+    Tensor x = rng.ints(Shape{4, 9}, -50, 50, dt), y = rng.ints(Shape{9}, -7, 7, dt);
+    for (int64_t i = 0; i < y.numel(); ++i)
+      if (y.value_as_int64(i) == 0) {
+        if (dt == DType::kInt64) y.data<int64_t>()[i] = 3;
+        else y.data<int32_t>()[i] = 3;
+      }
+    expect_matches({"Mod", {{x}, {y}}}, {binary_ref(x, y, Shape{4, 9}, dt, [](double p, double q) {
+                     double r = std::fmod(p, q);
+                     return (r != 0 && ((r < 0) != (q < 0))) ? r + q : r;
+                   })});
+    expect_matches({"Mod", {{x}, {y}}, {{"fmod", attr_i(1)}}},
+                   {binary_ref(x, y, Shape{4, 9}, dt, [](double p, double q) { return std::fmod(p, q); })});
+  }
+  Tensor a = rng.floats(Shape{3, 5}, -10, 10), b = rng.floats(Shape{5}, 0.5, 3);
+  expect_matches({"Mod", {{a}, {b}}, {{"fmod", attr_i(1)}}},
+                 {binary_ref(a, b, Shape{3, 5}, DType::kFloat32, [](double p, double q) { return std::fmod(p, q); })}, 1e-5);
+}
+
 TEST_F(Elementwise, ComparisonsAndLogic) {
   for (const auto& sp : broadcast_shapes_list()) {
     Tensor a = rng.ints(sp.a, -3, 3, DType::kInt64), b = rng.ints(sp.b, -3, 3, DType::kInt64);

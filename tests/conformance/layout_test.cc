@@ -148,6 +148,25 @@ TEST_F(Layout, GatherAnyAxisNegativeIndices) {
   expect_matches({"Gather", {{x}, {row, true}}}, {y});
 }
 
+TEST_F(Layout, ScatterNdSlicesAndElements) {
+  Tensor data = rng.floats(Shape{4, 3, 2});
+  Tensor idx = Tensor::from_int64s({2, -1, 2}, Shape{3, 1});  // row 2 twice: the last update wins
+  Tensor upd = rng.floats(Shape{3, 3, 2});
+  Tensor ref = data.clone();
+  std::memcpy(ref.data<float>() + 3 * 6, upd.data<float>() + 6, 24);
+  std::memcpy(ref.data<float>() + 2 * 6, upd.data<float>() + 12, 24);
+  expect_matches({"ScatterND", {{data}, {idx, true}, {upd}}}, {ref});
+  Tensor idx2 = Tensor::from_int64s({0, 1, 1, 2, 3, 0}, Shape{2, 3});
+  Tensor upd2 = rng.floats(Shape{2});
+  Tensor data2 = rng.floats(Shape{2, 3, 4});
+  Tensor ref2 = data2.clone();
+  ref2.data<float>()[0 * 12 + 1 * 4 + 1] = upd2.data<float>()[0];
+  ref2.data<float>()[1 * 12 + 2 * 4 + 3] = upd2.data<float>()[1];
+  // idx2 rows are (0,1,1) and (2,3,0): the second is out of range for dim 0 of extent 2.
+  Tensor idx3 = Tensor::from_int64s({0, 1, 1, 1, 2, 3}, Shape{2, 3});
+  expect_matches({"ScatterND", {{data2}, {idx3}, {upd2}}}, {ref2});
+}
+
 TEST_F(Layout, ExpandAndTile) {
   Tensor x = rng.floats(Shape{3, 1});
   Tensor e(DType::kFloat32, Shape{2, 3, 4});

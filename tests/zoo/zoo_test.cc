@@ -3,6 +3,7 @@
 // with the arena poisoned before each run so that unwritten elements show.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -21,13 +22,28 @@ std::string zoo_dir() {
   return env ? env : "build/zoo";
 }
 
+// The "extra" set (scripts/make_zoo.py --set extra): every model found in
+// $TESSERA_ZOO_EXTRA. An empty or missing folder fails, so the set cannot
+// silently drop out of the suite.
+std::vector<std::string> extra_models() {
+  const char* env = std::getenv("TESSERA_ZOO_EXTRA");
+  std::string dir = env ? env : "build/zoo-extra";
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".onnx") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  if (names.empty()) names.push_back("MISSING_run_make_zoo_extra");
+  return names;
+}
+
 const std::vector<std::string> kModels = {"resnet18", "mobilenet_v2", "bert_tiny", "lstm_tc",
                                           "nasnet_like", "mlp", "add_chain", "add_chains8"};
 
 class Zoo : public ::testing::TestWithParam<std::string> {};
 
-void check_model(const std::string& name, Executor executor, int threads) {
-  std::string base = (fs::path(zoo_dir()) / name).string();
+void check_model(const std::string& dir, const std::string& name, Executor executor, int threads) {
+  std::string base = (fs::path(dir) / name).string();
   ASSERT_TRUE(fs::exists(base + ".onnx")) << base << ".onnx is missing: run `make zoo` first";
   auto inputs = npz_read(base + ".inputs.npz");
   ASSERT_TRUE(inputs.ok()) << inputs.status().to_string();
@@ -74,11 +90,21 @@ void check_model(const std::string& name, Executor executor, int threads) {
   }
 }
 
-TEST_P(Zoo, MatchesPyTorchSequential) { check_model(GetParam(), Executor::kSequential, 1); }
-TEST_P(Zoo, MatchesPyTorchTwoLayer2Threads) { check_model(GetParam(), Executor::kTwoLayer, 2); }
-TEST_P(Zoo, MatchesPyTorchTwoLayer3Threads) { check_model(GetParam(), Executor::kTwoLayer, 3); }
+TEST_P(Zoo, MatchesPyTorchSequential) { check_model(zoo_dir(), GetParam(), Executor::kSequential, 1); }
+TEST_P(Zoo, MatchesPyTorchTwoLayer2Threads) { check_model(zoo_dir(), GetParam(), Executor::kTwoLayer, 2); }
+TEST_P(Zoo, MatchesPyTorchTwoLayer3Threads) { check_model(zoo_dir(), GetParam(), Executor::kTwoLayer, 3); }
 
 INSTANTIATE_TEST_SUITE_P(Models, Zoo, ::testing::ValuesIn(kModels),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+class ZooExtra : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ZooExtra, MatchesPyTorchTwoLayer) {
+  const char* env = std::getenv("TESSERA_ZOO_EXTRA");
+  check_model(env ? env : "build/zoo-extra", GetParam(), Executor::kTwoLayer, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ZooExtra, ::testing::ValuesIn(extra_models()),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace

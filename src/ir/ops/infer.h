@@ -44,6 +44,7 @@ Status infer_pad(Node& n);
 Status infer_range(Node& n);
 Status infer_reshape(Node& n);
 Status infer_resize(Node& n);
+Status infer_scatter_nd(Node& n);
 Status infer_shape_op(Node& n);
 Status infer_slice(Node& n);
 Status infer_split(Node& n);

@@ -195,6 +195,26 @@ Status infer_resize(Node& n) {
   return Status();
 }
 
+Status infer_scatter_nd(Node& n) {
+  const Shape& data = n.inputs[0]->shape;
+  const Shape& idx = n.inputs[1]->shape;
+  const Shape& upd = n.inputs[2]->shape;
+  if (n.attr_string("reduction", "none") != "none")
+    return unimplemented(str_cat("ScatterND reduction '", n.attr_string("reduction", ""), "' is not supported"));
+  if (n.inputs[1]->dtype != DType::kInt64) return invalid_argument("indices must be int64");
+  if (idx.rank() < 1) return invalid_argument("indices must have rank >= 1");
+  int64_t k = idx.dims.back();
+  if (k < 1 || k > data.rank()) return invalid_argument(str_cat("indices' last dim ", k, " exceeds data rank ", data.rank()));
+  // updates = indices.shape[:-1] + data.shape[k:]
+  std::vector<int64_t> want(idx.dims.begin(), idx.dims.end() - 1);
+  want.insert(want.end(), data.dims.begin() + k, data.dims.end());
+  if (upd.dims != want)
+    return invalid_argument(str_cat("updates have shape ", upd.to_string(), ", expected ", Shape(want).to_string()));
+  if (n.inputs[2]->dtype != n.inputs[0]->dtype) return invalid_argument("updates and data types differ");
+  set_output(n, 0, n.inputs[0]->dtype, data);
+  return Status();
+}
+
 Status infer_shape_op(Node& n) {
   int rank = n.inputs[0]->shape.rank();
   int64_t start = n.attr_int("start", 0), end = n.attr_int("end", rank);

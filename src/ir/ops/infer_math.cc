@@ -48,8 +48,13 @@ Status infer_cast(Node& n) {
 
 Status infer_dropout(Node& n) {
   if (n.inputs.size() > 2 && n.inputs[2] != nullptr) {
+    // Training mode is the identity only when the ratio is 0.
     Value* t = n.inputs[2];
-    if (!t->is_constant() || t->constant->value_as_int64(0) != 0)
+    Value* ratio = n.input(1);
+    bool training = !t->is_constant() || t->constant->value_as_int64(0) != 0;
+    bool zero_ratio = ratio != nullptr && ratio->is_constant() && ratio->constant->numel() == 1 &&
+                      ratio->constant->value_as_double(0) == 0.0;
+    if (training && !zero_ratio)
       return unimplemented("Dropout in training mode is not supported (Tessera runs inference)");
   }
   set_output(n, 0, n.inputs[0]->dtype, n.inputs[0]->shape);

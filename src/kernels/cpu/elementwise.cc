@@ -121,7 +121,7 @@ Result<std::unique_ptr<ROp>> make_unary(const Node& n, const KernelParams& p) {
 
 // --------------------------------------------------------------- binary ---
 
-enum class Binary { kAdd, kSub, kMul, kDiv, kPow, kMin, kMax, kEqual, kLess, kGreater, kAnd };
+enum class Binary { kAdd, kSub, kMul, kDiv, kPow, kMin, kMax, kEqual, kLess, kGreater, kAnd, kMod, kFmod };
 
 template <Binary kOp, typename T>
 inline auto binary_apply(T a, T b) {
@@ -137,6 +137,19 @@ inline auto binary_apply(T a, T b) {
   else if constexpr (kOp == Binary::kLess) return static_cast<uint8_t>(a < b);
   else if constexpr (kOp == Binary::kGreater) return static_cast<uint8_t>(a > b);
   else if constexpr (kOp == Binary::kAnd) return static_cast<uint8_t>(a && b);
+  else if constexpr (kOp == Binary::kFmod) {  // C fmod: sign of the dividend
+    if constexpr (std::is_integral_v<T>) return static_cast<T>(b == 0 ? 0 : a % b);
+    else return static_cast<T>(std::fmod(a, b));
+  } else if constexpr (kOp == Binary::kMod) {  // Python %: sign of the divisor
+    if constexpr (std::is_integral_v<T>) {
+      if (b == 0) return T(0);
+      T r = static_cast<T>(a % b);
+      return static_cast<T>((r != 0 && ((r < 0) != (b < 0))) ? r + b : r);
+    } else {
+      T r = std::fmod(a, b);
+      return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+    }
+  }
   else return static_cast<T>(std::pow(a, b));
 }
 
@@ -233,6 +246,14 @@ Result<std::unique_ptr<ROp>> make_binary(const Node& n, const KernelParams& p) {
     }
   }
   return unimplemented(str_cat(n.label(), ": ", n.op_type, " on ", dtype_name(dt), " is not supported"));
+}
+
+// Mod: fmod=1 is C's fmod (required for floats by ONNX), fmod=0 Python's %.
+Result<std::unique_ptr<ROp>> make_mod(const Node& n, const KernelParams& p) {
+  if (n.attr_int("fmod", 0) != 0) return make_binary<Binary::kFmod>(n, p);
+  if (n.inputs[0]->dtype == DType::kFloat32)
+    return invalid_argument(str_cat(n.label(), ": Mod on floats requires fmod=1"));
+  return make_binary<Binary::kMod>(n, p);
 }
 
 // ---------------------------------------------------------------- Where ---
@@ -444,6 +465,7 @@ const RKernel kKernels[] = {
     {"Less", "less", "broadcasting", make_binary<Binary::kLess>},
     {"Greater", "greater", "broadcasting", make_binary<Binary::kGreater>},
     {"And", "and", "broadcasting", make_binary<Binary::kAnd>},
+    {"Mod", "mod", "broadcasting; fmod=0 (Python) or 1 (C)", make_mod},
     {"Where", "where", "broadcasting select", make_where},
     {"Cast", "cast", "", make_cast},
     {"Clip", "clip", "", make_clip},

@@ -234,6 +234,49 @@ Result<std::unique_ptr<ROp>> make_gather(const Node& n, const KernelParams& p) {
                                            inner, n.inputs[1]->dtype == DType::kInt64, p));
 }
 
+// ScatterND (reduction none): a copy of data with slices replaced. Later
+// updates to the same slice win, as in ONNX's reference; so the op is one
+// rTask. Indices out of range are skipped (they cannot fail mid-run).
+class ScatterNdOp : public ROp {
+ public:
+  ScatterNdOp(size_t data_bytes, std::vector<int64_t> dims, int64_t k, int64_t count, int64_t slice_bytes)
+      : data_bytes_(data_bytes), dims_(std::move(dims)), k_(k), count_(count), slice_(slice_bytes) {}
+  void run(int64_t, const TaskArgs& args) const override {
+    const char* data = static_cast<const char*>(args.in[0]);
+    const int64_t* idx = static_cast<const int64_t*>(args.in[1]);
+    const char* upd = static_cast<const char*>(args.in[2]);
+    char* y = static_cast<char*>(args.out[0]);
+    if (data_bytes_ > 0) std::memcpy(y, data, data_bytes_);
+    for (int64_t j = 0; j < count_; ++j) {
+      int64_t off = 0;
+      bool ok = true;
+      for (int64_t d = 0; d < k_; ++d) {
+        int64_t i = idx[j * k_ + d];
+        if (i < 0) i += dims_[d];
+        if (i < 0 || i >= dims_[d]) ok = false;
+        off = off * dims_[d] + i;
+      }
+      if (!ok) continue;
+      std::memcpy(y + off * slice_, upd + j * slice_, static_cast<size_t>(slice_));
+    }
+  }
+
+ private:
+  size_t data_bytes_;
+  std::vector<int64_t> dims_;
+  int64_t k_, count_, slice_;
+};
+
+Result<std::unique_ptr<ROp>> make_scatter_nd(const Node& n, const KernelParams&) {
+  const Shape& data = n.inputs[0]->shape;
+  const Shape& idx = n.inputs[1]->shape;
+  int64_t k = idx.dims.back();
+  int64_t es = static_cast<int64_t>(dtype_size(n.inputs[0]->dtype));
+  return std::unique_ptr<ROp>(new ScatterNdOp(static_cast<size_t>(data.numel() * es), data.dims, k,
+                                              dims_product(idx.dims, 0, idx.rank() - 1),
+                                              dims_product(data.dims, static_cast<int>(k), data.rank()) * es));
+}
+
 // Tile and Pad: each output element maps to one input element (or the pad
 // value) by per-dim index arithmetic. An rTask is a block of output rows
 // (last dim).
@@ -474,6 +517,7 @@ const RKernel kKernels[] = {
     {"Shape", "shape", "folded at bind time", make_shape},
     {"ConstantOfShape", "fill", "", make_constant_of_shape},
     {"Range", "range", "", make_range},
+    {"ScatterND", "scatter_nd", "one rTask; reduction none", make_scatter_nd},
 };
 
 }  // namespace
