@@ -78,6 +78,9 @@ Status onnx_checks_in_child(const onnx::ModelProto& model, bool external, const 
   }
   if (pid == 0) {  // child: check, report, _exit without running destructors
     close(fds[0]);
+    // A fault here must just end the child: drop inherited fault handlers
+    // (sanitizers, fuzzers, embedding programs) so none reports it.
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) signal(sig, SIG_DFL);
     std::string err;
     try {
       if (options.run_onnx_checker) {
