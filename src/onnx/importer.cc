@@ -89,10 +89,9 @@ Status onnx_checks_in_child(const onnx::ModelProto& model, bool external, const 
         if (external) onnx::checker::check_model(source_path);
         else onnx::checker::check_model(model);
       }
-      if (options.run_onnx_shape_inference) {
-        onnx::ModelProto copy = model;
-        onnx::shape_inference::InferShapes(copy);
-      }
+      // The child's memory is a copy-on-write snapshot: inferring in place
+      // changes nothing the parent sees, and avoids copying the weights.
+      if (options.run_onnx_shape_inference) onnx::shape_inference::InferShapes(const_cast<onnx::ModelProto&>(model));
     } catch (const std::exception& e) {
       err = e.what();
       if (err.empty()) err = "unknown error";
@@ -277,6 +276,11 @@ Result<Tensor> Importer::convert_tensor(const onnx::TensorProto& tp, const std::
                                                   shape.to_string(), " needs ", numel * static_cast<int64_t>(stored_size)));
     t = Tensor(dt, shape);
     const char* p = raw->data();
+    if (stored_size == dtype_size(dt) && tp.data_type() != kOnnxFloat16 && tp.data_type() != kOnnxBFloat16 &&
+        tp.data_type() != kOnnxBool) {  // same representation: one copy (little-endian hosts)
+      if (numel > 0) std::memcpy(t.raw(), p, static_cast<size_t>(numel) * stored_size);
+      return t;
+    }
     for (int64_t i = 0; i < numel; ++i) {
       const char* e = p + i * stored_size;
       switch (tp.data_type()) {
@@ -524,11 +528,14 @@ Result<std::unique_ptr<Graph>> import_onnx_file(const std::string& path, const I
   std::error_code ec;
   if (!fs::exists(path, ec)) return not_found(str_cat("model file '", path, "' does not exist"));
   if (fs::is_directory(path, ec)) return invalid_argument(str_cat("model path '", path, "' is a directory"));
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return not_found(str_cat("cannot open model file '", path, "': ", std::strerror(errno)));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string bytes = ss.str();
+  std::streamoff size = in.tellg();
+  if (size < 0) return data_loss(str_cat("cannot read model file '", path, "'"));
+  std::string bytes(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  in.read(bytes.data(), size);
+  if (!in) return data_loss(str_cat("short read from model file '", path, "'"));
   return import_file_bytes(bytes, path, options);
 }
 

@@ -73,6 +73,8 @@ Result<std::vector<Tensor>> run_case(const OpCase& c, Executor executor, int64_t
 }
 
 void expect_matches(const OpCase& c, const std::vector<Tensor>& reference, double tol) {
+  SCOPED_TRACE(str_cat("inputs from random seed ", ::testing::UnitTest::GetInstance()->random_seed(),
+                       " (rerun with --gtest_random_seed=<seed>)"));
   for (Executor ex : {Executor::kSequential, Executor::kTwoLayer}) {
     for (int64_t tasks : {int64_t{1}, int64_t{3}, int64_t{0}}) {
       SCOPED_TRACE(str_cat(c.op, " executor=", executor_name(ex), " tasks=", tasks));
