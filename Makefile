@@ -40,6 +40,8 @@ build: configure
 zoo: deps
 	$(PYTHON) scripts/make_zoo.py --out $(BUILD)/zoo
 	$(PYTHON) scripts/make_zoo.py --set extra --out $(BUILD)/zoo-extra
+	$(PYTHON) scripts/make_zoo.py --out $(BUILD)/zoo-extra --opset 11 --suffix _opset11 \
+	  --only bert_tiny,nasnet_like,mlp,transformer_encoder,gru_bidirectional,unet_tiny,char_lm
 
 demo: build
 	@$(PYTHON) scripts/make_zoo.py --out $(BUILD)/zoo --only resnet18

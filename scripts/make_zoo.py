@@ -10,7 +10,8 @@ torch.onnx.export at opset 17. For MODEL, writes into the output folder:
   MODEL.outputs.npz    PyTorch's outputs for them, by output name
 
 Usage: /usr/bin/python3 scripts/make_zoo.py [--out build/zoo] [--only NAME,...]
-                                            [--set zoo|extra] [--list] [--force]
+                                            [--set zoo|extra] [--opset N] [--suffix S]
+                                            [--list] [--force]
 Models already present are skipped unless --force.
 """
 import argparse
@@ -363,7 +364,7 @@ MODELS = {
 }
 
 
-def export(name, out_dir, seed=0):
+def export(name, out_dir, seed=0, opset=OPSET, suffix=""):
     torch.manual_seed(seed)
     model, inputs, dynamic = {**MODELS, **EXTRA}[name]()
     gen = torch.Generator().manual_seed(seed + 1)
@@ -376,13 +377,14 @@ def export(name, out_dir, seed=0):
     if not isinstance(outs, (tuple, list)):
         outs = (outs,)
     out_names = ["output"] if len(outs) == 1 else [f"output{i}" for i in range(len(outs))]
-    path = os.path.join(out_dir, name + ".onnx")
+    stem = name + suffix
+    path = os.path.join(out_dir, stem + ".onnx")
     # Constant folding off: the exported graph keeps the Shape/Gather/Concat
     # chains and weight transposes that Tessera's own passes must handle.
-    torch.onnx.export(model, args, path, opset_version=OPSET, input_names=names, output_names=out_names,
+    torch.onnx.export(model, args, path, opset_version=opset, input_names=names, output_names=out_names,
                       dynamic_axes=dynamic, do_constant_folding=False)
-    np.savez(os.path.join(out_dir, name + ".inputs.npz"), **{k: v.numpy() for k, v in inputs.items()})
-    np.savez(os.path.join(out_dir, name + ".outputs.npz"), **{k: v.numpy() for k, v in zip(out_names, outs)})
+    np.savez(os.path.join(out_dir, stem + ".inputs.npz"), **{k: v.numpy() for k, v in inputs.items()})
+    np.savez(os.path.join(out_dir, stem + ".outputs.npz"), **{k: v.numpy() for k, v in zip(out_names, outs)})
 
 
 def main():
@@ -391,6 +393,8 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated model names")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
     ap.add_argument("--force", action="store_true", help="re-export models already present")
+    ap.add_argument("--opset", type=int, default=OPSET, help=f"ONNX opset to export at (default {OPSET})")
+    ap.add_argument("--suffix", default="", help="appended to file names, e.g. _opset11")
     ap.add_argument("--set", choices=["zoo", "extra"], default="zoo",
                     help="zoo: the models the tests require; extra: more models of the same kinds")
     a = ap.parse_args()
@@ -407,12 +411,12 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     torch.set_num_threads(2)
     for n in names:
-        done = all(os.path.exists(os.path.join(a.out, n + s)) for s in (".onnx", ".inputs.npz", ".outputs.npz"))
+        done = all(os.path.exists(os.path.join(a.out, n + a.suffix + s)) for s in (".onnx", ".inputs.npz", ".outputs.npz"))
         if done and not a.force:
             continue
         t0 = time.time()
-        export(n, a.out)
-        print(f"make_zoo: {n} ({time.time() - t0:.1f} s)", file=sys.stderr)
+        export(n, a.out, opset=a.opset, suffix=a.suffix)
+        print(f"make_zoo: {n}{a.suffix} ({time.time() - t0:.1f} s)", file=sys.stderr)
     return 0
 
 

@@ -44,8 +44,7 @@ Result<Args> parse(const Command& cmd, int argc, char** argv) {
     for (const auto& o : cmd.options)
       if (o.name == name) spec = &o;
     if (spec == nullptr)
-      return invalid_argument(str_cat("unknown option '", name, "' for 'tessera ", cmd.name, "' (see tessera ",
-                                      cmd.name, " --help)"));
+      return invalid_argument(str_cat("unknown option '", name, "'"));
     if (spec->value_name.empty()) {
       if (inline_value) return invalid_argument(str_cat(name, " takes no value"));
       a.values[name].push_back("");
@@ -86,7 +85,7 @@ int fail(const Status& st) {
 }
 
 int usage_error(const Command& cmd, const std::string& message) {
-  std::fprintf(stderr, "tessera %s: error: %s\n(see tessera %s --help)\n", cmd.name.c_str(), message.c_str(),
+  std::fprintf(stderr, "tessera %s: error: %s (see tessera %s --help)\n", cmd.name.c_str(), message.c_str(),
                cmd.name.c_str());
   return 2;
 }

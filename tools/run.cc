@@ -212,11 +212,6 @@ int run_main(int argc, char** argv) {
   auto session_or = Session::create(std::move(*program), so);
   if (!session_or.ok()) return cli::fail(session_or.status());
   Session& session = **session_or;
-  log_info(model, ": ", stats.nodes_imported, " nodes imported, ", session.program().steps.size(), " ops after ",
-           stats.folded, " folded, ", stats.identities_removed + stats.dead_removed, " removed; ", stats.rtasks,
-           " rTasks; arena ", human_count(static_cast<double>(session.program().memory.arena_bytes)),
-           "B; imported and compiled in ",
-           str_cat(std::round(stats.compile_ms * 10) / 10), " ms");
 
   for (auto& [name, t] : given) {
     const Value* v = nullptr;
@@ -248,6 +243,13 @@ int run_main(int argc, char** argv) {
     if (!st.ok()) return cli::fail(st);
   }
 
+  // Only now that the model and its inputs are accepted: a failing run
+  // prints nothing but its error line.
+  log_info(model, ": ", stats.nodes_imported, " nodes imported, ", session.program().steps.size(), " ops after ",
+           stats.folded, " folded, ", stats.identities_removed + stats.dead_removed, " removed; ", stats.rtasks,
+           " rTasks; arena ", human_count(static_cast<double>(session.program().memory.arena_bytes)),
+           "B; imported and compiled in ",
+           str_cat(std::round(stats.compile_ms * 10) / 10), " ms");
   // Runs.
   for (int64_t i = 0; i < *warmup; ++i) {
     Status st = session.run();

@@ -22,13 +22,13 @@ check() {  # check NAME COMMAND...: passes when COMMAND succeeds
   fi
 }
 # expect_fail NAME EXPECTED_RC NEEDLE COMMAND...: COMMAND exits with rc and
-# prints exactly one line on stderr containing NEEDLE
+# prints exactly one line on stderr, containing NEEDLE
 expect_fail() {
   local name=$1 rc=$2 needle=$3
   shift 3
   "$@" >"$TMP/out" 2>"$TMP/err"
   local got=$?
-  if [[ $got -eq $rc ]] && grep -qF -- "$needle" "$TMP/err"; then
+  if [[ $got -eq $rc ]] && grep -qF -- "$needle" "$TMP/err" && [[ $(wc -l <"$TMP/err") -eq 1 ]]; then
     pass=$((pass + 1))
   else
     fail=$((fail + 1))
