@@ -66,10 +66,12 @@ fuzz-smoke: fuzz-build
 fuzz: fuzz-build
 	bash tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
-asan: deps
-	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_SANITIZE="address;undefined"
+asan: zoo
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_SANITIZE="address;undefined" \
+	  -DTESSERA_WERROR=$(WERROR)
 	cmake --build build-asan -j $(JOBS)
-	$(PYTHON) scripts/make_zoo.py --out build-asan/zoo
+	ln -sfn ../$(BUILD)/zoo build-asan/zoo
+	ln -sfn ../$(BUILD)/zoo-extra build-asan/zoo-extra
 	cd build-asan && ctest --output-on-failure -j 1
 
 bench-gemm:

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "base/strings.h"
+#include "compiler/program.h"
 
 namespace tessera::cli {
 
@@ -77,6 +78,19 @@ std::string help_text(const Command& cmd) {
   }
   if (!cmd.epilog.empty()) os << "\n" << cmd.epilog;
   return os.str();
+}
+
+Status parse_shape_flags(const Args& args, std::map<std::string, Shape>* out) {
+  if (!args.has("--shape")) return Status();
+  for (const std::string& spec : args.values.at("--shape")) {
+    size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return invalid_argument(str_cat("--shape expects NAME=DIMS, got '", spec, "'"));
+    auto dims = parse_dims(spec.substr(eq + 1));
+    if (!dims.ok()) return invalid_argument(str_cat("--shape ", spec, ": ", dims.status().message()));
+    (*out)[spec.substr(0, eq)] = *dims;
+  }
+  return Status();
 }
 
 int fail(const Status& st) {

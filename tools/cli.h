@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/shape.h"
 #include "tessera/status.h"
 
 namespace tessera::cli {
@@ -40,6 +41,9 @@ struct Args {
 // "--opt=value".
 Result<Args> parse(const Command& cmd, int argc, char** argv);
 std::string help_text(const Command& cmd);
+
+// Collects every --shape NAME=DIMS into `out`; errors name the bad flag.
+Status parse_shape_flags(const Args& args, std::map<std::string, Shape>* out);
 
 // Prints "tessera: error: <message>" to stderr and returns 1 (2 for usage).
 int fail(const Status& st);

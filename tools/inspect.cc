@@ -36,6 +36,8 @@ int inspect_main(int argc, char** argv) {
   }
   if (a.positional.size() != 1) return cli::usage_error(kInspect, "expected exactly one MODEL.onnx");
   const std::string path = a.positional[0];
+  BindOptions bo;
+  if (Status st = cli::parse_shape_flags(a, &bo.input_shapes); !st.ok()) return cli::usage_error(kInspect, st.message());
   auto g = import_onnx_file(path);
   if (!g.ok()) return cli::fail(g.status());
   Graph& graph = **g;
@@ -48,14 +50,6 @@ int inspect_main(int argc, char** argv) {
   for (const Value* v : graph.inputs())
     std::printf("  %-24s %s %s\n", v->name.c_str(), std::string(dtype_name(v->dtype)).c_str(), v->shape.to_string().c_str());
 
-  BindOptions bo;
-  for (const std::string& spec : a.has("--shape") ? a.values.at("--shape") : std::vector<std::string>{}) {
-    size_t eq = spec.find('=');
-    if (eq == std::string::npos) return cli::usage_error(kInspect, str_cat("--shape expects NAME=DIMS, got '", spec, "'"));
-    auto dims = parse_dims(spec.substr(eq + 1));
-    if (!dims.ok()) return cli::usage_error(kInspect, dims.status().message());
-    bo.input_shapes[spec.substr(0, eq)] = *dims;
-  }
   Status supported = check_supported(graph);
   Status bound = supported.ok() ? bind_shapes(graph, bo, cpu_evaluate) : supported;
   std::printf("outputs\n");

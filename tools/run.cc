@@ -160,13 +160,7 @@ int run_main(int argc, char** argv) {
     return cli::usage_error(kRun, str_cat("--executor must be sequential or two-layer, got '", a.get("--executor"), "'"));
 
   CompileOptions co;
-  for (const std::string& spec : a.has("--shape") ? a.values.at("--shape") : std::vector<std::string>{}) {
-    size_t eq = spec.find('=');
-    if (eq == std::string::npos || eq == 0) return cli::usage_error(kRun, str_cat("--shape expects NAME=DIMS, got '", spec, "'"));
-    auto dims = parse_dims(spec.substr(eq + 1));
-    if (!dims.ok()) return cli::usage_error(kRun, str_cat("--shape ", spec, ": ", dims.status().message()));
-    co.input_shapes[spec.substr(0, eq)] = *dims;
-  }
+  if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kRun, st.message());
 
   // Inputs.
   std::map<std::string, Tensor> given;

@@ -120,11 +120,14 @@ Result<std::unique_ptr<ROp>> make_expand(const Node& n, const KernelParams& p) {
   return strided_copy(n, out.dims, st, 0, p);
 }
 
-// Concat: output viewed as [outer, sum of axis*inner]; an rTask is a block
-// of outer rows, copying each input's slab of the row.
-class ConcatOp : public ROp {
+// Concat and Split are one copy in opposite directions. The joined tensor
+// is viewed as [outer, sum of slabs]: each outer row holds one slab (axis
+// extent x inner bytes) per part. An rTask is a block of outer rows.
+class SlabCopyOp : public ROp {
  public:
-  ConcatOp(int64_t outer, std::vector<int64_t> slab, const KernelParams& p) : outer_(outer), slab_(std::move(slab)) {
+  enum class Dir { kConcat, kSplit };
+  SlabCopyOp(Dir dir, int64_t outer, std::vector<int64_t> slab, const KernelParams& p)
+      : dir_(dir), outer_(outer), slab_(std::move(slab)) {
     row_ = 0;
     for (int64_t s : slab_) row_ += s;
     tasks_ = choose_tasks(outer, std::max<int64_t>(1, kGrain * 4 / std::max<int64_t>(row_, 1)), p);
@@ -132,19 +135,25 @@ class ConcatOp : public ROp {
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t b, e;
     task_range(outer_, tasks_, task, &b, &e);
-    char* y = static_cast<char*>(args.out[0]);
     for (int64_t r = b; r < e; ++r) {
       int64_t off = r * row_;
       for (size_t i = 0; i < slab_.size(); ++i) {
-        if (slab_[i] > 0) std::memcpy(y + off, static_cast<const char*>(args.in[i]) + r * slab_[i], slab_[i]);
-        off += slab_[i];
+        const int64_t n = slab_[i];
+        if (n > 0) {
+          if (dir_ == Dir::kConcat)
+            std::memcpy(static_cast<char*>(args.out[0]) + off, static_cast<const char*>(args.in[i]) + r * n, n);
+          else
+            std::memcpy(static_cast<char*>(args.out[i]) + r * n, static_cast<const char*>(args.in[0]) + off, n);
+        }
+        off += n;
       }
     }
   }
 
  private:
+  Dir dir_;
   int64_t outer_, row_;
-  std::vector<int64_t> slab_;  // bytes per outer row, per input
+  std::vector<int64_t> slab_;  // bytes per outer row, per part
 };
 
 Result<std::unique_ptr<ROp>> make_concat(const Node& n, const KernelParams& p) {
@@ -154,33 +163,8 @@ Result<std::unique_ptr<ROp>> make_concat(const Node& n, const KernelParams& p) {
   int64_t inner = dims_product(out.dims, axis + 1, out.rank()) * static_cast<int64_t>(dtype_size(n.outputs[0]->dtype));
   std::vector<int64_t> slab;
   for (Value* v : n.inputs) slab.push_back(v->shape.dims[axis] * inner);
-  return std::unique_ptr<ROp>(new ConcatOp(dims_product(out.dims, 0, axis), slab, p));
+  return std::unique_ptr<ROp>(new SlabCopyOp(SlabCopyOp::Dir::kConcat, dims_product(out.dims, 0, axis), slab, p));
 }
-
-class SplitOp : public ROp {
- public:
-  SplitOp(int64_t outer, std::vector<int64_t> slab, const KernelParams& p) : outer_(outer), slab_(std::move(slab)) {
-    row_ = 0;
-    for (int64_t s : slab_) row_ += s;
-    tasks_ = choose_tasks(outer, std::max<int64_t>(1, kGrain * 4 / std::max<int64_t>(row_, 1)), p);
-  }
-  void run(int64_t task, const TaskArgs& args) const override {
-    int64_t b, e;
-    task_range(outer_, tasks_, task, &b, &e);
-    const char* x = static_cast<const char*>(args.in[0]);
-    for (int64_t r = b; r < e; ++r) {
-      int64_t off = r * row_;
-      for (size_t i = 0; i < slab_.size(); ++i) {
-        if (slab_[i] > 0) std::memcpy(static_cast<char*>(args.out[i]) + r * slab_[i], x + off, slab_[i]);
-        off += slab_[i];
-      }
-    }
-  }
-
- private:
-  int64_t outer_, row_;
-  std::vector<int64_t> slab_;
-};
 
 Result<std::unique_ptr<ROp>> make_split(const Node& n, const KernelParams& p) {
   const Shape& x = n.inputs[0]->shape;
@@ -189,7 +173,7 @@ Result<std::unique_ptr<ROp>> make_split(const Node& n, const KernelParams& p) {
   int64_t inner = dims_product(x.dims, axis + 1, x.rank()) * static_cast<int64_t>(dtype_size(n.inputs[0]->dtype));
   std::vector<int64_t> slab;
   for (int64_t s : sizes) slab.push_back(s * inner);
-  return std::unique_ptr<ROp>(new SplitOp(dims_product(x.dims, 0, axis), slab, p));
+  return std::unique_ptr<ROp>(new SlabCopyOp(SlabCopyOp::Dir::kSplit, dims_product(x.dims, 0, axis), slab, p));
 }
 
 // Gather: data viewed as [outer, axis, inner], output as [outer, I, inner].
