@@ -10,7 +10,7 @@ set -euo pipefail
 
 packages=(
   # build and test
-  cmake ninja-build g++ clang libclang-rt-14-dev
+  cmake ninja-build g++ clang libclang-rt-14-dev libomp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # model format
   libonnx-dev libprotobuf-dev protobuf-compiler
