@@ -123,6 +123,7 @@ TEST_F(Layout, GatherAnyAxisNegativeIndices) {
   Tensor idx = Tensor::from_int64s({0, -1, 2, 2, 1, -4}, Shape{2, 3});
   for (int axis : {0, 1, -1}) {
     int ax = axis < 0 ? axis + 3 : axis;
+    if (ax == 2) continue;  // -4 is out of range for an axis of 3 (constant indices are checked at bind time)
     std::vector<int64_t> od;
     for (int d = 0; d < ax; ++d) od.push_back(x.shape()[d]);
     od.push_back(2);
@@ -138,7 +139,6 @@ TEST_F(Layout, GatherAnyAxisNegativeIndices) {
       for (int d = ax + 1; d < 3; ++d) xi.push_back(oi[d + 1]);
       y.data<float>()[i] = x.data<float>()[(xi[0] * 5 + xi[1]) * 3 + xi[2]];
     }
-    if (ax == 2) continue;  // -4 is out of range for an axis of 3; covered below
     expect_matches({"Gather", {{x}, {idx}}, {{"axis", attr_i(axis)}}}, {y});
   }
   // Scalar index drops the axis (embedding row).
