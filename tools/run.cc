@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -29,8 +30,9 @@ const cli::Command kRun = {
         {"--output-dir", "DIR", "write each output to DIR/<name>.npy"},
         {"--iters", "N", "timed runs (default 10)"},
         {"--warmup", "N", "untimed runs first (default 2)"},
-        {"--threads", "N", "worker threads, including the caller (default: all cores)"},
-        {"--executor", "NAME", "sequential | two-layer (default two-layer)"},
+        {"--threads", "N", "vEUs / worker threads, including the caller (default: all cores)"},
+        {"--executor", "NAME", "plan | two-layer | sequential (default plan)"},
+        {"--policy", "NAME", "plan executor's scheduling policy: auto | wavefront | critical-path (default auto)"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--json", "", "print one JSON object on stdout at the end"},
         {"--quiet", "", "no human-readable text on stderr"},
@@ -40,7 +42,8 @@ const cli::Command kRun = {
     "examples:\n"
     "  tessera run build/zoo/resnet18.onnx --iters 20\n"
     "  tessera run model.onnx --input x=x.npy --output-dir out/ --json\n"
-    "  tessera run bert.onnx --shape input_ids=1x64 --executor sequential\n"};
+    "  tessera run bert.onnx --shape input_ids=1x64 --executor sequential\n"
+    "  tessera run model.onnx --threads 4 --policy critical-path\n"};
 
 Tensor random_tensor(DType dt, const Shape& shape, uint64_t seed) {
   Tensor t(dt, shape);
@@ -155,11 +158,25 @@ int run_main(int argc, char** argv) {
   for (auto* r : {&iters, &warmup, &threads, &seed})
     if (!r->ok()) return cli::usage_error(kRun, r->status().message());
   SessionOptions so;
+  so.executor = Executor::kPlan;
   so.threads = static_cast<int>(*threads);
   if (a.has("--executor") && !executor_parse(a.get("--executor"), &so.executor))
-    return cli::usage_error(kRun, str_cat("--executor must be sequential or two-layer, got '", a.get("--executor"), "'"));
+    return cli::usage_error(kRun, str_cat("--executor must be plan, two-layer or sequential, got '",
+                                          a.get("--executor"), "'"));
+  Policy policy = Policy::kAuto;
+  if (a.has("--policy") && (!policy_parse(a.get("--policy"), &policy) || policy == Policy::kRandom))
+    return cli::usage_error(kRun, str_cat("--policy must be auto, wavefront or critical-path, got '",
+                                          a.get("--policy"), "'"));
+  if (a.has("--policy") && so.executor != Executor::kPlan)
+    return cli::usage_error(kRun, "--policy applies to the plan executor only");
 
   CompileOptions co;
+  if (so.executor == Executor::kPlan) {
+    co.build_plan = true;
+    co.schedule.policy = policy;
+    int hw = static_cast<int>(std::thread::hardware_concurrency());
+    co.schedule.veus = so.threads > 0 ? so.threads : std::max(hw, 1);
+  }
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kRun, st.message());
 
   // Inputs.
@@ -267,7 +284,11 @@ int run_main(int argc, char** argv) {
     if (ec) return cli::fail(invalid_argument(str_cat("cannot create --output-dir '", out_dir, "': ", ec.message())));
   }
   std::string outputs_json;
-  log_info("executor ", executor_name(session.executor()), ", ", session.threads(), " thread(s); latency over ", *iters,
+  std::string how = session.program().plan
+                        ? str_cat("plan (", policy_name(session.program().plan->policy), ", predicted ",
+                                  std::round(session.program().plan->predicted_us) / 1000, " ms)")
+                        : std::string(executor_name(session.executor()));
+  log_info("executor ", how, ", ", session.threads(), " thread(s); latency over ", *iters,
            " runs: median ", str_cat(std::round(lmed * 1000) / 1000), " ms (min ", str_cat(std::round(lmin * 1000) / 1000),
            ", p90 ", str_cat(std::round(lp90 * 1000) / 1000), ", max ", str_cat(std::round(lmax * 1000) / 1000), ")");
   for (size_t i = 0; i < session.outputs().size(); ++i) {

@@ -107,11 +107,59 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
     order.push_back(n.get());
     p->steps.push_back(std::move(s));
   }
-  p->memory = plan_memory(*g, order);
   p->graph = std::move(g);
+  if (options.build_plan) {
+    p->task_cost_us = analytic_task_costs(*p);
+    TESSERA_ASSIGN_OR_RETURN(Plan plan, schedule(*p, p->task_cost_us, options.schedule));
+    TESSERA_RETURN_IF_ERROR(plan_validate(*p, plan).with_context("internal: scheduler produced an invalid plan"));
+    p->memory = plan_memory_parallel(*p, plan);
+    p->plan = std::move(plan);
+  } else {
+    p->memory = plan_memory(*p->graph, order);
+  }
   assign_slots(*p);
   p->stats.compile_ms = static_cast<double>(now_ns() - t0) / 1e6;
   return p;
+}
+
+MemoryPlan plan_memory_parallel(const Program& p, const Plan& plan) {
+  struct Use {
+    int producer = -1;  // step; -1 for graph inputs
+    std::vector<int> consumers;
+    bool pinned = false;  // graph input or output: lives through the run
+  };
+  std::vector<const Value*> values;
+  std::unordered_map<const Value*, size_t> index;
+  std::vector<Use> uses;
+  auto get = [&](const Value* v) -> Use* {
+    if (v == nullptr || v->is_constant()) return nullptr;
+    auto [it, inserted] = index.try_emplace(v, values.size());
+    if (inserted) {
+      values.push_back(v);
+      uses.emplace_back();
+    }
+    return &uses[it->second];
+  };
+  for (const Value* v : p.graph->inputs()) get(v)->pinned = true;
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    for (const Value* v : p.steps[s].node->inputs)
+      if (Use* u = get(v)) u->consumers.push_back(static_cast<int>(s));
+    for (const Value* v : p.steps[s].node->outputs)
+      if (Use* u = get(v)) u->producer = static_cast<int>(s);
+  }
+  for (const Value* v : p.graph->outputs())
+    if (Use* u = get(v)) u->pinned = true;
+  // a entirely before b: every step touching a happens before b's producer
+  // (and so before every step touching b). An op never happens before
+  // itself, so an op's input and output never share bytes.
+  auto before = [&](const Use& a, const Use& b) {
+    if (a.pinned || b.pinned || a.producer < 0 || b.producer < 0) return false;
+    if (!plan.happens_before(a.producer, b.producer)) return false;
+    for (int c : a.consumers)
+      if (!plan.happens_before(c, b.producer)) return false;
+    return true;
+  };
+  return place_values(values, [&](size_t i, size_t j) { return !before(uses[i], uses[j]) && !before(uses[j], uses[i]); });
 }
 
 Result<std::unique_ptr<Program>> compile_onnx(const std::string& path, const CompileOptions& options) {

@@ -10,10 +10,12 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ir/graph.h"
+#include "compiler/plan.h"
 #include "kernels/cpu/kernel.h"
 #include "passes/passes.h"
 #include "tessera/status.h"
@@ -24,6 +26,10 @@ struct CompileOptions {
   std::map<std::string, Shape> input_shapes;  // --shape overrides
   int64_t tasks_per_op = 0;                   // 0: each kernel's own grain
   bool fold_constants = true;
+  // Build a Plan for the plan executor (and a memory plan that follows its
+  // parallel order) instead of the sequential-order memory plan.
+  bool build_plan = false;
+  ScheduleOptions schedule;
 };
 
 // Where a value lives at run time.
@@ -60,6 +66,8 @@ class Program {
   MemoryPlan memory;
   size_t max_scratch_bytes = 0;  // per task
   std::vector<int> input_slots, output_slots;
+  std::optional<Plan> plan;           // when compiled for the plan executor
+  std::vector<double> task_cost_us;   // per step: cost of one rTask
   CompileStats stats;
   std::string source;  // model path
 
@@ -77,5 +85,10 @@ Result<std::unique_ptr<Program>> compile_onnx(const std::string& path, const Com
 
 // Parses "1x3x224x224" (also "1,3,224,224"; "" or "scalar" for rank 0).
 Result<Shape> parse_dims(const std::string& text);
+
+// Memory plan for a parallel Plan: two values share bytes only if every
+// access to one happens before every access to the other under every
+// interleaving the Plan's waits allow.
+MemoryPlan plan_memory_parallel(const Program& p, const Plan& plan);
 
 }  // namespace tessera

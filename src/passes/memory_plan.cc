@@ -1,32 +1,57 @@
 #include <algorithm>
+#include <functional>
 #include <limits>
 
 #include "passes/passes.h"
 
 namespace tessera {
 
-namespace {
-struct Interval {
-  const Value* v;
-  size_t bytes;
-  int first, last;  // steps, inclusive
-  size_t offset = 0;
-};
-}  // namespace
+size_t value_bytes(const Value* v) {
+  return (static_cast<size_t>(v->shape.numel()) * dtype_size(v->dtype) + 63) / 64 * 64;
+}
 
-// Greedy by size (largest first), each buffer at the lowest offset that no
-// placed buffer with an overlapping lifetime occupies. Simple and close to
-// optimal for inference graphs; the parallel-schedule-aware version builds
-// on the same intervals.
+MemoryPlan place_values(const std::vector<const Value*>& values, const std::function<bool(size_t, size_t)>& conflict) {
+  std::vector<size_t> order(values.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return value_bytes(values[a]) > value_bytes(values[b]); });
+  MemoryPlan plan;
+  std::vector<size_t> offset(values.size(), 0);
+  std::vector<size_t> placed;
+  placed.reserve(values.size());
+  std::vector<std::pair<size_t, size_t>> busy;
+  for (size_t i : order) {
+    size_t bytes = value_bytes(values[i]);
+    plan.naive_bytes += bytes;
+    busy.clear();
+    for (size_t j : placed)
+      if (conflict(i, j)) busy.push_back({offset[j], offset[j] + value_bytes(values[j])});
+    std::sort(busy.begin(), busy.end());
+    size_t at = 0;
+    for (auto& [b, e] : busy) {
+      if (at + bytes <= b) break;
+      at = std::max(at, e);
+    }
+    offset[i] = at;
+    placed.push_back(i);
+    plan.arena_bytes = std::max(plan.arena_bytes, at + bytes);
+    plan.offset[values[i]] = at;
+  }
+  return plan;
+}
+
+// Sequential order: a value lives from the step that writes it to the last
+// step that reads it; two values conflict when those intervals overlap.
 MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& order) {
   const int end = static_cast<int>(order.size());
-  std::unordered_map<const Value*, Interval> live;
+  std::unordered_map<const Value*, std::pair<int, int>> live;
+  std::vector<const Value*> values;
   auto touch = [&](const Value* v, int step) {
     if (v == nullptr || v->is_constant()) return;
-    auto [it, inserted] = live.try_emplace(v, Interval{v, 0, step, step});
-    if (inserted) it->second.bytes = (static_cast<size_t>(v->shape.numel()) * dtype_size(v->dtype) + 63) / 64 * 64;
+    auto [it, inserted] = live.try_emplace(v, step, step);
+    if (inserted) values.push_back(v);
     it->second.first = std::min(it->second.first, step);
-    it->second.last = std::max(it->second.last, step);
+    it->second.second = std::max(it->second.second, step);
   };
   // Graph inputs are bound once and read by every run, so they live from
   // before the first step to after the last: nothing may reuse their bytes.
@@ -39,32 +64,12 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& order) {
     for (const Value* v : order[s]->outputs) touch(v, s);
   }
   for (const Value* v : g.outputs()) touch(v, end);
-  std::vector<Interval> items;
-  items.reserve(live.size());
-  for (auto& [v, iv] : live) items.push_back(iv);
-  std::sort(items.begin(), items.end(), [](const Interval& a, const Interval& b) {
-    return a.bytes != b.bytes ? a.bytes > b.bytes : a.first < b.first;
+  std::vector<std::pair<int, int>> iv;
+  iv.reserve(values.size());
+  for (const Value* v : values) iv.push_back(live[v]);
+  return place_values(values, [&](size_t a, size_t b) {
+    return iv[a].first <= iv[b].second && iv[b].first <= iv[a].second;
   });
-  MemoryPlan plan;
-  std::vector<const Interval*> placed;
-  for (auto& it : items) {
-    plan.naive_bytes += it.bytes;
-    // Collect occupied ranges that overlap in time, then take the first gap.
-    std::vector<std::pair<size_t, size_t>> busy;
-    for (const Interval* p : placed)
-      if (p->first <= it.last && it.first <= p->last) busy.push_back({p->offset, p->offset + p->bytes});
-    std::sort(busy.begin(), busy.end());
-    size_t offset = 0;
-    for (auto& [b, e] : busy) {
-      if (offset + it.bytes <= b) break;
-      offset = std::max(offset, e);
-    }
-    it.offset = offset;
-    placed.push_back(&it);
-    plan.arena_bytes = std::max(plan.arena_bytes, offset + it.bytes);
-    plan.offset[it.v] = offset;
-  }
-  return plan;
 }
 
 }  // namespace tessera

@@ -56,4 +56,11 @@ struct MemoryPlan {
 };
 MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& order);
 
+// The placement under both plans: `values` get offsets, largest first, each
+// at the lowest offset not used by an already placed value it conflicts with
+// (conflict(i, j): values i and j may be live at the same time).
+MemoryPlan place_values(const std::vector<const Value*>& values,
+                        const std::function<bool(size_t, size_t)>& conflict);
+size_t value_bytes(const Value* v);  // rounded up to 64
+
 }  // namespace tessera

@@ -13,6 +13,7 @@ std::string_view executor_name(Executor e) {
   switch (e) {
     case Executor::kSequential: return "sequential";
     case Executor::kTwoLayer: return "two-layer";
+    case Executor::kPlan: return "plan";
   }
   return "?";
 }
@@ -20,6 +21,7 @@ std::string_view executor_name(Executor e) {
 bool executor_parse(std::string_view name, Executor* out) {
   if (name == "sequential") *out = Executor::kSequential;
   else if (name == "two-layer") *out = Executor::kTwoLayer;
+  else if (name == "plan") *out = Executor::kPlan;
   else return false;
   return true;
 }
@@ -29,6 +31,10 @@ Result<std::unique_ptr<Session>> Session::create(std::unique_ptr<Program> progra
   if (hw <= 0) hw = 1;
   int threads = options.threads > 0 ? options.threads : hw;
   if (options.executor == Executor::kSequential) threads = 1;
+  if (options.executor == Executor::kPlan) {
+    if (!program->plan) return failed_precondition("the plan executor needs a Program compiled with a Plan");
+    threads = program->plan->veus;
+  }
   if (threads > 1024) return invalid_argument(str_cat("--threads ", threads, " is too many"));
   if (threads > hw) log_warning("running ", threads, " threads on ", hw, " cores; expect slowdowns");
   std::unique_ptr<Session> s(new Session(std::move(program), options, threads));
@@ -44,6 +50,11 @@ Session::Session(std::unique_ptr<Program> program, const SessionOptions& options
   cpu_kernels_thread_init();
   if (options_.executor == Executor::kTwoLayer && threads_ > 1)
     pool_ = std::make_unique<ThreadPool>(threads_, [](int) { cpu_kernels_thread_init(); });
+  if (options_.executor == Executor::kPlan) {
+    for (size_t i = 0; i < program_->steps.size(); ++i)
+      step_args_.push_back({program_->steps[i].op.get(), in_ptrs_[i].data(), out_ptrs_[i].data()});
+    vdevice_ = std::make_unique<CpuVDevice>(threads_, program_->max_scratch_bytes, /*pin=*/true);
+  }
 }
 
 Session::~Session() {
@@ -117,7 +128,8 @@ void Session::run_two_layer() {
 
 Status Session::run() {
   int64_t t0 = now_ns();
-  if (pool_) run_two_layer();
+  if (vdevice_) vdevice_->run(*program_->plan, step_args_);
+  else if (pool_) run_two_layer();
   else run_sequential();
   timings_.compute_ns = now_ns() - t0;
   return Status();

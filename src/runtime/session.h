@@ -12,6 +12,9 @@
 // run() allocates nothing and takes no lock.
 //
 // Executors:
+//   plan        the compile-time schedule: the Program's Plan on a CPU
+//               vDevice of plan.veus vEUs that only wait and signal (needs
+//               a Program compiled with build_plan);
 //   sequential  every rTask of every op in order, on the calling thread;
 //   two-layer   op by op; each op's rTasks spread over a pool of N threads
 //               (the classic inter-op/intra-op control for the Plan
@@ -27,17 +30,18 @@
 
 #include "base/thread_pool.h"
 #include "compiler/program.h"
+#include "devices/cpu/cpu_vdevice.h"
 #include "tessera/status.h"
 
 namespace tessera {
 
-enum class Executor { kSequential, kTwoLayer };
+enum class Executor { kSequential, kTwoLayer, kPlan };
 std::string_view executor_name(Executor e);
 bool executor_parse(std::string_view name, Executor* out);
 
 struct SessionOptions {
   Executor executor = Executor::kTwoLayer;
-  int threads = 0;  // 0: the cores available
+  int threads = 0;  // 0: the cores available (plan: the Plan's vEU count)
 };
 
 struct RunTimings {
@@ -71,6 +75,8 @@ class Session {
   void poison_arena();
 
   const RunTimings& last_timings() const { return timings_; }
+  // The plan executor's device (nullptr for the other executors).
+  CpuVDevice* vdevice() { return vdevice_.get(); }
 
  private:
   Session(std::unique_ptr<Program> program, const SessionOptions& options, int threads);
@@ -88,6 +94,8 @@ class Session {
   std::vector<std::vector<const void*>> in_ptrs_;
   std::vector<std::vector<void*>> out_ptrs_;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<CpuVDevice> vdevice_;
+  std::vector<StepArgs> step_args_;
   RunTimings timings_;
 };
 

@@ -48,13 +48,13 @@ check "run --json" bash -c "$T run $ZOO/mlp.onnx --input $ZOO/mlp.inputs.npz --i
 import json,sys
 j=json.load(open(\"$TMP/j.json\"))
 assert j[\"model\"].endswith(\"mlp.onnx\"), j
-assert j[\"executor\"]==\"two-layer\" and j[\"iters\"]==3 and j[\"threads\"]>=1
+assert j[\"executor\"]==\"plan\" and j[\"iters\"]==3 and j[\"threads\"]>=1
 l=j[\"latency_ms\"]; assert 0<l[\"min\"]<=l[\"median\"]<=l[\"p90\"]<=l[\"max\"], l
 assert j[\"outputs\"]==[{\"name\":\"output\",\"dtype\":\"float32\",\"shape\":[16,10]}], j[\"outputs\"]
 '"
 
 # --output-dir: outputs equal PyTorch's.
-for ex in sequential two-layer; do
+for ex in plan sequential two-layer; do
   check "output-dir matches PyTorch ($ex)" bash -c "$T run $ZOO/bert_tiny.onnx --input $ZOO/bert_tiny.inputs.npz --executor $ex --iters 1 --output-dir $TMP/o_$ex --quiet && $PY -c '
 import numpy as np
 ref=np.load(\"$ZOO/bert_tiny.outputs.npz\")

@@ -1,0 +1,443 @@
+#include "compiler/plan.h"
+
+#include <algorithm>
+#include <numeric>
+#include <queue>
+#include <random>
+
+#include "base/check.h"
+#include "base/strings.h"
+#include "compiler/program.h"
+#include "ir/ops/op_registry.h"
+
+namespace tessera {
+
+std::string_view policy_name(Policy p) {
+  switch (p) {
+    case Policy::kAuto: return "auto";
+    case Policy::kWavefront: return "wavefront";
+    case Policy::kCriticalPath: return "critical-path";
+    case Policy::kRandom: return "random";
+  }
+  return "?";
+}
+
+bool policy_parse(std::string_view name, Policy* out) {
+  for (Policy p : {Policy::kAuto, Policy::kWavefront, Policy::kCriticalPath, Policy::kRandom})
+    if (policy_name(p) == name) {
+      *out = p;
+      return true;
+    }
+  return false;
+}
+
+bool Plan::happens_before(int a, int b) const {
+  const int32_t* d = &done[static_cast<size_t>(a) * veus];
+  const int32_t* s = &seen[static_cast<size_t>(b) * veus];
+  for (int v = 0; v < veus; ++v)
+    if (s[v] < d[v]) return false;
+  return true;
+}
+
+namespace {
+
+// A cross-vEU hand-off costs about this much (a spin hand-off between two
+// vCPUs measures ~0.2 µs here).
+constexpr double kHandoffUs = 0.2;
+// Fixed cost of dispatching one rTask.
+constexpr double kTaskOverheadUs = 0.03;
+
+// Steps each step reads from (producers of its inputs), deduplicated.
+std::vector<std::vector<int>> step_predecessors(const Program& p) {
+  std::unordered_map<const Value*, int> producer;
+  for (size_t i = 0; i < p.steps.size(); ++i)
+    for (const Value* v : p.steps[i].node->outputs) producer[v] = static_cast<int>(i);
+  std::vector<std::vector<int>> preds(p.steps.size());
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    for (const Value* v : p.steps[i].node->inputs) {
+      if (v == nullptr) continue;
+      auto it = producer.find(v);
+      if (it != producer.end() && std::find(preds[i].begin(), preds[i].end(), it->second) == preds[i].end())
+        preds[i].push_back(it->second);
+    }
+  }
+  return preds;
+}
+
+struct TaskRef {
+  int32_t step;
+  int64_t task;
+};
+
+// The per-vEU orders a policy produces, and the global order in which it
+// placed tasks (a topological order: a task is placed after all its
+// predecessors).
+struct Orders {
+  std::vector<std::vector<TaskRef>> per_veu;
+  std::vector<std::pair<int32_t, int32_t>> global;  // (veu, index)
+};
+
+// ------------------------------------------------------------- policies ---
+
+// Rammer's wavefront: BFS levels of ops; each wave's rTasks, longest
+// first, go to the vEU that frees up first.
+Orders wavefront(const Program& p, const std::vector<std::vector<int>>& preds, const std::vector<double>& cost, int U) {
+  const int n = static_cast<int>(p.steps.size());
+  std::vector<int> level(n, 0);
+  int max_level = 0;
+  for (int s = 0; s < n; ++s) {
+    for (int q : preds[s]) level[s] = std::max(level[s], level[q] + 1);
+    max_level = std::max(max_level, level[s]);
+  }
+  std::vector<std::vector<int>> waves(max_level + 1);
+  for (int s = 0; s < n; ++s) waves[level[s]].push_back(s);
+  Orders o;
+  o.per_veu.resize(U);
+  std::vector<double> free_at(U, 0.0);
+  for (auto& wave : waves) {
+    std::vector<TaskRef> tasks;
+    for (int s : wave)
+      for (int64_t t = 0; t < p.steps[s].op->tasks(); ++t) tasks.push_back({s, t});
+    std::stable_sort(tasks.begin(), tasks.end(),
+                     [&](const TaskRef& a, const TaskRef& b) { return cost[a.step] > cost[b.step]; });
+    // A wave starts when the previous one has ended everywhere.
+    double start = *std::max_element(free_at.begin(), free_at.end());
+    std::fill(free_at.begin(), free_at.end(), start);
+    for (const TaskRef& t : tasks) {
+      int u = static_cast<int>(std::min_element(free_at.begin(), free_at.end()) - free_at.begin());
+      free_at[u] += cost[t.step];
+      o.global.push_back({u, static_cast<int32_t>(o.per_veu[u].size())});
+      o.per_veu[u].push_back(t);
+    }
+  }
+  return o;
+}
+
+// Critical path (HEFT-like list scheduling): among ready rTasks, the one with
+// the longest path to the exit goes first, onto the vEU where it finishes
+// earliest given when its inputs are ready there.
+Orders critical_path(const Program& p, const std::vector<std::vector<int>>& preds, const std::vector<double>& cost,
+                     int U) {
+  const int n = static_cast<int>(p.steps.size());
+  std::vector<std::vector<int>> succs(n);
+  for (int s = 0; s < n; ++s)
+    for (int q : preds[s]) succs[q].push_back(s);
+  std::vector<double> rank(n, 0.0);
+  for (int s = n - 1; s >= 0; --s) {
+    double best = 0;
+    for (int q : succs[s]) best = std::max(best, rank[q]);
+    rank[s] = cost[s] + best;
+  }
+  // end_on[s][u]: latest end of step s's rTasks placed on vEU u.
+  std::vector<std::vector<double>> end_on(n, std::vector<double>(U, -1.0));
+  std::vector<int> missing(n);
+  std::vector<int64_t> placed(n, 0);
+  for (int s = 0; s < n; ++s) missing[s] = static_cast<int>(preds[s].size());
+  using Item = std::pair<double, int>;  // (rank, -step) max-heap
+  std::priority_queue<Item> ready;
+  for (int s = 0; s < n; ++s)
+    if (missing[s] == 0) ready.push({rank[s], -s});
+  Orders o;
+  o.per_veu.resize(U);
+  std::vector<double> free_at(U, 0.0);
+  std::vector<double> data_ready(U);
+  while (!ready.empty()) {
+    int s = -ready.top().second;
+    ready.pop();
+    // When step s's inputs are available on each vEU.
+    std::vector<double> pred_end(U, 0.0);
+    for (int q : preds[s])
+      for (int u = 0; u < U; ++u) pred_end[u] = std::max(pred_end[u], end_on[q][u]);
+    for (int u = 0; u < U; ++u) {
+      double r = 0;
+      for (int v = 0; v < U; ++v) r = std::max(r, pred_end[v] + (v == u ? 0.0 : (pred_end[v] > 0 ? kHandoffUs : 0.0)));
+      data_ready[u] = r;
+    }
+    for (int64_t t = 0; t < p.steps[s].op->tasks(); ++t) {
+      int best = 0;
+      double best_end = 1e300;
+      for (int u = 0; u < U; ++u) {
+        double e = std::max(free_at[u], data_ready[u]) + cost[s];
+        if (e < best_end - 1e-12) {
+          best_end = e;
+          best = u;
+        }
+      }
+      free_at[best] = best_end;
+      end_on[s][best] = std::max(end_on[s][best], best_end);
+      o.global.push_back({best, static_cast<int32_t>(o.per_veu[best].size())});
+      o.per_veu[best].push_back({s, t});
+    }
+    for (int q : succs[s])
+      if (--missing[q] == 0) ready.push({rank[q], -q});
+  }
+  return o;
+}
+
+// A random valid schedule: a random ready rTask onto a random vEU. Only for
+// stress tests of waits and memory reuse.
+Orders random_schedule(const Program& p, const std::vector<std::vector<int>>& preds, int U, uint64_t seed) {
+  const int n = static_cast<int>(p.steps.size());
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<int>> succs(n);
+  for (int s = 0; s < n; ++s)
+    for (int q : preds[s]) succs[q].push_back(s);
+  std::vector<int> missing(n);
+  std::vector<int64_t> left(n);
+  std::vector<TaskRef> ready;
+  for (int s = 0; s < n; ++s) {
+    missing[s] = static_cast<int>(preds[s].size());
+    left[s] = p.steps[s].op->tasks();
+    if (missing[s] == 0)
+      for (int64_t t = 0; t < left[s]; ++t) ready.push_back({s, t});
+  }
+  Orders o;
+  o.per_veu.resize(U);
+  while (!ready.empty()) {
+    size_t k = rng() % ready.size();
+    TaskRef t = ready[k];
+    ready[k] = ready.back();
+    ready.pop_back();
+    int u = static_cast<int>(rng() % static_cast<uint64_t>(U));
+    o.global.push_back({u, static_cast<int32_t>(o.per_veu[u].size())});
+    o.per_veu[u].push_back(t);
+    if (--left[t.step] == 0)
+      for (int q : succs[t.step])
+        if (--missing[q] == 0)
+          for (int64_t i = 0; i < left[q]; ++i) ready.push_back({q, i});
+  }
+  return o;
+}
+
+// ------------------------------------------------------------- finalize ---
+
+// Turns per-vEU orders into a Plan: waits (transitively reduced with vector
+// clocks), signals, predicted timeline, happens-before summaries.
+Plan finalize(const Program& p, const std::vector<std::vector<int>>& preds, const std::vector<double>& cost,
+              const Orders& o, int U, Policy policy) {
+  const int n = static_cast<int>(p.steps.size());
+  Plan plan;
+  plan.veus = U;
+  plan.policy = policy;
+  plan.steps = n;
+  plan.program.assign(U, {});
+  plan.tasks_per_veu.assign(U, 0);
+  for (int u = 0; u < U; ++u) plan.tasks_per_veu[u] = static_cast<int64_t>(o.per_veu[u].size());
+  // done[s][v]: 1 + the highest index of s's rTasks on v.
+  plan.done.assign(static_cast<size_t>(n) * U, 0);
+  plan.seen.assign(static_cast<size_t>(n) * U, INT32_MAX);
+  for (int u = 0; u < U; ++u)
+    for (size_t i = 0; i < o.per_veu[u].size(); ++i) {
+      int32_t& d = plan.done[static_cast<size_t>(o.per_veu[u][i].step) * U + u];
+      d = std::max(d, static_cast<int32_t>(i + 1));
+    }
+  // Global position of each (vEU, index), for ordering waits.
+  std::vector<std::vector<int64_t>> gpos(U);
+  for (int u = 0; u < U; ++u) gpos[u].resize(o.per_veu[u].size());
+  for (size_t g = 0; g < o.global.size(); ++g) gpos[o.global[g].first][o.global[g].second] = static_cast<int64_t>(g);
+  // End-of-task clocks, and the running clock per vEU.
+  std::vector<std::vector<std::vector<int32_t>>> end_clock(U);
+  for (int u = 0; u < U; ++u) end_clock[u].resize(o.per_veu[u].size());
+  std::vector<std::vector<int32_t>> clock(U, std::vector<int32_t>(U, 0));
+  std::vector<std::vector<std::vector<std::pair<int32_t, int64_t>>>> waits(U);
+  for (int u = 0; u < U; ++u) waits[u].resize(o.per_veu[u].size());
+  std::vector<std::vector<bool>> signal_after(U);
+  for (int u = 0; u < U; ++u) signal_after[u].assign(o.per_veu[u].size(), false);
+  std::vector<std::vector<double>> end_time(U);
+  for (int u = 0; u < U; ++u) end_time[u].resize(o.per_veu[u].size());
+  std::vector<double> free_at(U, 0.0);
+  plan.placements.reserve(o.global.size());
+  for (const auto& [u, i] : o.global) {
+    const TaskRef& t = o.per_veu[u][i];
+    std::vector<int32_t>& c = clock[u];
+    // Required counts on other vEUs.
+    std::vector<int32_t> need(U, 0);
+    for (int q : preds[t.step])
+      for (int v = 0; v < U; ++v)
+        if (v != u) need[v] = std::max(need[v], plan.done[static_cast<size_t>(q) * U + v]);
+    std::vector<int> order;
+    for (int v = 0; v < U; ++v)
+      if (need[v] > c[v]) order.push_back(v);
+    // Latest-placed first: its clock implies the most.
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return gpos[a][need[a] - 1] > gpos[b][need[b] - 1]; });
+    for (int v : order) {
+      if (c[v] >= need[v]) continue;  // implied by an earlier wait
+      waits[u][i].push_back({v, need[v]});
+      signal_after[v][need[v] - 1] = true;
+      const auto& ec = end_clock[v][need[v] - 1];
+      for (int w = 0; w < U; ++w) c[w] = std::max(c[w], ec[w]);
+    }
+    c[u] = i;  // tasks completed on u before this one
+    int32_t* seen = &plan.seen[static_cast<size_t>(t.step) * U];
+    for (int v = 0; v < U; ++v) seen[v] = std::min(seen[v], c[v]);
+    // Predicted timing: after the vEU is free and every input is produced.
+    double start = free_at[u];
+    for (int q : preds[t.step])
+      for (int v = 0; v < U; ++v) {
+        int32_t d = plan.done[static_cast<size_t>(q) * U + v];
+        if (d == 0) continue;
+        start = std::max(start, end_time[v][d - 1] + (v == u ? 0.0 : kHandoffUs));
+      }
+    double end = start + cost[t.step];
+    end_time[u][i] = end;
+    free_at[u] = end;
+    c[u] = i + 1;
+    end_clock[u][i] = c;
+    plan.placements.push_back({t.step, t.task, u, i, start, end});
+    plan.predicted_us = std::max(plan.predicted_us, end);
+  }
+  // Emit instruction lists.
+  for (int u = 0; u < U; ++u) {
+    auto& prog = plan.program[u];
+    for (size_t i = 0; i < o.per_veu[u].size(); ++i) {
+      for (const auto& [v, k] : waits[u][i]) {
+        prog.push_back({Instr::Kind::kWait, v, k});
+        ++plan.waits;
+      }
+      prog.push_back({Instr::Kind::kRun, o.per_veu[u][i].step, o.per_veu[u][i].task});
+      if (signal_after[u][i] && i + 1 < o.per_veu[u].size()) {  // the last count is published at the end anyway
+        prog.push_back({Instr::Kind::kSignal, 0, static_cast<int64_t>(i + 1)});
+        ++plan.signals;
+      }
+    }
+  }
+  return plan;
+}
+
+}  // namespace
+
+std::vector<double> analytic_task_costs(const Program& p) {
+  // Effective single-vEU rates on the development machine: GEMM-like work
+  // reaches ~150 GFLOP/s inside tiles, everything streams at ~10 GB/s.
+  constexpr double kFlopsPerUs = 150e3;
+  constexpr double kBytesPerUs = 10e3;
+  std::vector<double> cost;
+  cost.reserve(p.steps.size());
+  for (const Step& s : p.steps) {
+    double bytes = 0;
+    for (const Value* v : s.node->inputs)
+      if (v) bytes += static_cast<double>(v->shape.numel() * static_cast<int64_t>(dtype_size(v->dtype)));
+    for (const Value* v : s.node->outputs)
+      bytes += static_cast<double>(v->shape.numel() * static_cast<int64_t>(dtype_size(v->dtype)));
+    double tasks = static_cast<double>(s.op->tasks());
+    double us = std::max(op_flops(*s.node) / kFlopsPerUs, bytes / kBytesPerUs) / tasks + kTaskOverheadUs;
+    cost.push_back(us);
+  }
+  return cost;
+}
+
+Result<Plan> schedule(const Program& p, const std::vector<double>& cost, const ScheduleOptions& options) {
+  if (options.veus < 1 || options.veus > 256)
+    return invalid_argument(str_cat("vEU count ", options.veus, " is out of range (1 to 256)"));
+  if (cost.size() != p.steps.size()) return internal_error("one cost per step is needed");
+  const int U = options.veus;
+  auto preds = step_predecessors(p);
+  switch (options.policy) {
+    case Policy::kWavefront: return finalize(p, preds, cost, wavefront(p, preds, cost, U), U, Policy::kWavefront);
+    case Policy::kCriticalPath:
+      return finalize(p, preds, cost, critical_path(p, preds, cost, U), U, Policy::kCriticalPath);
+    case Policy::kRandom:
+      return finalize(p, preds, cost, random_schedule(p, preds, U, options.seed), U, Policy::kRandom);
+    case Policy::kAuto: {
+      Plan a = finalize(p, preds, cost, wavefront(p, preds, cost, U), U, Policy::kWavefront);
+      Plan b = finalize(p, preds, cost, critical_path(p, preds, cost, U), U, Policy::kCriticalPath);
+      return b.predicted_us < a.predicted_us ? b : a;
+    }
+  }
+  return internal_error("unknown policy");
+}
+
+Status plan_validate(const Program& p, const Plan& plan) {
+  const int U = plan.veus;
+  if (U < 1 || static_cast<int>(plan.program.size()) != U || static_cast<int>(plan.tasks_per_veu.size()) != U)
+    return invalid_argument("plan: vEU count does not match its instruction lists");
+  std::vector<std::vector<uint8_t>> seen(p.steps.size());
+  for (size_t s = 0; s < p.steps.size(); ++s) seen[s].assign(static_cast<size_t>(p.steps[s].op->tasks()), 0);
+  // Per vEU: where each rTask sits, to check dependencies below.
+  for (int u = 0; u < U; ++u) {
+    int64_t runs = 0;
+    for (const Instr& in : plan.program[u]) {
+      switch (in.kind) {
+        case Instr::Kind::kRun:
+          if (in.a < 0 || in.a >= static_cast<int32_t>(p.steps.size()) || in.b < 0 ||
+              in.b >= p.steps[in.a].op->tasks())
+            return invalid_argument(str_cat("plan: vEU ", u, " runs a task that does not exist (step ", in.a,
+                                            ", task ", in.b, ")"));
+          if (seen[in.a][in.b]++) return invalid_argument(str_cat("plan: step ", in.a, " task ", in.b, " runs twice"));
+          ++runs;
+          break;
+        case Instr::Kind::kSignal:
+          if (in.b != runs) return invalid_argument(str_cat("plan: vEU ", u, " signals ", in.b, " after ", runs, " tasks"));
+          break;
+        case Instr::Kind::kWait:
+          if (in.a < 0 || in.a >= U || in.a == u || in.b < 1 || in.b > plan.tasks_per_veu[in.a])
+            return invalid_argument(str_cat("plan: vEU ", u, " waits for a count vEU ", in.a, " never reaches"));
+          break;
+      }
+    }
+    if (runs != plan.tasks_per_veu[u]) return invalid_argument(str_cat("plan: vEU ", u, " task count mismatch"));
+  }
+  for (size_t s = 0; s < seen.size(); ++s)
+    for (size_t t = 0; t < seen[s].size(); ++t)
+      if (!seen[s][t]) return invalid_argument(str_cat("plan: step ", s, " task ", t, " never runs"));
+  // Simulate: each vEU advances while it can, a wait passing once the vEU it
+  // names has published the count (a signal, or the end of its list). Along
+  // the way, vector clocks check that every dependency is guaranteed by the
+  // waits (not merely satisfied by this interleaving), and the simulation
+  // must finish: no wait cycle.
+  auto preds = step_predecessors(p);
+  std::vector<int32_t> done(p.steps.size() * static_cast<size_t>(U), 0);
+  for (int u = 0; u < U; ++u) {
+    int32_t i = 0;
+    for (const Instr& in : plan.program[u])
+      if (in.kind == Instr::Kind::kRun) {
+        int32_t& d = done[static_cast<size_t>(in.a) * U + u];
+        d = std::max(d, ++i);
+      }
+  }
+  std::vector<size_t> pc(U, 0);
+  std::vector<int64_t> published(U, 0), completed(U, 0);
+  std::vector<std::vector<int32_t>> clock(U, std::vector<int32_t>(U, 0));
+  std::vector<std::vector<std::vector<int32_t>>> end_clock(U);
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int u = 0; u < U; ++u) {
+      while (pc[u] < plan.program[u].size()) {
+        const Instr& in = plan.program[u][pc[u]];
+        if (in.kind == Instr::Kind::kWait) {
+          if (published[in.a] < in.b) break;
+          const auto& ec = end_clock[in.a][in.b - 1];
+          for (int w = 0; w < U; ++w) clock[u][w] = std::max(clock[u][w], ec[w]);
+        } else if (in.kind == Instr::Kind::kSignal) {
+          published[u] = in.b;
+        } else {
+          for (int q : preds[in.a])
+            for (int v = 0; v < U; ++v) {
+              int32_t need = done[static_cast<size_t>(q) * U + v];
+              int32_t have = v == u ? static_cast<int32_t>(completed[u]) : clock[u][v];
+              if (have < need)
+                return invalid_argument(str_cat("plan: vEU ", u, " may run step ", in.a, " before step ", q,
+                                                " has finished on vEU ", v, " (a wait is missing)"));
+            }
+          ++completed[u];
+          clock[u][u] = static_cast<int32_t>(completed[u]);
+          end_clock[u].push_back(clock[u]);
+        }
+        ++pc[u];
+        progress = true;
+      }
+      if (pc[u] == plan.program[u].size() && published[u] != completed[u]) {
+        published[u] = completed[u];
+        progress = true;
+      }
+    }
+  }
+  for (int u = 0; u < U; ++u)
+    if (pc[u] != plan.program[u].size())
+      return invalid_argument(str_cat("plan: vEU ", u, " deadlocks at instruction ", pc[u]));
+  return Status();
+}
+
+}  // namespace tessera

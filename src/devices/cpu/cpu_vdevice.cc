@@ -1,0 +1,168 @@
+#include "devices/cpu/cpu_vdevice.h"
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include <cstring>
+
+#include "base/check.h"
+#include "base/clock.h"
+#include "ir/tensor.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kParkSpins = 100000;  // ~50 µs of pause instructions
+
+void pin_to_core(int core) {
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (cores <= 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core % cores, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // best effort
+}
+
+}  // namespace
+
+CpuVDevice::CpuVDevice(int veus, size_t scratch_bytes, bool pin)
+    : veus_(veus),
+      oversubscribed_(veus > static_cast<int>(std::thread::hardware_concurrency())),
+      counters_(new Counter[static_cast<size_t>(veus)]),
+      base_(static_cast<size_t>(veus), 0),
+      wait_ns_(static_cast<size_t>(veus), 0) {
+  TESSERA_CHECK(veus >= 1);
+  scratch_stride_ = (scratch_bytes + 63) / 64 * 64;
+  scratch_ = aligned_alloc64(scratch_stride_ * static_cast<size_t>(veus));
+  threads_.reserve(static_cast<size_t>(veus - 1));
+  for (int u = 1; u < veus; ++u)
+    threads_.emplace_back([this, u, pin] {
+      if (pin) pin_to_core(u);
+      cpu_kernels_thread_init();
+      worker_main(u);
+    });
+  cpu_kernels_thread_init();
+}
+
+CpuVDevice::~CpuVDevice() {
+  stop_.store(true, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  generation_.notify_all();
+  for (auto& t : threads_) t.join();
+  aligned_free64(scratch_);
+}
+
+void CpuVDevice::worker_main(int veu) {
+  uint64_t seen = 0;  // generation at construction
+  while (true) {
+    uint64_t g;
+    int spins = 0;
+    while ((g = generation_.load(std::memory_order_acquire)) == seen) {
+      if (++spins < kParkSpins) {
+        _mm_pause();
+        continue;
+      }
+      parked_.fetch_add(1, std::memory_order_seq_cst);
+      if (generation_.load(std::memory_order_seq_cst) == seen) generation_.wait(seen, std::memory_order_acquire);
+      parked_.fetch_sub(1, std::memory_order_relaxed);
+      spins = 0;
+    }
+    seen = g;
+    if (stop_.load(std::memory_order_relaxed)) return;
+    execute(veu);
+  }
+}
+
+void CpuVDevice::execute(int u) {
+  const Plan& plan = *plan_;
+  const auto& steps = *steps_;
+  const std::vector<Instr>& prog = plan.program[u];
+  const uint64_t my_base = base_[u];
+  void* scratch = static_cast<char*>(scratch_) + scratch_stride_ * static_cast<size_t>(u);
+  Counter* counters = counters_.get();
+  int64_t waited = 0;
+  int32_t position = 0;
+  for (const Instr& in : prog) {
+    switch (in.kind) {
+      case Instr::Kind::kRun: {
+        const StepArgs& s = steps[static_cast<size_t>(in.a)];
+        TaskArgs args{s.in, s.out, scratch};
+        if (trace_ != nullptr) {
+          int64_t t0 = now_ns();
+          s.op->run(in.b, args);
+          (*trace_)[static_cast<size_t>(trace_index_[static_cast<size_t>(trace_offset_[u] + position)])] = {t0, now_ns()};
+        } else {
+          s.op->run(in.b, args);
+        }
+        ++position;
+        break;
+      }
+      case Instr::Kind::kSignal:
+        // release: everything this vEU wrote before is visible to whoever
+        // acquires this count.
+        counters[u].value.store(my_base + static_cast<uint64_t>(in.b), std::memory_order_release);
+        break;
+      case Instr::Kind::kWait: {
+        const uint64_t target = base_[static_cast<size_t>(in.a)] + static_cast<uint64_t>(in.b);
+        // acquire: pairs with the producer's release store.
+        if (counters[in.a].value.load(std::memory_order_acquire) >= target) break;
+        int64_t t0 = now_ns();
+        int spins = 0;
+        while (counters[in.a].value.load(std::memory_order_acquire) < target) {
+          _mm_pause();
+          if (oversubscribed_ && ++spins == 4096) {
+            spins = 0;
+            sched_yield();  // more vEUs than cores: let the producer run
+          }
+        }
+        waited += now_ns() - t0;
+        break;
+      }
+    }
+  }
+  wait_ns_[static_cast<size_t>(u)] = waited;
+  counters[u].value.store(my_base + static_cast<uint64_t>(plan.tasks_per_veu[u]), std::memory_order_release);
+}
+
+void CpuVDevice::run(const Plan& plan, const std::vector<StepArgs>& steps) {
+  TESSERA_CHECK(plan.veus == veus_);
+  if (&plan != last_plan_) {  // a new plan: restart the counter epochs
+    for (int u = 0; u < veus_; ++u) counters_[u].value.store(0, std::memory_order_relaxed);
+    run_no_ = 0;
+    last_plan_ = &plan;
+  }
+  if (trace_ != nullptr && traced_plan_ != &plan) {
+    // Map (vEU, position) to the placement index, once per plan.
+    trace_offset_.assign(static_cast<size_t>(veus_) + 1, 0);
+    for (const TaskPlacement& t : plan.placements) ++trace_offset_[static_cast<size_t>(t.veu) + 1];
+    for (int u = 0; u < veus_; ++u) trace_offset_[u + 1] += trace_offset_[u];
+    trace_index_.assign(plan.placements.size(), 0);
+    for (size_t i = 0; i < plan.placements.size(); ++i) {
+      const TaskPlacement& t = plan.placements[i];
+      trace_index_[static_cast<size_t>(trace_offset_[t.veu] + t.index)] = static_cast<int32_t>(i);
+    }
+    traced_plan_ = &plan;
+  }
+  ++run_no_;
+  for (int u = 0; u < veus_; ++u) base_[u] = run_no_ * static_cast<uint64_t>(plan.tasks_per_veu[u] + 1);
+  plan_ = &plan;
+  steps_ = &steps;
+  // seq_cst pairs with a worker's parked_ increment and generation reload.
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (parked_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
+  execute(0);
+  for (int u = 1; u < veus_; ++u) {
+    const uint64_t final_count = base_[u] + static_cast<uint64_t>(plan.tasks_per_veu[u]);
+    int spins = 0;
+    while (counters_[u].value.load(std::memory_order_acquire) < final_count) {
+      _mm_pause();
+      if (oversubscribed_ && ++spins == 4096) {
+        spins = 0;
+        sched_yield();
+      }
+    }
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,92 @@
+// CpuVDevice: N vEUs (worker threads pinned to cores) that execute a Plan.
+//
+// vEU 0 is the calling thread; vEUs 1..N-1 are workers. A run publishes the
+// run (one generation bump, plus one futex wake only if some worker has
+// parked), then every vEU walks its own instruction list:
+//   run     call the rTask with its resolved arguments and this vEU's scratch
+//   signal  counter[me].store(base + k, release)
+//   wait    spin while counter[u].load(acquire) < base_u + k
+// and publishes its final count. The caller returns once every counter
+// holds its final value. No allocation, lock or system call on this path
+// (a spinning wait yields the CPU only when there are more vEUs than cores).
+//
+// Counters are never reset: run r uses base_u = r * (n_u + 1), where n_u is
+// vEU u's rTask count, so values only grow and a stale value from an
+// earlier run can never satisfy a wait. Each counter has its own cache line.
+//
+// Between runs workers spin ~50 µs, then park on the generation word.
+//
+// Thread-safety: run() may be called by one thread at a time.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "compiler/plan.h"
+#include "kernels/cpu/kernel.h"
+
+namespace tessera {
+
+// Per-step arguments, resolved once by the session.
+struct StepArgs {
+  const ROp* op;
+  const void* const* in;
+  void* const* out;
+};
+
+class CpuVDevice {
+ public:
+  // `pin`: pin worker vEU i to core i mod cores (vEU 0 is the caller's
+  // thread and keeps its affinity). `scratch_bytes` per vEU.
+  CpuVDevice(int veus, size_t scratch_bytes, bool pin);
+  ~CpuVDevice();
+  CpuVDevice(const CpuVDevice&) = delete;
+  CpuVDevice& operator=(const CpuVDevice&) = delete;
+
+  int veus() const { return veus_; }
+
+  // Runs `plan` once; `steps` indexed like the Program's steps. Both must
+  // outlive the call. Also records per-vEU time spent waiting (ns).
+  void run(const Plan& plan, const std::vector<StepArgs>& steps);
+  const std::vector<int64_t>& wait_ns() const { return wait_ns_; }
+  // When set, run() records each rTask's start/end (ns, steady clock) into
+  // trace[i] in the order of plan.placements. Costs two clock reads per
+  // rTask; off by default.
+  void set_trace(std::vector<std::pair<int64_t, int64_t>>* trace) { trace_ = trace; }
+
+ private:
+  struct alignas(64) Counter {
+    std::atomic<uint64_t> value{0};
+  };
+  void worker_main(int veu);
+  void execute(int veu);
+
+  const int veus_;
+  const bool oversubscribed_;
+  std::vector<std::thread> threads_;
+  std::unique_ptr<Counter[]> counters_;
+  void* scratch_ = nullptr;
+  size_t scratch_stride_ = 0;
+
+  // The current run, written before generation_ is bumped (release).
+  const Plan* plan_ = nullptr;
+  const std::vector<StepArgs>* steps_ = nullptr;
+  uint64_t run_no_ = 0;
+  std::vector<uint64_t> base_;  // per vEU, this run
+  std::vector<int64_t> wait_ns_;
+  std::vector<std::pair<int64_t, int64_t>>* trace_ = nullptr;
+  std::vector<int64_t> trace_offset_;  // per vEU: first placement index, for tracing
+  std::vector<int32_t> trace_index_;   // placement index of each (vEU, position)
+  const Plan* traced_plan_ = nullptr;
+
+  alignas(64) std::atomic<uint64_t> generation_{0};
+  alignas(64) std::atomic<int> parked_{0};
+  std::atomic<bool> stop_{false};
+  const Plan* last_plan_ = nullptr;
+};
+
+}  // namespace tessera

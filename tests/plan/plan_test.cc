@@ -1,0 +1,233 @@
+// The plan executor against the sequential executor on the zoo: bitwise
+// equal (same rKernels and tilings, so the same arithmetic) for 1 to 4 vEUs
+// and every policy; random valid schedules as a stress test of waits and
+// memory reuse; the validator on corrupted plans; and the parallel memory
+// plan's sharing only between ordered values.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <tuple>
+
+#include "ir/npy.h"
+#include "onnx/importer.h"
+#include "runtime/session.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string zoo(const std::string& name) {
+  const char* env = std::getenv("TESSERA_ZOO");
+  return (fs::path(env ? env : "build/zoo") / name).string();
+}
+
+Result<std::unique_ptr<Program>> compile_zoo(const std::string& name, const CompileOptions& base,
+                                             std::map<std::string, Tensor>* inputs) {
+  TESSERA_ASSIGN_OR_RETURN(*inputs, npz_read(zoo(name) + ".inputs.npz"));
+  TESSERA_ASSIGN_OR_RETURN(auto g, import_onnx_file(zoo(name) + ".onnx"));
+  CompileOptions co = base;
+  for (Value* in : g->inputs()) co.input_shapes[in->name] = inputs->at(in->name).shape();
+  return compile_graph(std::move(g), co);
+}
+
+// Runs twice with a poisoned arena; returns the second run's outputs.
+std::vector<Tensor> run_outputs(std::unique_ptr<Program> p, Executor ex, const std::map<std::string, Tensor>& inputs) {
+  auto s = Session::create(std::move(p), {ex, 2});
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  if (!s.ok()) return {};
+  std::vector<Tensor> outs;
+  for (int rep = 0; rep < 2; ++rep) {
+    (*s)->poison_arena();
+    for (const Value* in : (*s)->inputs()) EXPECT_TRUE((*s)->set_input(in->name, inputs.at(in->name)).ok());
+    EXPECT_TRUE((*s)->run().ok());
+  }
+  for (size_t i = 0; i < (*s)->outputs().size(); ++i) outs.push_back((*s)->output(i));
+  return outs;
+}
+
+std::vector<Tensor> sequential_reference(const std::string& model) {
+  std::map<std::string, Tensor> inputs;
+  auto p = compile_zoo(model, {}, &inputs);
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  return run_outputs(std::move(*p), Executor::kSequential, inputs);
+}
+
+void expect_bitwise(const std::vector<Tensor>& got, const std::vector<Tensor>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].nbytes(), want[i].nbytes()) << what;
+    EXPECT_EQ(std::memcmp(got[i].raw(), want[i].raw(), got[i].nbytes()), 0) << what << ": output " << i << " differs";
+  }
+}
+
+const std::vector<std::string> kModels = {"resnet18", "mobilenet_v2", "bert_tiny", "lstm_tc",
+                                          "nasnet_like", "mlp", "add_chain", "add_chains8"};
+
+class PlanZoo : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PlanZoo, BitwiseEqualToSequentialForEveryPolicyAnd1To4Veus) {
+  const std::string model = GetParam();
+  auto want = sequential_reference(model);
+  for (Policy policy : {Policy::kWavefront, Policy::kCriticalPath, Policy::kAuto}) {
+    for (int veus = 1; veus <= 4; ++veus) {
+      CompileOptions co;
+      co.build_plan = true;
+      co.schedule.veus = veus;
+      co.schedule.policy = policy;
+      std::map<std::string, Tensor> inputs;
+      auto p = compile_zoo(model, co, &inputs);
+      ASSERT_TRUE(p.ok()) << p.status().to_string();
+      ASSERT_TRUE(plan_validate(**p, *(*p)->plan).ok());
+      expect_bitwise(run_outputs(std::move(*p), Executor::kPlan, inputs), want,
+                     model + " " + std::string(policy_name(policy)) + " veus=" + std::to_string(veus));
+    }
+  }
+}
+
+// Random valid schedules put rTasks in orders and on vEUs no policy would
+// choose, provoking any missing wait or unsafe buffer reuse.
+TEST_P(PlanZoo, RandomSchedulesStress) {
+  const std::string model = GetParam();
+  auto want = sequential_reference(model);
+  int seeds = model == "resnet18" || model == "lstm_tc" ? 4 : 12;
+  for (int seed = 0; seed < seeds; ++seed) {
+    CompileOptions co;
+    co.build_plan = true;
+    co.schedule.veus = 2 + seed % 3;
+    co.schedule.policy = Policy::kRandom;
+    co.schedule.seed = static_cast<uint64_t>(seed) * 7919 + 1;
+    std::map<std::string, Tensor> inputs;
+    auto p = compile_zoo(model, co, &inputs);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    expect_bitwise(run_outputs(std::move(*p), Executor::kPlan, inputs), want,
+                   model + " random seed " + std::to_string(seed));
+  }
+}
+
+// Values sharing bytes must be ordered by the plan's waits.
+TEST_P(PlanZoo, ParallelMemoryPlanSharesOnlyOrderedValues) {
+  const std::string model = GetParam();
+  for (int seed = 0; seed < 3; ++seed) {
+    CompileOptions co;
+    co.build_plan = true;
+    co.schedule.veus = 3;
+    co.schedule.policy = seed == 0 ? Policy::kAuto : Policy::kRandom;
+    co.schedule.seed = static_cast<uint64_t>(seed);
+    std::map<std::string, Tensor> inputs;
+    auto p = compile_zoo(model, co, &inputs);
+    ASSERT_TRUE(p.ok());
+    const Program& prog = **p;
+    const Plan& plan = *prog.plan;
+    std::map<const Value*, std::pair<int, std::vector<int>>> use;  // producer, consumers
+    for (size_t s = 0; s < prog.steps.size(); ++s) {
+      for (const Value* v : prog.steps[s].node->outputs) use[v].first = static_cast<int>(s);
+      for (const Value* v : prog.steps[s].node->inputs)
+        if (v && !v->is_constant()) use[v].second.push_back(static_cast<int>(s));
+    }
+    auto before = [&](const Value* a, const Value* b) {
+      if (a->is_input || a->is_output || b->is_input || b->is_output) return false;
+      int pb = use[b].first;
+      if (!plan.happens_before(use[a].first, pb)) return false;
+      for (int c : use[a].second)
+        if (!plan.happens_before(c, pb)) return false;
+      return true;
+    };
+    int shared = 0;
+    for (auto& [a, oa] : prog.memory.offset)
+      for (auto& [b, ob] : prog.memory.offset) {
+        if (a >= b) continue;
+        size_t ea = oa + value_bytes(a), eb = ob + value_bytes(b);
+        if (oa < eb && ob < ea && value_bytes(a) > 0 && value_bytes(b) > 0) {
+          ++shared;
+          EXPECT_TRUE(before(a, b) || before(b, a)) << model << ": '" << a->name << "' and '" << b->name
+                                                   << "' share bytes but the plan does not order them";
+        }
+      }
+    if (model == "resnet18" && seed == 0) {
+      EXPECT_GT(shared, 0) << "no reuse at all: the test would be vacuous";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, PlanZoo, ::testing::ValuesIn(kModels),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+// --- the validator on corrupted plans ------------------------------------
+
+class PlanValidate : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CompileOptions co;
+    co.build_plan = true;
+    co.schedule.veus = 2;
+    co.schedule.policy = Policy::kCriticalPath;
+    std::map<std::string, Tensor> inputs;
+    auto p = compile_zoo("add_chains8", co, &inputs);
+    ASSERT_TRUE(p.ok());
+    program = std::move(*p);
+    ASSERT_TRUE(plan_validate(*program, *program->plan).ok());
+    ASSERT_GT(program->plan->waits, 0);
+  }
+  std::unique_ptr<Program> program;
+};
+
+TEST_F(PlanValidate, MissingWaitIsCaught) {
+  Plan plan = *program->plan;
+  for (auto& prog : plan.program) {
+    auto it = std::find_if(prog.begin(), prog.end(), [](const Instr& i) { return i.kind == Instr::Kind::kWait; });
+    if (it != prog.end()) {
+      prog.erase(it);
+      break;
+    }
+  }
+  Status st = plan_validate(*program, plan);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("wait is missing"), std::string::npos) << st.to_string();
+}
+
+TEST_F(PlanValidate, WaitCycleIsCaught) {
+  Plan plan = *program->plan;
+  plan.program[0].insert(plan.program[0].begin(), {Instr::Kind::kWait, 1, plan.tasks_per_veu[1]});
+  plan.program[1].insert(plan.program[1].begin(), {Instr::Kind::kWait, 0, plan.tasks_per_veu[0]});
+  Status st = plan_validate(*program, plan);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("deadlock"), std::string::npos) << st.to_string();
+}
+
+TEST_F(PlanValidate, DuplicateOrMissingTasksAndBadCountsAreCaught) {
+  Plan dup = *program->plan;
+  dup.program[0].push_back(dup.program[0].front().kind == Instr::Kind::kRun ? dup.program[0].front()
+                                                                             : Instr{Instr::Kind::kRun, 0, 0});
+  EXPECT_FALSE(plan_validate(*program, dup).ok());
+  Plan missing = *program->plan;
+  for (auto it = missing.program[1].begin(); it != missing.program[1].end(); ++it)
+    if (it->kind == Instr::Kind::kRun) {
+      missing.program[1].erase(it);
+      break;
+    }
+  EXPECT_FALSE(plan_validate(*program, missing).ok());
+  Plan bad = *program->plan;
+  bad.program[0].push_back({Instr::Kind::kWait, 1, bad.tasks_per_veu[1] + 5});
+  EXPECT_FALSE(plan_validate(*program, bad).ok());
+  Plan unknown = *program->plan;
+  unknown.program[0].push_back({Instr::Kind::kRun, 99999, 0});
+  EXPECT_FALSE(plan_validate(*program, unknown).ok());
+}
+
+TEST_F(PlanValidate, EveryWaitIsNecessary) {
+  // Every wait must be necessary: removing any single one breaks validity.
+  const Plan& plan = *program->plan;
+  for (size_t u = 0; u < plan.program.size(); ++u)
+    for (size_t i = 0; i < plan.program[u].size(); ++i) {
+      if (plan.program[u][i].kind != Instr::Kind::kWait) continue;
+      Plan cut = plan;
+      cut.program[u].erase(cut.program[u].begin() + static_cast<long>(i));
+      EXPECT_FALSE(plan_validate(*program, cut).ok()) << "wait " << i << " on vEU " << u << " is redundant";
+    }
+}
+
+}  // namespace
+}  // namespace tessera
