@@ -69,10 +69,12 @@ TEST_P(NoAlloc, RunAllocatesNothing) {
   ASSERT_TRUE(fs::exists(base + ".onnx")) << "run `make zoo` first";
   auto inputs = npz_read(base + ".inputs.npz");
   ASSERT_TRUE(inputs.ok());
-  for (Executor ex : {Executor::kSequential, Executor::kTwoLayer}) {
+  for (Executor ex : {Executor::kSequential, Executor::kTwoLayer, Executor::kPlan}) {
     auto g = import_onnx_file(base + ".onnx");
     ASSERT_TRUE(g.ok());
     CompileOptions co;
+    co.build_plan = ex == Executor::kPlan;
+    co.schedule.veus = 2;
     for (Value* in : (*g)->inputs()) co.input_shapes[in->name] = inputs->at(in->name).shape();
     auto p = compile_graph(std::move(*g), co);
     ASSERT_TRUE(p.ok());
