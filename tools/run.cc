@@ -16,6 +16,7 @@
 #include "runtime/session.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "tools/trace.h"
 
 namespace tessera::tools {
 namespace {
@@ -34,6 +35,7 @@ const cli::Command kRun = {
         {"--executor", "NAME", "plan | two-layer | sequential (default plan)"},
         {"--policy", "NAME", "plan executor's scheduling policy: auto | wavefront | critical-path (default auto)"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
+        {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
         {"--json", "", "print one JSON object on stdout at the end"},
         {"--quiet", "", "no human-readable text on stderr"},
     },
@@ -169,6 +171,7 @@ int run_main(int argc, char** argv) {
                                           a.get("--policy"), "'"));
   if (a.has("--policy") && so.executor != Executor::kPlan)
     return cli::usage_error(kRun, "--policy applies to the plan executor only");
+  if (a.has("--trace") && so.executor != Executor::kPlan) return cli::usage_error(kRun, "--trace needs the plan executor");
 
   CompileOptions co;
   if (so.executor == Executor::kPlan) {
@@ -224,6 +227,7 @@ int run_main(int argc, char** argv) {
   if (!session_or.ok()) return cli::fail(session_or.status());
   Session& session = **session_or;
 
+  std::vector<std::pair<std::string, Tensor>> feeds;  // every input, as bound
   for (auto& [name, t] : given) {
     const Value* v = nullptr;
     for (const Value* in : session.inputs())
@@ -244,14 +248,17 @@ int run_main(int argc, char** argv) {
     if (!c.ok()) return cli::fail(c.status());
     Status st = session.set_input(name, *c);
     if (!st.ok()) return cli::fail(st);
+    feeds.emplace_back(name, *c);
   }
   uint64_t input_seed = static_cast<uint64_t>(*seed);
   for (size_t i = 0; i < session.inputs().size(); ++i) {
     const Value* v = session.inputs()[i];
     if (given.count(v->name)) continue;
     log_info("input '", v->name, "': random ", dtype_name(v->dtype), " ", v->shape.to_string(), " (seed ", *seed, ")");
-    Status st = session.set_input(v->name, random_tensor(v->dtype, v->shape, input_seed + i * 7919));
+    Tensor t = random_tensor(v->dtype, v->shape, input_seed + i * 7919);
+    Status st = session.set_input(v->name, t);
     if (!st.ok()) return cli::fail(st);
+    feeds.emplace_back(v->name, std::move(t));
   }
 
   // Only now that the model and its inputs are accepted: a failing run
@@ -261,17 +268,51 @@ int run_main(int argc, char** argv) {
            " rTasks; arena ", human_count(static_cast<double>(session.program().memory.arena_bytes)),
            "B; imported and compiled in ",
            str_cat(std::round(stats.compile_ms * 10) / 10), " ms");
-  // Runs.
+  // Runs. Each timed run copies the inputs in, computes, and copies the
+  // outputs out; latency is the compute part (what the executors differ
+  // in), and --json breaks every run down.
   for (int64_t i = 0; i < *warmup; ++i) {
     Status st = session.run();
     if (!st.ok()) return cli::fail(st);
   }
+  struct RunBreakdown {
+    double copy_in_ms, compute_ms, copy_out_ms;
+    std::vector<double> wait_ms;
+  };
+  std::vector<RunBreakdown> runs;
   std::vector<double> ms;
+  std::vector<Tensor> outs(session.outputs().size());
   for (int64_t i = 0; i < *iters; ++i) {
     int64_t t0 = now_ns();
+    for (auto& [name, t] : feeds) {
+      Status st = session.set_input(name, t);
+      if (!st.ok()) return cli::fail(st);
+    }
+    int64_t t1 = now_ns();
     Status st = session.run();
     if (!st.ok()) return cli::fail(st);
-    ms.push_back(static_cast<double>(now_ns() - t0) / 1e6);
+    int64_t t2 = now_ns();
+    for (size_t k = 0; k < outs.size(); ++k) outs[k] = session.output(k);
+    int64_t t3 = now_ns();
+    RunBreakdown b{static_cast<double>(t1 - t0) / 1e6, static_cast<double>(t2 - t1) / 1e6,
+                   static_cast<double>(t3 - t2) / 1e6, {}};
+    if (CpuVDevice* d = session.vdevice())
+      for (int64_t w : d->wait_ns()) b.wait_ms.push_back(static_cast<double>(w) / 1e6);
+    runs.push_back(std::move(b));
+    ms.push_back(runs.back().compute_ms);
+  }
+  std::string trace_path = a.get("--trace");
+  if (!trace_path.empty()) {
+    CpuVDevice* d = session.vdevice();
+    if (d == nullptr) return cli::usage_error(kRun, "--trace needs the plan executor");
+    std::vector<std::pair<int64_t, int64_t>> spans(session.program().plan->placements.size());
+    d->set_trace(&spans);
+    Status st = session.run();
+    d->set_trace(nullptr);
+    if (!st.ok()) return cli::fail(st);
+    st = write_chrome_trace(trace_path, session.program(), spans);
+    if (!st.ok()) return cli::fail(st);
+    log_info("trace of one run written to ", trace_path, " (open in chrome://tracing or ui.perfetto.dev)");
   }
   double lmin = *std::min_element(ms.begin(), ms.end()), lmax = *std::max_element(ms.begin(), ms.end());
   double lmed = percentile(ms, 0.5), lp90 = percentile(ms, 0.9);
@@ -293,7 +334,7 @@ int run_main(int argc, char** argv) {
            ", p90 ", str_cat(std::round(lp90 * 1000) / 1000), ", max ", str_cat(std::round(lmax * 1000) / 1000), ")");
   for (size_t i = 0; i < session.outputs().size(); ++i) {
     const Value* v = session.outputs()[i];
-    Tensor t = session.output(i);
+    const Tensor& t = outs[i];
     log_info("output '", v->name, "': ", dtype_name(v->dtype), " ", v->shape.to_string(), " ", preview(t));
     if (!out_dir.empty()) {
       std::string path = (std::filesystem::path(out_dir) / (safe_file_name(v->name) + ".npy")).string();
@@ -304,11 +345,33 @@ int run_main(int argc, char** argv) {
                             "\",\"shape\":[", str_join(v->shape.dims, ","), "]}");
   }
   if (json) {
+    std::string runs_json;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "{\"copy_in_ms\":%.6f,\"compute_ms\":%.6f,\"copy_out_ms\":%.6f,\"wait_ms\":[",
+                    runs[i].copy_in_ms, runs[i].compute_ms, runs[i].copy_out_ms);
+      runs_json += str_cat(i ? "," : "", buf);
+      for (size_t u = 0; u < runs[i].wait_ms.size(); ++u) {
+        std::snprintf(buf, sizeof buf, "%s%.6f", u ? "," : "", runs[i].wait_ms[u]);
+        runs_json += buf;
+      }
+      runs_json += "]}";
+    }
+    std::string plan_json;
+    if (const auto& plan = session.program().plan) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, ",\"plan\":{\"policy\":\"%s\",\"veus\":%d,\"predicted_ms\":%.6f,\"waits\":%lld}",
+                    std::string(policy_name(plan->policy)).c_str(), plan->veus, plan->predicted_us / 1e3,
+                    static_cast<long long>(plan->waits));
+      plan_json = buf;
+    }
     std::printf(
         "{\"model\":\"%s\",\"executor\":\"%s\",\"threads\":%d,\"iters\":%lld,"
-        "\"latency_ms\":{\"min\":%.6f,\"median\":%.6f,\"p90\":%.6f,\"max\":%.6f},\"outputs\":[%s]}\n",
+        "\"latency_ms\":{\"min\":%.6f,\"median\":%.6f,\"p90\":%.6f,\"max\":%.6f}%s,\"outputs\":[%s],"
+        "\"runs\":[%s]}\n",
         json_escape(model).c_str(), std::string(executor_name(session.executor())).c_str(), session.threads(),
-        static_cast<long long>(*iters), lmin, lmed, lp90, lmax, outputs_json.c_str());
+        static_cast<long long>(*iters), lmin, lmed, lp90, lmax, plan_json.c_str(), outputs_json.c_str(),
+        runs_json.c_str());
   }
   return 0;
 }

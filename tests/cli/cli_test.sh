@@ -82,6 +82,27 @@ n=helper.make_node(\"Relu\",[\"x\"],[\"a/b:c d\"])
 g=helper.make_graph([n],\"g\",[helper.make_tensor_value_info(\"x\",TensorProto.FLOAT,[2])],[helper.make_tensor_value_info(\"a/b:c d\",TensorProto.FLOAT,[2])])
 onnx.save(helper.make_model(g,opset_imports=[helper.make_opsetid(\"\",17)]),\"$TMP/odd.onnx\")' && $T run $TMP/odd.onnx --iters 1 --output-dir $TMP/o3 --quiet && test -f '$TMP/o3/a_b_c_d.npy'"
 
+# The Plan: summary, instruction lists, Gantt chart, trace, breakdown.
+check "plan summary and svg" bash -c "$T plan $ZOO/nasnet_like.onnx --veus 2 --svg $TMP/p.svg > $TMP/plan.txt && grep -q '^vEUs       2' $TMP/plan.txt && grep -q '^waits ' $TMP/plan.txt && grep -q '<svg' $TMP/p.svg && test \$(grep -c '<rect' $TMP/p.svg) -gt 1000"
+check "plan --list" bash -c "$T plan $ZOO/add_chains8.onnx --veus 2 --policy wavefront --list | grep -q '^  wait   vEU'"
+check "run --trace" bash -c "$T run $ZOO/mlp.onnx --iters 1 --threads 2 --trace $TMP/t.json --quiet && $PY -c '
+import json
+ev=json.load(open(\"$TMP/t.json\"))[\"traceEvents\"]
+x=[e for e in ev if e[\"ph\"]==\"X\"]
+m=[e for e in x if e[\"pid\"]==1]; p=[e for e in x if e[\"pid\"]==2]
+assert len(m)==len(p)>0, (len(m),len(p))
+assert all(e[\"dur\"]>=0 and \"task\" in e[\"args\"] for e in x)
+assert {e[\"tid\"] for e in m} <= {0,1}
+'"
+check "json breakdown per run" bash -c "$T run $ZOO/mlp.onnx --iters 4 --threads 2 --json 2>/dev/null | $PY -c '
+import json,sys
+j=json.load(sys.stdin); r=j[\"runs\"]
+assert len(r)==4 and all(len(x[\"wait_ms\"])==2 and x[\"compute_ms\"]>0 and x[\"copy_in_ms\"]>=0 for x in r), r
+assert j[\"plan\"][\"veus\"]==2 and j[\"plan\"][\"policy\"] in (\"wavefront\",\"critical-path\")
+'"
+expect_fail "trace needs plan" 2 "--trace needs the plan executor" $T run $ZOO/mlp.onnx --executor sequential --trace $TMP/x.json
+expect_fail "bad policy" 2 "--policy must be" $T run $ZOO/mlp.onnx --policy fastest
+
 # Errors: non-zero exit and one clear line.
 expect_fail "missing model" 1 "does not exist" $T run $TMP/none.onnx
 expect_fail "not a model" 1 "not an ONNX model" bash -c "echo hello > $TMP/bad.onnx; $T run $TMP/bad.onnx"

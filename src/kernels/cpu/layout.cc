@@ -122,7 +122,9 @@ Result<std::unique_ptr<ROp>> make_expand(const Node& n, const KernelParams& p) {
 
 // Concat and Split are one copy in opposite directions. The joined tensor
 // is viewed as [outer, sum of slabs]: each outer row holds one slab (axis
-// extent x inner bytes) per part. An rTask is a block of outer rows.
+// extent x inner bytes) per part. An rTask is a contiguous byte range of the
+// joined tensor, so even a batch-1 concat along channels (one outer row)
+// splits into as many rTasks as its size warrants.
 class SlabCopyOp : public ROp {
  public:
   enum class Dir { kConcat, kSplit };
@@ -130,23 +132,23 @@ class SlabCopyOp : public ROp {
       : dir_(dir), outer_(outer), slab_(std::move(slab)) {
     row_ = 0;
     for (int64_t s : slab_) row_ += s;
-    tasks_ = choose_tasks(outer, std::max<int64_t>(1, kGrain * 4 / std::max<int64_t>(row_, 1)), p);
+    tasks_ = choose_tasks(outer_ * row_, kGrain * 4, p);
   }
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t b, e;
-    task_range(outer_, tasks_, task, &b, &e);
-    for (int64_t r = b; r < e; ++r) {
-      int64_t off = r * row_;
-      for (size_t i = 0; i < slab_.size(); ++i) {
-        const int64_t n = slab_[i];
-        if (n > 0) {
-          if (dir_ == Dir::kConcat)
-            std::memcpy(static_cast<char*>(args.out[0]) + off, static_cast<const char*>(args.in[i]) + r * n, n);
-          else
-            std::memcpy(static_cast<char*>(args.out[i]) + r * n, static_cast<const char*>(args.in[0]) + off, n);
-        }
-        off += n;
-      }
+    task_range(outer_ * row_, tasks_, task, &b, &e);
+    while (b < e) {
+      const int64_t r = b / row_;
+      int64_t in_row = b - r * row_;
+      size_t part = 0;
+      while (in_row >= slab_[part]) in_row -= slab_[part++];  // slabs of 0 bytes are skipped here
+      const int64_t n = std::min(slab_[part] - in_row, e - b);
+      const int64_t part_off = r * slab_[part] + in_row;
+      if (dir_ == Dir::kConcat)
+        std::memcpy(static_cast<char*>(args.out[0]) + b, static_cast<const char*>(args.in[part]) + part_off, n);
+      else
+        std::memcpy(static_cast<char*>(args.out[part]) + part_off, static_cast<const char*>(args.in[0]) + b, n);
+      b += n;
     }
   }
 

@@ -1,0 +1,172 @@
+// tessera plan MODEL.onnx: compile a model into a Plan and show it: a
+// summary, the instruction lists (--list), and a Gantt chart (--svg).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <thread>
+
+#include "base/strings.h"
+#include "compiler/program.h"
+#include "onnx/importer.h"
+#include "tools/cli.h"
+#include "tools/commands.h"
+
+namespace tessera::tools {
+namespace {
+
+const cli::Command kPlan = {
+    "plan",
+    "tessera plan MODEL.onnx [options]",
+    "Compile a model into a Plan (rTasks scheduled onto vEUs) and show it.",
+    {
+        {"--veus", "N", "vEUs to schedule onto (default: all cores)"},
+        {"--policy", "NAME", "auto | wavefront | critical-path (default auto)"},
+        {"--shape", "NAME=DIMS", "bind a dynamic input's shape", true},
+        {"--svg", "FILE", "draw the predicted schedule as a Gantt chart (vEU x time, coloured by op, waits as lines)"},
+        {"--list", "", "print every vEU's instruction list"},
+    },
+    "examples:\n  tessera plan build/zoo/nasnet_like.onnx --veus 2 --svg plan.svg\n"
+    "  tessera plan build/zoo/add_chains8.onnx --policy wavefront --list\n"};
+
+std::string colour_of(const std::string& op) {
+  // Stable colour per op type.
+  uint32_t h = static_cast<uint32_t>(std::hash<std::string>{}(op));
+  int hue = static_cast<int>(h % 360);
+  return str_cat("hsl(", hue, ",65%,60%)");
+}
+
+std::string escape_xml(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else if (c == '"') o += "&quot;";
+    else o += c;
+  }
+  return o;
+}
+
+Status write_svg(const std::string& path, const Program& p) {
+  const Plan& plan = *p.plan;
+  const double width = 1200, lane = 28, left = 60, top = 30;
+  const double span = std::max(plan.predicted_us, 1e-3);
+  const double scale = (width - left - 20) / span;
+  std::ofstream out(path);
+  if (!out) return not_found(str_cat("cannot write '", path, "'"));
+  double height = top + lane * plan.veus + 60;
+  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+      << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  out << "<text x=\"" << left << "\" y=\"18\">" << escape_xml(p.source) << " — " << policy_name(plan.policy) << ", "
+      << plan.veus << " vEUs, predicted " << str_cat(std::round(plan.predicted_us * 10) / 10) << " µs, "
+      << plan.waits << " waits</text>\n";
+  for (int u = 0; u < plan.veus; ++u)
+    out << "<text x=\"4\" y=\"" << top + lane * u + lane * 0.65 << "\">vEU " << u << "</text>\n";
+  // Where each (vEU, index) ends, to draw waits from.
+  std::map<std::pair<int, int>, const TaskPlacement*> at;
+  for (const TaskPlacement& t : plan.placements) at[{t.veu, t.index}] = &t;
+  for (const TaskPlacement& t : plan.placements) {
+    const Step& st = p.steps[static_cast<size_t>(t.step)];
+    double x = left + t.start_us * scale, w = std::max((t.end_us - t.start_us) * scale, 0.5);
+    out << "<rect x=\"" << x << "\" y=\"" << top + lane * t.veu + 3 << "\" width=\"" << w << "\" height=\""
+        << lane - 6 << "\" fill=\"" << colour_of(st.node->op_type) << "\" stroke=\"#333\" stroke-width=\"0.3\"><title>"
+        << escape_xml(st.node->op_type) << " '" << escape_xml(st.node->name) << "' rTask " << t.task << "/"
+        << st.op->tasks() << " (" << st.kernel->name << "), " << str_cat(std::round((t.end_us - t.start_us) * 100) / 100)
+        << " µs</title></rect>\n";
+  }
+  // Waits: a line from the producer's end to the waiter's start.
+  for (int u = 0; u < plan.veus; ++u) {
+    int index = 0;
+    for (const Instr& in : plan.program[u]) {
+      if (in.kind == Instr::Kind::kRun) ++index;
+      if (in.kind != Instr::Kind::kWait) continue;
+      auto src = at.find({in.a, static_cast<int>(in.b - 1)});
+      auto dst = at.find({u, index});
+      if (src == at.end() || dst == at.end()) continue;
+      out << "<line x1=\"" << left + src->second->end_us * scale << "\" y1=\"" << top + lane * in.a + lane / 2
+          << "\" x2=\"" << left + dst->second->start_us * scale << "\" y2=\"" << top + lane * u + lane / 2
+          << "\" stroke=\"#c00\" stroke-width=\"0.8\" opacity=\"0.7\"/>\n";
+    }
+  }
+  // Legend.
+  std::map<std::string, int> ops;
+  for (const Step& st : p.steps) ++ops[st.node->op_type];
+  double x = left;
+  for (auto& [op, n] : ops) {
+    out << "<rect x=\"" << x << "\" y=\"" << height - 25 << "\" width=\"10\" height=\"10\" fill=\"" << colour_of(op)
+        << "\"/><text x=\"" << x + 13 << "\" y=\"" << height - 16 << "\">" << escape_xml(op) << "</text>\n";
+    x += 24 + 7.5 * static_cast<double>(op.size());
+  }
+  out << "</svg>\n";
+  return out ? Status() : data_loss(str_cat("short write to '", path, "'"));
+}
+
+}  // namespace
+
+int plan_main(int argc, char** argv) {
+  auto parsed = cli::parse(kPlan, argc, argv);
+  if (!parsed.ok()) return cli::usage_error(kPlan, parsed.status().message());
+  const cli::Args& a = *parsed;
+  if (a.help) {
+    std::fputs(cli::help_text(kPlan).c_str(), stdout);
+    return 0;
+  }
+  if (a.positional.size() != 1) return cli::usage_error(kPlan, "expected exactly one MODEL.onnx");
+  CompileOptions co;
+  co.build_plan = true;
+  int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  auto veus = a.get_int("--veus", hw, 1, 256);
+  if (!veus.ok()) return cli::usage_error(kPlan, veus.status().message());
+  co.schedule.veus = static_cast<int>(*veus);
+  if (a.has("--policy") && (!policy_parse(a.get("--policy"), &co.schedule.policy) ||
+                            co.schedule.policy == Policy::kRandom))
+    return cli::usage_error(kPlan, str_cat("--policy must be auto, wavefront or critical-path, got '",
+                                           a.get("--policy"), "'"));
+  if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kPlan, st.message());
+  auto program = compile_onnx(a.positional[0], co);
+  if (!program.ok()) return cli::fail(program.status());
+  const Program& p = **program;
+  const Plan& plan = *p.plan;
+  std::printf("model      %s\n", p.source.c_str());
+  std::printf("policy     %s\n", std::string(policy_name(plan.policy)).c_str());
+  std::printf("vEUs       %d\n", plan.veus);
+  std::printf("ops        %zu, rTasks %lld\n", p.steps.size(), static_cast<long long>(plan.placements.size()));
+  std::printf("waits      %lld, signals %lld\n", static_cast<long long>(plan.waits), static_cast<long long>(plan.signals));
+  std::printf("predicted  %.1f us (cost model: analytic)\n", plan.predicted_us);
+  std::printf("arena      %s (%sB if nothing shared)\n", str_cat(human_count(static_cast<double>(p.memory.arena_bytes)), "B").c_str(),
+              human_count(static_cast<double>(p.memory.naive_bytes)).c_str());
+  for (int u = 0; u < plan.veus; ++u) {
+    double busy = 0;
+    for (const TaskPlacement& t : plan.placements)
+      if (t.veu == u) busy += t.end_us - t.start_us;
+    std::printf("  vEU %-3d  %6lld rTasks, busy %5.1f%%\n", u, static_cast<long long>(plan.tasks_per_veu[u]),
+                plan.predicted_us > 0 ? 100 * busy / plan.predicted_us : 0.0);
+  }
+  if (a.has("--list")) {
+    for (int u = 0; u < plan.veus; ++u) {
+      std::printf("\nvEU %d:\n", u);
+      for (const Instr& in : plan.program[u]) {
+        if (in.kind == Instr::Kind::kRun) {
+          const Step& st = p.steps[static_cast<size_t>(in.a)];
+          std::printf("  run    %s '%s' rTask %lld/%lld\n", st.node->op_type.c_str(), st.node->name.c_str(),
+                      static_cast<long long>(in.b), static_cast<long long>(st.op->tasks()));
+        } else if (in.kind == Instr::Kind::kSignal) {
+          std::printf("  signal %lld\n", static_cast<long long>(in.b));
+        } else {
+          std::printf("  wait   vEU %d >= %lld\n", in.a, static_cast<long long>(in.b));
+        }
+      }
+    }
+  }
+  std::string svg = a.get("--svg");
+  if (!svg.empty()) {
+    if (Status st = write_svg(svg, p); !st.ok()) return cli::fail(st);
+    std::printf("svg        %s\n", svg.c_str());
+  }
+  return 0;
+}
+
+}  // namespace tessera::tools

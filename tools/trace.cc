@@ -1,0 +1,62 @@
+#include "tools/trace.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include "base/strings.h"
+
+namespace tessera::tools {
+namespace {
+
+std::string escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    o += c;
+  }
+  return o;
+}
+
+}  // namespace
+
+Status write_chrome_trace(const std::string& path, const Program& program,
+                          const std::vector<std::pair<int64_t, int64_t>>& measured) {
+  if (!program.plan) return failed_precondition("--trace needs the plan executor");
+  const Plan& plan = *program.plan;
+  std::ofstream out(path);
+  if (!out) return not_found(str_cat("cannot write trace file '", path, "'"));
+  int64_t t0 = INT64_MAX;
+  for (const auto& [s, e] : measured) t0 = std::min(t0, s);
+  out << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+  // Lane names: pid 1 measured, pid 2 predicted.
+  out << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":1,\"args\":{\"name\":\"measured\"}},\n";
+  out << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":2,\"args\":{\"name\":\"predicted (" << policy_name(plan.policy)
+      << ")\"}},\n";
+  for (int u = 0; u < plan.veus; ++u)
+    for (int pid : {1, 2})
+      out << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << pid << ",\"tid\":" << u
+          << ",\"args\":{\"name\":\"vEU " << u << "\"}},\n";
+  for (size_t i = 0; i < plan.placements.size(); ++i) {
+    const TaskPlacement& t = plan.placements[i];
+    const Step& st = program.steps[static_cast<size_t>(t.step)];
+    std::string args = str_cat("{\"node\":\"", escape(st.node->name), "\",\"rKernel\":\"", st.kernel->name,
+                               "\",\"task\":", t.task, ",\"of\":", st.op->tasks(), "}");
+    std::string name = escape(st.node->op_type);
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(measured[i].first - t0) / 1e3);
+    std::string ts = buf;
+    std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(measured[i].second - measured[i].first) / 1e3);
+    out << "{\"ph\":\"X\",\"pid\":1,\"tid\":" << t.veu << ",\"name\":\"" << name << "\",\"ts\":" << ts
+        << ",\"dur\":" << buf << ",\"args\":" << args << "},\n";
+    std::snprintf(buf, sizeof buf, "\"ts\":%.3f,\"dur\":%.3f", t.start_us, t.end_us - t.start_us);
+    out << "{\"ph\":\"X\",\"pid\":2,\"tid\":" << t.veu << ",\"name\":\"" << name << "\"," << buf
+        << ",\"args\":" << args << "}" << (i + 1 < plan.placements.size() ? ",\n" : "\n");
+  }
+  out << "]}\n";
+  if (!out) return data_loss(str_cat("short write to trace file '", path, "'"));
+  return Status();
+}
+
+}  // namespace tessera::tools
