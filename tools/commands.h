@@ -1,11 +1,16 @@
 // The `tessera` subcommands, one file each.
 #pragma once
 
+#include <cstddef>
+
 namespace tessera::tools {
 
 int run_main(int argc, char** argv);
 int inspect_main(int argc, char** argv);
 int ops_main(int argc, char** argv);
 int plan_main(int argc, char** argv);
+int profile_main(int argc, char** argv);
+// A progress bar on stderr when it is a terminal.
+void print_progress(size_t done, size_t total);
 
 }  // namespace tessera::tools

@@ -17,6 +17,7 @@ void print_help() {
       "  run MODEL.onnx       compile and run a model; print latency and outputs\n"
       "  inspect MODEL.onnx   show inputs, outputs, ops, parameters and FLOPs\n"
       "  plan MODEL.onnx      compile into a Plan and show it (--svg for a Gantt chart)\n"
+      "  profile MODEL.onnx   measure every op's rTask cost (cached for later compiles)\n"
       "  ops                  list supported ops and their rKernels\n\n"
       "options:\n"
       "  --version            print the version\n"
@@ -43,7 +44,8 @@ int main(int argc, char** argv) {
   if (cmd == "inspect") return tessera::tools::inspect_main(argc - 2, argv + 2);
   if (cmd == "ops") return tessera::tools::ops_main(argc - 2, argv + 2);
   if (cmd == "plan") return tessera::tools::plan_main(argc - 2, argv + 2);
-  std::fprintf(stderr, "tessera: error: unknown command '%s' (commands: run, inspect, plan, ops; see tessera --help)\n",
+  if (cmd == "profile") return tessera::tools::profile_main(argc - 2, argv + 2);
+  std::fprintf(stderr, "tessera: error: unknown command '%s' (commands: run, inspect, plan, profile, ops; see tessera --help)\n",
                cmd.c_str());
   return 2;
 }

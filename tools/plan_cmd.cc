@@ -27,6 +27,7 @@ const cli::Command kPlan = {
         {"--shape", "NAME=DIMS", "bind a dynamic input's shape", true},
         {"--svg", "FILE", "draw the predicted schedule as a Gantt chart (vEU x time, coloured by op, waits as lines)"},
         {"--list", "", "print every vEU's instruction list"},
+        {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them"},
     },
     "examples:\n  tessera plan build/zoo/nasnet_like.onnx --veus 2 --svg plan.svg\n"
     "  tessera plan build/zoo/add_chains8.onnx --policy wavefront --list\n"};
@@ -126,6 +127,8 @@ int plan_main(int argc, char** argv) {
     return cli::usage_error(kPlan, str_cat("--policy must be auto, wavefront or critical-path, got '",
                                            a.get("--policy"), "'"));
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kPlan, st.message());
+  co.profile = !a.has("--no-profile");
+  co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
   auto program = compile_onnx(a.positional[0], co);
   if (!program.ok()) return cli::fail(program.status());
   const Program& p = **program;
@@ -135,7 +138,7 @@ int plan_main(int argc, char** argv) {
   std::printf("vEUs       %d\n", plan.veus);
   std::printf("ops        %zu, rTasks %lld\n", p.steps.size(), static_cast<long long>(plan.placements.size()));
   std::printf("waits      %lld, signals %lld\n", static_cast<long long>(plan.waits), static_cast<long long>(plan.signals));
-  std::printf("predicted  %.1f us (cost model: analytic)\n", plan.predicted_us);
+  std::printf("predicted  %.1f us (costs %s)\n", plan.predicted_us, p.costs_measured ? "profiled" : "analytic");
   std::printf("arena      %s (%sB if nothing shared)\n", str_cat(human_count(static_cast<double>(p.memory.arena_bytes)), "B").c_str(),
               human_count(static_cast<double>(p.memory.naive_bytes)).c_str());
   for (int u = 0; u < plan.veus; ++u) {

@@ -34,6 +34,7 @@ const cli::Command kRun = {
         {"--threads", "N", "vEUs / worker threads, including the caller (default: all cores)"},
         {"--executor", "NAME", "plan | two-layer | sequential (default plan)"},
         {"--policy", "NAME", "plan executor's scheduling policy: auto | wavefront | critical-path (default auto)"},
+        {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them (profile cache)"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
         {"--json", "", "print one JSON object on stdout at the end"},
@@ -179,6 +180,8 @@ int run_main(int argc, char** argv) {
     co.schedule.policy = policy;
     int hw = static_cast<int>(std::thread::hardware_concurrency());
     co.schedule.veus = so.threads > 0 ? so.threads : std::max(hw, 1);
+    co.profile = !a.has("--no-profile");
+    co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
   }
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kRun, st.message());
 

@@ -109,7 +109,13 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   }
   p->graph = std::move(g);
   if (options.build_plan) {
-    p->task_cost_us = analytic_task_costs(*p);
+    if (options.profile) {
+      TESSERA_ASSIGN_OR_RETURN(ProfileResult pr, profile_program(*p, options.profile_options));
+      p->task_cost_us = std::move(pr.task_cost_us);
+      p->costs_measured = true;
+    } else {
+      p->task_cost_us = analytic_task_costs(*p);
+    }
     TESSERA_ASSIGN_OR_RETURN(Plan plan, schedule(*p, p->task_cost_us, options.schedule));
     TESSERA_RETURN_IF_ERROR(plan_validate(*p, plan).with_context("internal: scheduler produced an invalid plan"));
     p->memory = plan_memory_parallel(*p, plan);

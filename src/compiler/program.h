@@ -16,6 +16,7 @@
 
 #include "ir/graph.h"
 #include "compiler/plan.h"
+#include "compiler/profiler.h"
 #include "kernels/cpu/kernel.h"
 #include "passes/passes.h"
 #include "tessera/status.h"
@@ -30,6 +31,10 @@ struct CompileOptions {
   // parallel order) instead of the sequential-order memory plan.
   bool build_plan = false;
   ScheduleOptions schedule;
+  // Cost the Plan's rTasks by measuring them (profiler, with its cache)
+  // rather than with the analytic model.
+  bool profile = false;
+  ProfileOptions profile_options;
 };
 
 // Where a value lives at run time.
@@ -68,6 +73,7 @@ class Program {
   std::vector<int> input_slots, output_slots;
   std::optional<Plan> plan;           // when compiled for the plan executor
   std::vector<double> task_cost_us;   // per step: cost of one rTask
+  bool costs_measured = false;        // profiled (else analytic)
   CompileStats stats;
   std::string source;  // model path
 

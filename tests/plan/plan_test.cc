@@ -231,3 +231,47 @@ TEST_F(PlanValidate, EveryWaitIsNecessary) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(Profiler, MeasuresCachesAndFeedsThePlan) {
+  std::string dir = (fs::temp_directory_path() / ("tessera_profile_" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  CompileOptions co;
+  co.build_plan = true;
+  co.schedule.veus = 2;
+  co.profile = true;
+  co.profile_options.cache_dir = dir;
+  co.profile_options.min_ms_per_op = 0.2;
+  std::map<std::string, Tensor> inputs;
+  auto first = compile_zoo("nasnet_like", co, &inputs);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_TRUE((*first)->costs_measured);
+  for (double c : (*first)->task_cost_us) EXPECT_GT(c, 0.0);
+  // Convolutions cost more per rTask than the Adds they feed.
+  double conv = 0, add = 1e30;
+  for (size_t i = 0; i < (*first)->steps.size(); ++i) {
+    const std::string& op = (*first)->steps[i].node->op_type;
+    if (op == "Conv") conv = std::max(conv, (*first)->task_cost_us[i]);
+    if (op == "Add") add = std::min(add, (*first)->task_cost_us[i]);
+  }
+  EXPECT_GT(conv, add);
+  ProfileOptions po = co.profile_options;
+  auto again = profile_program(**first, po);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->measured, 0u) << "everything should come from " << again->cache_path;
+  EXPECT_EQ(again->from_cache, (*first)->steps.size());
+  EXPECT_EQ(again->task_cost_us, (*first)->task_cost_us);
+  po.refresh = true;
+  auto refreshed = profile_program(**first, po);
+  ASSERT_TRUE(refreshed.ok());
+  EXPECT_GT(refreshed->measured, 0u);
+  // The profiled plan still computes the same thing.
+  auto want = sequential_reference("nasnet_like");
+  expect_bitwise(run_outputs(std::move(*first), Executor::kPlan, inputs), want, "profiled plan");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera

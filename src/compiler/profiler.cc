@@ -1,0 +1,173 @@
+#include "compiler/profiler.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "base/clock.h"
+#include "base/strings.h"
+#include "compiler/program.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string cache_dir(const ProfileOptions& o) {
+  if (!o.cache_dir.empty()) return o.cache_dir;
+  if (const char* env = std::getenv("TESSERA_CACHE"); env && *env) return env;
+  if (const char* home = std::getenv("HOME"); home && *home) return (fs::path(home) / ".cache" / "tessera").string();
+  return ".tessera-cache";
+}
+
+// Identifies an rKernel instance: op, rKernel, tiling, attributes, and the
+// dtype and shape of every input (constants by shape only) and output.
+std::string step_key(const Step& s) {
+  std::ostringstream k;
+  k << s.node->op_type << "|" << s.kernel->name << "|tasks=" << s.op->tasks() << "|opset=" << s.node->opset;
+  for (const auto& [name, a] : s.node->attrs) {
+    k << "|" << name << "=";
+    switch (a.kind) {
+      case Attribute::Kind::kInt: k << a.i; break;
+      case Attribute::Kind::kFloat: k << a.f; break;
+      case Attribute::Kind::kString: k << a.s; break;
+      case Attribute::Kind::kInts: k << str_join(a.ints, ","); break;
+      case Attribute::Kind::kFloats: k << str_join(a.floats, ","); break;
+      case Attribute::Kind::kStrings: k << str_join(a.strings, ","); break;
+      case Attribute::Kind::kTensor: k << dtype_name(a.t.dtype()) << a.t.shape().to_string(); break;
+    }
+  }
+  for (const Value* v : s.node->inputs) {
+    if (v == nullptr) k << "|-";
+    else k << "|" << (v->is_constant() ? "c" : "") << dtype_name(v->dtype) << v->shape.to_string();
+  }
+  for (const Value* v : s.node->outputs) k << "|>" << dtype_name(v->dtype) << v->shape.to_string();
+  return k.str();
+}
+
+std::map<std::string, double> load_cache(const std::string& path) {
+  std::map<std::string, double> m;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t tab = line.rfind('\t');
+    if (tab == std::string::npos || line.empty() || line[0] == '#') continue;
+    char* end = nullptr;
+    double v = std::strtod(line.c_str() + tab + 1, &end);
+    if (end != line.c_str() + tab + 1 && v > 0 && v < 1e9) m[line.substr(0, tab)] = v;
+  }
+  return m;
+}
+
+void save_cache(const std::string& path, const std::map<std::string, double>& m) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp);
+    if (!out) return;  // a cache that cannot be written is not an error
+    out << "# tessera profile cache: <rKernel instance> TAB <µs per rTask>\n";
+    for (const auto& [k, v] : m) out << k << "\t" << v << "\n";
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) fs::remove(tmp, ec);
+}
+
+// Times rTasks of one step; returns the median µs of one rTask.
+double measure_step(const Step& s, const ProfileOptions& o) {
+  std::vector<std::vector<unsigned char>> buffers;
+  std::vector<const void*> in;
+  std::vector<void*> out;
+  auto buffer = [&](const Value* v) -> void* {
+    size_t bytes = static_cast<size_t>(v->shape.numel()) * dtype_size(v->dtype) + 64;
+    buffers.emplace_back(bytes, 0);
+    return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(buffers.back().data()) + 63) / 64 * 64);
+  };
+  buffers.reserve(s.node->inputs.size() + s.node->outputs.size() + 1);
+  for (const Value* v : s.node->inputs) {
+    if (v == nullptr) in.push_back(nullptr);
+    else if (v->is_constant()) in.push_back(v->constant->raw());
+    else in.push_back(buffer(v));
+  }
+  for (const Value* v : s.node->outputs) out.push_back(buffer(v));
+  buffers.emplace_back(s.op->scratch_bytes() + 64, 0);
+  void* scratch = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(buffers.back().data()) + 63) / 64 * 64);
+  TaskArgs args{in.data(), out.data(), scratch};
+  const int64_t n = s.op->tasks();
+  // Up to 4 sample indices spread over the op (edge tiles can be smaller).
+  std::vector<int64_t> picks;
+  for (int64_t i : {int64_t{0}, n / 3, (2 * n) / 3, n - 1})
+    if (std::find(picks.begin(), picks.end(), i) == picks.end()) picks.push_back(i);
+  for (int64_t t : picks) s.op->run(t, args);  // warm caches, library JIT
+  std::vector<double> samples;
+  const int64_t start = now_ns();
+  while (true) {
+    for (int64_t t : picks) {
+      int64_t t0 = now_ns();
+      s.op->run(t, args);
+      samples.push_back(static_cast<double>(now_ns() - t0) / 1e3);
+    }
+    double elapsed_ms = static_cast<double>(now_ns() - start) / 1e6;
+    if ((static_cast<int>(samples.size()) >= o.min_samples && elapsed_ms >= o.min_ms_per_op) ||
+        elapsed_ms >= o.max_ms_per_op)
+      break;
+  }
+  std::nth_element(samples.begin(), samples.begin() + static_cast<long>(samples.size() / 2), samples.end());
+  return std::max(samples[samples.size() / 2], 0.01);
+}
+
+}  // namespace
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        std::string m = line.substr(colon + 1);
+        m.erase(0, m.find_first_not_of(' '));
+        return m;
+      }
+    }
+  }
+  return "unknown-cpu";
+}
+
+Result<ProfileResult> profile_program(const Program& p, const ProfileOptions& o) {
+  ProfileResult r;
+  std::string model = cpu_model_name();
+  for (char& c : model)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  r.cache_path = (fs::path(cache_dir(o)) / str_cat("profile-", model, "-k", kKernelVersion, ".tsv")).string();
+  std::map<std::string, double> cache;
+  if (o.use_cache) cache = load_cache(r.cache_path);
+  std::map<std::string, double> fresh;
+  bool dirty = false;
+  cpu_kernels_thread_init();
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    std::string key = step_key(p.steps[i]);
+    auto it = cache.find(key);
+    auto seen = fresh.find(key);  // the same instance twice in one model
+    bool hit = !o.refresh && it != cache.end();
+    double us = hit ? it->second : seen != fresh.end() ? seen->second : measure_step(p.steps[i], o);
+    if (!hit) {
+      fresh[key] = us;
+      cache[key] = us;
+      dirty = true;
+      ++r.measured;
+    } else {
+      ++r.from_cache;
+    }
+    r.task_cost_us.push_back(us);
+    r.cached.push_back(hit);
+    if (o.progress) o.progress(i + 1, p.steps.size(), hit);
+  }
+  if (o.use_cache && dirty) save_cache(r.cache_path, cache);
+  return r;
+}
+
+}  // namespace tessera

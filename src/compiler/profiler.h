@@ -1,0 +1,54 @@
+// Profiler: the measured cost of one rTask of each rOperator.
+//
+// Each step's rKernel instance (op, attributes, bound shapes and dtypes,
+// tiling) runs on the calling thread, warm, on buffers of the right sizes:
+// constants are the model's own, runtime values are zeros (valid for every
+// kernel, Gather indices included). A few rTask indices spread over the op
+// run in rounds until there are enough samples and enough time for a stable
+// median. Results persist in a profile cache, a text file under
+// $TESSERA_CACHE (default ~/.cache/tessera), keyed by CPU model and kernel
+// version, and later compiles reuse them.
+//
+// Thread-safety: the cache file is rewritten whole (write to a temporary,
+// rename), so concurrent profilers lose at worst each other's new entries.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tessera/status.h"
+
+namespace tessera {
+
+class Program;
+
+// Bumped whenever an rKernel changes speed or tiling: old cache entries
+// stop matching.
+inline constexpr int kKernelVersion = 1;
+
+struct ProfileOptions {
+  bool use_cache = true;   // read and update the cache
+  bool refresh = false;    // measure everything, then update the cache
+  std::string cache_dir;       // "" = $TESSERA_CACHE or ~/.cache/tessera
+  double min_ms_per_op = 2.0;  // keep sampling an op at least this long...
+  int min_samples = 7;         // ...and for at least this many rTask runs
+  double max_ms_per_op = 50.0;
+  // Called after each op: (done, total, from_cache).
+  std::function<void(size_t, size_t, bool)> progress;
+};
+
+struct ProfileResult {
+  std::vector<double> task_cost_us;  // per step: median µs of one rTask
+  std::vector<bool> cached;          // per step: came from the cache
+  size_t measured = 0, from_cache = 0;
+  std::string cache_path;
+};
+
+Result<ProfileResult> profile_program(const Program& p, const ProfileOptions& options);
+
+// "Intel(R) Xeon(R) ..." from /proc/cpuinfo, or "unknown-cpu".
+std::string cpu_model_name();
+
+}  // namespace tessera

@@ -1,0 +1,88 @@
+// tessera profile MODEL.onnx: measure every rOperator's rTask cost and
+// print a per-op table; results go to the profile cache that compiles use.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "base/strings.h"
+#include "compiler/program.h"
+#include "tools/cli.h"
+#include "tools/commands.h"
+
+namespace tessera::tools {
+namespace {
+
+const cli::Command kProfile = {
+    "profile",
+    "tessera profile MODEL.onnx [options]",
+    "Measure the cost of one rTask of every op (per rKernel variant and bound shapes) and print a table.\n"
+    "Results are cached under $TESSERA_CACHE (default ~/.cache/tessera) and reused by later compiles.",
+    {
+        {"--shape", "NAME=DIMS", "bind a dynamic input's shape", true},
+        {"--no-cache", "", "measure everything again (and refresh the cache)"},
+        {"--top", "N", "show only the N most expensive ops (default: all)"},
+    },
+    "examples:\n  tessera profile build/zoo/resnet18.onnx\n  tessera profile build/zoo/bert_tiny.onnx --shape input_ids=1x64 "
+    "--shape attention_mask=1x64 --top 10\n"};
+
+}  // namespace
+
+void print_progress(size_t done, size_t total) {
+  if (!isatty(STDERR_FILENO)) return;
+  const int width = 30;
+  int filled = static_cast<int>(width * done / std::max<size_t>(total, 1));
+  std::fprintf(stderr, "\rprofiling [%s%s] %zu/%zu ops", std::string(filled, '=').c_str(),
+               std::string(width - filled, ' ').c_str(), done, total);
+  if (done == total) std::fprintf(stderr, "\r%*s\r", width + 40, "");
+}
+
+int profile_main(int argc, char** argv) {
+  auto parsed = cli::parse(kProfile, argc, argv);
+  if (!parsed.ok()) return cli::usage_error(kProfile, parsed.status().message());
+  const cli::Args& a = *parsed;
+  if (a.help) {
+    std::fputs(cli::help_text(kProfile).c_str(), stdout);
+    return 0;
+  }
+  if (a.positional.size() != 1) return cli::usage_error(kProfile, "expected exactly one MODEL.onnx");
+  auto top = a.get_int("--top", 0, 0, 1000000);
+  if (!top.ok()) return cli::usage_error(kProfile, top.status().message());
+  CompileOptions co;
+  if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kProfile, st.message());
+  auto program = compile_onnx(a.positional[0], co);
+  if (!program.ok()) return cli::fail(program.status());
+  const Program& p = **program;
+  ProfileOptions po;
+  po.refresh = a.has("--no-cache");
+  po.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
+  auto r = profile_program(p, po);
+  if (!r.ok()) return cli::fail(r.status());
+  struct Row {
+    size_t step;
+    double total;
+  };
+  std::vector<Row> rows;
+  double sum = 0;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    double total = r->task_cost_us[i] * static_cast<double>(p.steps[i].op->tasks());
+    rows.push_back({i, total});
+    sum += total;
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& x, const Row& y) { return x.total > y.total; });
+  size_t shown = *top > 0 ? std::min<size_t>(rows.size(), static_cast<size_t>(*top)) : rows.size();
+  std::printf("%-18s %-34s %-24s %7s %11s %11s %6s\n", "op", "node", "rKernel", "rTasks", "us/rTask", "total us", "share");
+  for (size_t k = 0; k < shown; ++k) {
+    const Step& st = p.steps[rows[k].step];
+    std::string name = st.node->name.size() > 34 ? "..." + st.node->name.substr(st.node->name.size() - 31) : st.node->name;
+    std::printf("%-18s %-34s %-24s %7lld %11.2f %11.1f %5.1f%%%s\n", st.node->op_type.c_str(), name.c_str(),
+                std::string(st.kernel->name).c_str(), static_cast<long long>(st.op->tasks()),
+                r->task_cost_us[rows[k].step], rows[k].total, sum > 0 ? 100 * rows[k].total / sum : 0.0,
+                r->cached[rows[k].step] ? "  (cached)" : "");
+  }
+  std::printf("\n%zu ops, %.1f us of rTask work per run (%.1f ms); %zu measured, %zu from the cache\ncache: %s\n",
+              p.steps.size(), sum, sum / 1e3, r->measured, r->from_cache, r->cache_path.c_str());
+  return 0;
+}
+
+}  // namespace tessera::tools
