@@ -77,9 +77,11 @@ class ConvOp : public ROp {
       ob_ = 1;
       pb_ = std::clamp<int64_t>(per, 1, c.oh);  // row blocks
     } else {
-      // Pixel blocks of at least 64 pixels first (im2col is per pixel
-      // block), then output-channel blocks of at least 16.
-      pb_ = std::clamp<int64_t>(per, 1, std::max<int64_t>(1, pixels_ / 64));
+      // Pixel blocks (of at least 8 pixels) first, each rTask computing all
+      // of its group's output channels: im2col then happens once per pixel.
+      // Output channels are split (in blocks of at least 16, each redoing
+      // its pixel block's im2col) only when pixels run out.
+      pb_ = std::clamp<int64_t>(per, 1, std::max<int64_t>(1, pixels_ / 8));
       ob_ = std::clamp<int64_t>(std::max<int64_t>(1, per / pb_), 1, std::max<int64_t>(1, cout_g_ / 16));
     }
     tasks_ = outer * ob_ * pb_;
