@@ -9,6 +9,8 @@
 #                   unseen-kind models (build/zoo-extra/) with PyTorch
 #   make fuzz       build the libFuzzer targets with clang and run them longer
 #   make asan       build and test with AddressSanitizer + UBSan (build-asan/)
+#   make bench      Tessera vs ONNX Runtime and PyTorch, interleaved; writes
+#                   bench/RESULTS.md (bench-quick: a short smoke run)
 #   make bench-gemm measure tile-sized GEMM across math libraries
 #   make clean      remove build outputs
 #
@@ -22,7 +24,7 @@ PYTHON := /usr/bin/python3
 BUILD := build
 TESSERA := $(BUILD)/bin/tessera
 
-.PHONY: all deps configure build demo test zoo fuzz fuzz-smoke asan bench-gemm clean
+.PHONY: all deps configure build demo test zoo fuzz fuzz-smoke asan bench bench-quick bench-deps bench-gemm clean
 
 all: build
 
@@ -73,6 +75,18 @@ asan: zoo
 	ln -sfn ../$(BUILD)/zoo build-asan/zoo
 	ln -sfn ../$(BUILD)/zoo-extra build-asan/zoo-extra
 	cd build-asan && ctest --output-on-failure -j 1
+
+# ONNX Runtime for baselines: the npm package's bundled CPU library; its
+# install scripts (which would download) are skipped.
+bench-deps:
+	@test -d $(BUILD)/bench/node_modules/onnxruntime-node || \
+	  npm install --ignore-scripts --no-save --no-audit --no-fund --prefix $(BUILD)/bench onnxruntime-node@1.20.1
+
+bench: build zoo bench-deps
+	$(PYTHON) bench/run_bench.py --build $(BUILD) --unseen
+
+bench-quick: build zoo bench-deps
+	$(PYTHON) bench/run_bench.py --build $(BUILD) --quick --out $(BUILD)/bench/RESULTS-quick.md
 
 bench-gemm:
 	@bash scripts/setup-deps.sh --bench

@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""Tessera's benchmark: every workload on every system, interleaved, on
+identical inputs, in one run.
+
+Systems: Tessera's Plan executor, Tessera's two-layer executor, ONNX Runtime
+1.20 (npm onnxruntime-node, 2 intra-op threads, all graph optimizations) and
+PyTorch (Debian, 2 threads). Each round runs every system for a batch of
+iterations after a warm-up; rounds repeat, and medians are taken over all
+timed iterations. Prints a table of medians and ratios to ONNX Runtime and
+writes bench/RESULTS.md with the machine and date.
+
+Usage: /usr/bin/python3 bench/run_bench.py [--rounds N] [--iters N]
+           [--only W,...] [--quick] [--out bench/RESULTS.md]
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import make_zoo  # noqa: E402
+
+TARGETS = {  # ratio to ONNX Runtime that issue 3 asks for
+    "add_chain": 0.15, "add_chains8": 0.15, "bert_tiny": 0.5, "lstm_tc": 0.8, "nasnet_like": 0.7,
+    "resnet18": 1.0, "mobilenet_v2": 1.0,
+}
+WORKLOADS = ["add_chain", "add_chains8", "bert_tiny", "lstm_tc", "nasnet_like", "resnet18", "mobilenet_v2"]
+UNSEEN = ["squeezenet1_0", "shufflenet_v2_x1_0", "mnasnet0_5", "efficientnet_b0", "regnet_x_400mf",
+          "transformer_encoder", "gru_bidirectional", "char_lm", "unet_tiny"]
+
+
+def tessera_times(tessera, model, inputs_npz, iters, warmup, executor, threads):
+    out = subprocess.run([tessera, "run", model, "--input", inputs_npz, "--iters", str(iters), "--warmup",
+                          str(warmup), "--threads", str(threads), "--executor", executor, "--json", "--quiet"],
+                         check=True, capture_output=True, text=True)
+    return [r["compute_ms"] for r in json.loads(out.stdout)["runs"]]
+
+
+def ort_times(node_dir, model, input_dir, iters, warmup, threads):
+    env = dict(os.environ, NODE_PATH=os.path.join(node_dir, "node_modules"))
+    out = subprocess.run(["node", os.path.join(HERE, "models", "ort_run.js"), model, input_dir, str(iters),
+                          str(warmup), str(threads)], check=True, capture_output=True, text=True, env=env)
+    return json.loads(out.stdout)["ms"]
+
+
+class Torch:
+    """The PyTorch model a zoo entry was exported from, kept in memory."""
+
+    def __init__(self, name, threads):
+        import torch
+        torch.set_num_threads(threads)
+        torch.manual_seed(0)
+        catalog = {**make_zoo.MODELS, **make_zoo.EXTRA}
+        self.model, _, _ = catalog[name]()
+        make_zoo.randomize_norms(self.model, torch.Generator().manual_seed(1))
+        self.model.eval()
+        self.torch = torch
+
+    def times(self, inputs, iters, warmup):
+        args = tuple(self.torch.from_numpy(v) for v in inputs)
+        ms = []
+        with self.torch.no_grad():
+            for i in range(warmup + iters):
+                t0 = time.perf_counter()
+                self.model(*args)
+                if i >= warmup:
+                    ms.append((time.perf_counter() - t0) * 1e3)
+        return ms
+
+
+def write_inputs(npz_path, names, out_dir):
+    data = np.load(npz_path)
+    manifest = []
+    for i, n in enumerate(names):
+        a = np.ascontiguousarray(data[n])
+        a.tofile(os.path.join(out_dir, f"{i}.bin"))
+        manifest.append({"name": n, "dtype": str(a.dtype) if a.dtype != np.bool_ else "bool", "shape": list(a.shape)})
+    with open(os.path.join(out_dir, "inputs.json"), "w") as f:
+        json.dump(manifest, f)
+    return [data[n] for n in names]
+
+
+def input_names(onnx_path):
+    import onnx
+    m = onnx.load(onnx_path, load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    return [i.name for i in m.graph.input if i.name not in inits]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--node-dir", default=os.path.join(ROOT, "build", "bench"))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=20, help="timed iterations per system per round")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--unseen", action="store_true", help="also the unseen-kind models (geometric mean)")
+    ap.add_argument("--quick", action="store_true", help="2 rounds of 5 iterations: a smoke test, not a measurement")
+    ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
+    a = ap.parse_args()
+    if a.quick:
+        a.rounds, a.iters = 2, 5
+    tessera = os.path.join(a.build, "bin", "tessera")
+    names = [w for w in a.only.split(",") if w] or WORKLOADS + (UNSEEN if a.unseen else [])
+    systems = ["tessera-plan", "tessera-two-layer", "onnxruntime", "pytorch"]
+    results = {}
+    tmp = tempfile.mkdtemp(prefix="tessera-bench-")
+    for w in names:
+        zoo = os.path.join(a.build, "zoo" if w in make_zoo.MODELS else "zoo-extra")
+        model, npz = os.path.join(zoo, w + ".onnx"), os.path.join(zoo, w + ".inputs.npz")
+        if not os.path.exists(model):
+            print(f"bench: {model} is missing: run `make zoo`", file=sys.stderr)
+            return 2
+        in_dir = os.path.join(tmp, w)
+        os.makedirs(in_dir)
+        arrays = write_inputs(npz, input_names(model), in_dir)
+        torch_model = Torch(w, a.threads)
+        times = {s: [] for s in systems}
+        warm = max(2, a.iters // 4)
+        for r in range(a.rounds):
+            print(f"bench: {w} round {r + 1}/{a.rounds}", file=sys.stderr)
+            times["tessera-plan"] += tessera_times(tessera, model, npz, a.iters, warm, "plan", a.threads)
+            times["onnxruntime"] += ort_times(a.node_dir, model, in_dir, a.iters, warm, a.threads)
+            times["tessera-two-layer"] += tessera_times(tessera, model, npz, a.iters, warm, "two-layer", a.threads)
+            times["pytorch"] += torch_model.times(arrays, a.iters, warm)
+        results[w] = {s: statistics.median(v) for s, v in times.items()}
+
+    # Report.
+    lines = []
+    header = f"| workload | {' | '.join(s + ' (ms)' for s in systems)} | plan / ORT | two-layer / ORT | PyTorch / ORT | target |"
+    lines.append(header)
+    lines.append("|" + "---|" * (len(systems) + 5))
+    geo = []
+    for w, r in results.items():
+        ort = r["onnxruntime"]
+        ratio = r["tessera-plan"] / ort
+        if w in UNSEEN:
+            geo.append(ratio)
+        target = TARGETS.get(w)
+        verdict = "" if target is None else (f"≤ {target} {'met' if ratio <= target else 'MISSED'}")
+        lines.append(f"| {w} | " + " | ".join(f"{r[s]:.3f}" for s in systems) +
+                     f" | {ratio:.3f} | {r['tessera-two-layer'] / ort:.3f} | {r['pytorch'] / ort:.3f} | {verdict} |")
+    summary = ""
+    if geo:
+        gm = float(np.exp(np.mean(np.log(geo))))
+        summary = (f"\nUnseen models: geometric mean of plan/ORT {gm:.3f} (target ≤ 0.8), worst {max(geo):.3f} "
+                   f"(target ≤ 1.25).\n")
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    table = "\n".join(lines)
+    print(table + summary)
+    with open(a.out, "w") as f:
+        f.write(f"# Benchmark results\n\nMeasured {datetime.date.today().isoformat()} on {cpu}, "
+                f"{os.cpu_count()} vCPUs, {platform.platform()}; {a.threads} threads for every system; "
+                f"{a.rounds} interleaved rounds x {a.iters} timed iterations each; medians of compute time "
+                f"(inputs already bound). Regenerate with `make bench`.\n\n{table}\n{summary}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
