@@ -22,7 +22,13 @@
 namespace tessera {
 namespace {
 
-constexpr double kFlopsPerTask = 1 << 21;
+// Default grain: an rTask is at least this much work (GEMM tiles smaller
+// than this run far below the library's peak), in pixel blocks of at least
+// kMinPixelBlock (the GEMM's N), and a conv big enough is still cut into
+// kMinTasks rTasks so every vEU gets some.
+constexpr double kFlopsPerTask = 1 << 23;
+constexpr int64_t kMinPixelBlock = 32;
+constexpr int64_t kMinTasks = 2;
 
 // 2-D geometry (1-D is lifted to height 1).
 struct Conv2d {
@@ -81,8 +87,9 @@ class ConvOp : public ROp {
       // of its group's output channels: im2col then happens once per pixel.
       // Output channels are split (in blocks of at least 16, each redoing
       // its pixel block's im2col) only when pixels run out.
-      pb_ = std::clamp<int64_t>(per, 1, std::max<int64_t>(1, pixels_ / 8));
-      ob_ = std::clamp<int64_t>(std::max<int64_t>(1, per / pb_), 1, std::max<int64_t>(1, cout_g_ / 16));
+      pb_ = std::clamp<int64_t>(per, 1, std::max<int64_t>(1, pixels_ / kMinPixelBlock));
+      const int64_t want = p.tasks > 0 ? p.tasks : kMinTasks;
+      ob_ = pb_ >= want ? 1 : std::clamp<int64_t>(want / pb_, 1, std::max<int64_t>(1, cout_g_ / 16));
     }
     tasks_ = outer * ob_ * pb_;
     if (path_ == Path::kIm2col) {
@@ -130,6 +137,9 @@ class ConvOp : public ROp {
 
  private:
   // col[r, j] for r over (channel, ky, kx) and j over pixels [p0, p1).
+  // Works a run of output pixels (within one output row) at a time: the
+  // input columns a run reads are a contiguous (stride 1) or strided span,
+  // with zeros where the window hangs over the padding.
   void im2col(const float* xg, float* col, int64_t p0, int64_t p1) const {
     const int64_t px = p1 - p0;
     for (int64_t ci = 0; ci < cin_g_; ++ci) {
@@ -137,15 +147,32 @@ class ConvOp : public ROp {
       for (int64_t ky = 0; ky < c_.kh; ++ky) {
         for (int64_t kx = 0; kx < c_.kw; ++kx) {
           float* dst = col + ((ci * c_.kh + ky) * c_.kw + kx) * px;
-          int64_t oy = p0 / c_.ow, ox = p0 % c_.ow;
-          for (int64_t j = 0; j < px; ++j) {
-            int64_t iy = oy * c_.sh - c_.ph + ky * c_.dh;
-            int64_t ix = ox * c_.sw - c_.pw + kx * c_.dw;
-            dst[j] = (iy >= 0 && iy < c_.ih && ix >= 0 && ix < c_.iw) ? xc[iy * c_.iw + ix] : 0.f;
-            if (++ox == c_.ow) {
-              ox = 0;
-              ++oy;
+          const int64_t off = kx * c_.dw - c_.pw;  // ix = ox * sw + off
+          // Output columns whose input column lies inside the row.
+          const int64_t ox_lo = off >= 0 ? 0 : (-off + c_.sw - 1) / c_.sw;
+          const int64_t lim = c_.iw - 1 - off;
+          const int64_t ox_hi = lim < 0 ? 0 : std::min<int64_t>(c_.ow, lim / c_.sw + 1);
+          int64_t pos = p0, j = 0;
+          while (pos < p1) {
+            const int64_t oy = pos / c_.ow, ox0 = pos % c_.ow;
+            const int64_t run = std::min(c_.ow - ox0, p1 - pos);
+            const int64_t iy = oy * c_.sh - c_.ph + ky * c_.dh;
+            float* d = dst + j;
+            if (iy < 0 || iy >= c_.ih || ox_hi <= ox_lo) {
+              std::memset(d, 0, static_cast<size_t>(run) * sizeof(float));
+            } else {
+              const float* src = xc + iy * c_.iw;
+              const int64_t a = std::clamp(ox_lo, ox0, ox0 + run), b = std::clamp(ox_hi, a, ox0 + run);
+              if (a > ox0) std::memset(d, 0, static_cast<size_t>(a - ox0) * sizeof(float));
+              if (c_.sw == 1) {
+                std::memcpy(d + (a - ox0), src + a + off, static_cast<size_t>(b - a) * sizeof(float));
+              } else {
+                for (int64_t ox = a; ox < b; ++ox) d[ox - ox0] = src[ox * c_.sw + off];
+              }
+              if (ox0 + run > b) std::memset(d + (b - ox0), 0, static_cast<size_t>(ox0 + run - b) * sizeof(float));
             }
+            pos += run;
+            j += run;
           }
         }
       }
