@@ -29,23 +29,27 @@ class PoolOp : public ROp {
       const float* xp = x + pl * g_.ih * g_.iw;
       float* yp = y + pl * g_.oh * g_.ow;
       for (int64_t oy = 0; oy < g_.oh; ++oy) {
+        const int64_t y0 = oy * g_.sh - g_.ph;
+        int64_t ky_lo, ky_hi;
+        window_range(y0, g_.dh, g_.kh, g_.ih, &ky_lo, &ky_hi);
         for (int64_t ox = 0; ox < g_.ow; ++ox) {
-          int64_t y0 = oy * g_.sh - g_.ph, x0 = ox * g_.sw - g_.pw;
+          const int64_t x0 = ox * g_.sw - g_.pw;
+          int64_t kx_lo, kx_hi;
+          window_range(x0, g_.dw, g_.kw, g_.iw, &kx_lo, &kx_hi);
           float acc = max_ ? -std::numeric_limits<float>::infinity() : 0.f;
-          int64_t count = 0;
-          for (int64_t ky = 0; ky < g_.kh; ++ky) {
-            int64_t iy = y0 + ky * g_.dh;
-            if (iy < 0 || iy >= g_.ih) continue;
-            for (int64_t kx = 0; kx < g_.kw; ++kx) {
-              int64_t ix = x0 + kx * g_.dw;
-              if (ix < 0 || ix >= g_.iw) continue;
-              float v = xp[iy * g_.iw + ix];
-              if (max_) acc = v > acc || std::isnan(v) ? v : acc;
-              else acc += v;
-              ++count;
+          for (int64_t ky = ky_lo; ky < ky_hi; ++ky) {
+            const float* row = xp + (y0 + ky * g_.dh) * g_.iw + x0;
+            if (max_) {
+              for (int64_t kx = kx_lo; kx < kx_hi; ++kx) {
+                const float v = row[kx * g_.dw];
+                acc = (v > acc || v != v) ? v : acc;  // NaN propagates
+              }
+            } else {
+              for (int64_t kx = kx_lo; kx < kx_hi; ++kx) acc += row[kx * g_.dw];
             }
           }
           if (!max_) {
+            int64_t count = (ky_hi - ky_lo) * (kx_hi - kx_lo);
             // count_include_pad counts padding inside the padded extent
             // (windows reaching past it under ceil_mode are clipped).
             if (include_pad_) {
@@ -62,6 +66,15 @@ class PoolOp : public ROp {
   }
 
  private:
+  // Kernel taps [lo, hi) of a window starting at `start` that land inside
+  // [0, extent).
+  static void window_range(int64_t start, int64_t dil, int64_t k, int64_t extent, int64_t* lo, int64_t* hi) {
+    *lo = start >= 0 ? 0 : (-start + dil - 1) / dil;
+    const int64_t last = extent - 1 - start;
+    *hi = last < 0 ? 0 : std::min<int64_t>(k, last / dil + 1);
+    if (*hi < *lo) *hi = *lo;
+  }
+
   bool max_, include_pad_;
   Geo g_;
 };
