@@ -8,6 +8,7 @@
 #include "base/strings.h"
 #include "ir/dtype.h"
 #include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/kernel.h"
 
 namespace tessera {
@@ -38,12 +39,12 @@ void unary_loop(Unary op, const T* x, T* y, int64_t n, const UnaryAttrs& a) {
     switch (op) {
       case Unary::kSqrt: for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]); return;
       case Unary::kReciprocal: for (int64_t i = 0; i < n; ++i) y[i] = 1.f / x[i]; return;
-      case Unary::kExp: for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]); return;
+      case Unary::kExp: for (int64_t i = 0; i < n; ++i) y[i] = fast_exp(x[i]); return;
       case Unary::kLog: for (int64_t i = 0; i < n; ++i) y[i] = std::log(x[i]); return;
       case Unary::kErf: for (int64_t i = 0; i < n; ++i) y[i] = std::erf(x[i]); return;
-      case Unary::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]); return;
+      case Unary::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = fast_tanh(x[i]); return;
       case Unary::kSigmoid:
-        for (int64_t i = 0; i < n; ++i) y[i] = 1.f / (1.f + std::exp(-x[i]));
+        for (int64_t i = 0; i < n; ++i) y[i] = fast_sigmoid(x[i]);
         return;
       case Unary::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= 0 ? x[i] : a.alpha * x[i]; return;
       case Unary::kElu:

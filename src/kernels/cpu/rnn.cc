@@ -10,13 +10,14 @@
 #include <cstring>
 
 #include "base/strings.h"
+#include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernel.h"
 
 namespace tessera {
 namespace {
 
-inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+inline float sigmoid(float x) { return fast_sigmoid(x); }
 
 class RnnOp : public ROp {
  public:
@@ -75,9 +76,9 @@ class RnnOp : public ROp {
     const int64_t gh = 4 * h_;
     for (int64_t j = 0; j < gh; ++j) g[j] = p[j] + rec[j] + (bias ? bias[j] + bias[gh + j] : 0.f);
     for (int64_t j = 0; j < h_; ++j) {
-      float i = sigmoid(g[j]), o = sigmoid(g[h_ + j]), f = sigmoid(g[2 * h_ + j]), cc = std::tanh(g[3 * h_ + j]);
+      float i = sigmoid(g[j]), o = sigmoid(g[h_ + j]), f = sigmoid(g[2 * h_ + j]), cc = fast_tanh(g[3 * h_ + j]);
       c[j] = f * c[j] + i * cc;
-      h[j] = o * std::tanh(c[j]);
+      h[j] = o * fast_tanh(c[j]);
     }
   }
 
@@ -91,7 +92,7 @@ class RnnOp : public ROp {
       for (int64_t j = 0; j < h_; ++j) {
         float z = sigmoid(p[j] + rec[j] + (bias ? wb[j] + rb[j] : 0.f));
         float r = sigmoid(p[h_ + j] + rec[h_ + j] + (bias ? wb[h_ + j] + rb[h_ + j] : 0.f));
-        float hh = std::tanh(p[2 * h_ + j] + (bias ? wb[2 * h_ + j] : 0.f) +
+        float hh = fast_tanh(p[2 * h_ + j] + (bias ? wb[2 * h_ + j] : 0.f) +
                              r * (rec[2 * h_ + j] + (bias ? rb[2 * h_ + j] : 0.f)));
         h[j] = (1.f - z) * hh + z * h[j];
       }
@@ -109,7 +110,7 @@ class RnnOp : public ROp {
     }
     sgemm(false, true, 1, h_, h_, 1.f, rh, h_, r_mat + 2 * h_ * h_, h_, 0.f, cand, h_);
     for (int64_t j = 0; j < h_; ++j) {
-      float hh = std::tanh(p[2 * h_ + j] + cand[j] + (bias ? wb[2 * h_ + j] + rb[2 * h_ + j] : 0.f));
+      float hh = fast_tanh(p[2 * h_ + j] + cand[j] + (bias ? wb[2 * h_ + j] + rb[2 * h_ + j] : 0.f));
       h[j] = (1.f - z[j]) * hh + z[j] * h[j];
     }
   }
