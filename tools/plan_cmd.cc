@@ -128,6 +128,7 @@ int plan_main(int argc, char** argv) {
                                            a.get("--policy"), "'"));
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kPlan, st.message());
   co.profile = !a.has("--no-profile");
+  co.lower_recurrent = true;
   co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
   auto program = compile_onnx(a.positional[0], co);
   if (!program.ok()) return cli::fail(program.status());

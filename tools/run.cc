@@ -181,6 +181,7 @@ int run_main(int argc, char** argv) {
     int hw = static_cast<int>(std::thread::hardware_concurrency());
     co.schedule.veus = so.threads > 0 ? so.threads : std::max(hw, 1);
     co.profile = !a.has("--no-profile");
+    co.lower_recurrent = true;
     co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
   }
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kRun, st.message());

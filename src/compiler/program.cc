@@ -19,13 +19,14 @@ int Program::slot_of(const Value* v) const {
 std::vector<std::string> supported_ops() {
   std::vector<std::string> out;
   for (const std::string& op : op_names())
-    if (cpu_kernel_find(op) != nullptr) out.push_back(op);
+    if (cpu_kernel_find(op) != nullptr && op.rfind("Tessera", 0) != 0) out.push_back(op);  // not internal ops
   return out;
 }
 
 Status check_supported(const Graph& g) {
   for (auto& n : g.nodes()) {
-    if (op_find(n->op_type) != nullptr && cpu_kernel_find(n->op_type) != nullptr) continue;
+    bool internal = n->op_type.rfind("Tessera", 0) == 0;  // made by lowering, never read from files
+    if (!internal && op_find(n->op_type) != nullptr && cpu_kernel_find(n->op_type) != nullptr) continue;
     return unimplemented(str_cat("op ", n->op_type, " (node '", n->name, "') is not supported; supported ops: ",
                                  str_join(supported_ops(), ", ")));
   }
@@ -93,6 +94,9 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   p->stats.identities_removed = st.identities_removed;
   p->stats.folded = st.folded_removed;
   p->stats.dead_removed = st.dead_removed;
+  if (options.lower_recurrent) {
+    TESSERA_ASSIGN_OR_RETURN(p->stats.recurrent_lowered, lower_recurrent(*g));
+  }
   TESSERA_RETURN_IF_ERROR(verify_graph(*g));
   std::vector<const Node*> order;
   for (auto& n : g->nodes()) {

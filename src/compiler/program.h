@@ -35,6 +35,9 @@ struct CompileOptions {
   // rather than with the analytic model.
   bool profile = false;
   ProfileOptions profile_options;
+  // Lower forward LSTMs to one rOperator per time step (wavefronts across
+  // stacked layers). On by default with the plan executor.
+  bool lower_recurrent = false;
 };
 
 // Where a value lives at run time.
@@ -59,6 +62,7 @@ struct CompileStats {
   int identities_removed = 0;
   int folded = 0;
   int dead_removed = 0;
+  int recurrent_lowered = 0;
   int64_t rtasks = 0;
   double compile_ms = 0;
 };
@@ -88,6 +92,10 @@ Status check_supported(const Graph& g);
 
 Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const CompileOptions& options);
 Result<std::unique_ptr<Program>> compile_onnx(const std::string& path, const CompileOptions& options);
+
+// Lowers forward LSTMs to per-step rOperators (lower_rnn.cc); returns how
+// many were lowered.
+Result<int> lower_recurrent(Graph& g);
 
 // Parses "1x3x224x224" (also "1,3,224,224"; "" or "scalar" for rank 0).
 Result<Shape> parse_dims(const std::string& text);

@@ -79,6 +79,19 @@ Node* Graph::add_node(std::string op_type, std::string node_name, std::vector<Va
   return p;
 }
 
+Node* Graph::add_node_producing(std::string op_type, std::string node_name, std::vector<Value*> inputs,
+                                std::vector<Value*> outputs) {
+  auto n = std::make_unique<Node>();
+  n->op_type = std::move(op_type);
+  n->name = std::move(node_name);
+  n->inputs = std::move(inputs);
+  n->outputs = std::move(outputs);
+  for (Value* v : n->outputs) v->producer = n.get();
+  Node* p = n.get();
+  nodes_.push_back(std::move(n));
+  return p;
+}
+
 void Graph::mark_output(Value* v) {
   v->is_output = true;
   outputs_.push_back(v);

@@ -95,6 +95,11 @@ class Graph {
   // "<name>:<i>" unless output_names are given.
   Node* add_node(std::string op_type, std::string node_name, std::vector<Value*> inputs, int num_outputs,
                  std::vector<std::string> output_names = {});
+  // Appends a node that takes over existing values as its outputs (their
+  // previous producer must be marked dead). Lets a lowering keep a value's
+  // identity and name.
+  Node* add_node_producing(std::string op_type, std::string node_name, std::vector<Value*> inputs,
+                           std::vector<Value*> outputs);
   void mark_output(Value* v);
 
   const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }

@@ -59,6 +59,7 @@ Result<std::vector<Tensor>> run_case(const OpCase& c, Executor executor, int64_t
   for (Value* o : n->outputs) g->mark_output(o);
   CompileOptions co;
   co.tasks_per_op = tasks_per_op;
+  co.lower_recurrent = c.lower_recurrent;
   TESSERA_ASSIGN_OR_RETURN(auto program, compile_graph(std::move(g), co));
   SessionOptions so;
   so.executor = executor;

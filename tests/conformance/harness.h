@@ -31,6 +31,7 @@ struct OpCase {
   std::map<std::string, Attribute> attrs;
   int outputs = 1;
   int64_t opset = 17;
+  bool lower_recurrent = false;  // also run the per-step lowering of LSTMs
 };
 
 // Random tensors, from one generator per test so runs are reproducible given

@@ -5,6 +5,7 @@
 // plan's sharing only between ordered values.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -271,6 +272,51 @@ TEST(Profiler, MeasuresCachesAndFeedsThePlan) {
   auto want = sequential_reference("nasnet_like");
   expect_bitwise(run_outputs(std::move(*first), Executor::kPlan, inputs), want, "profiled plan");
   fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// LSTMs lowered to per-step rOperators (the stacked layers of LSTM-TC are
+// chained step by step) still match PyTorch, under every policy and random
+// schedules, and the Y/Squeeze chains between layers disappear.
+TEST(LoweredLstm, MatchesPyTorchAndChainsLayers) {
+  auto expected = npz_read(zoo("lstm_tc") + ".outputs.npz");
+  ASSERT_TRUE(expected.ok());
+  for (Policy policy : {Policy::kAuto, Policy::kCriticalPath, Policy::kRandom}) {
+    CompileOptions co;
+    co.build_plan = true;
+    co.lower_recurrent = true;
+    co.schedule.veus = policy == Policy::kRandom ? 3 : 2;
+    co.schedule.policy = policy;
+    co.schedule.seed = 5;
+    std::map<std::string, Tensor> inputs;
+    auto p = compile_zoo("lstm_tc", co, &inputs);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_EQ((*p)->stats.recurrent_lowered, 10);
+    int cells = 0, projections = 0, squeezes = 0;
+    for (const Step& s : (*p)->steps) {
+      cells += s.node->op_type == "TesseraLstmCell";
+      projections += s.node->op_type == "TesseraRnnProj";
+      squeezes += s.node->op_type == "Squeeze";
+    }
+    EXPECT_EQ(cells, 1000);
+    EXPECT_EQ(projections, 1) << "only the first layer's input is projected ahead";
+    EXPECT_LE(squeezes, 1) << "inner layers read each other's h_t directly";
+    auto outs = run_outputs(std::move(*p), Executor::kPlan, inputs);
+    ASSERT_EQ(outs.size(), 1u);
+    const Tensor& want = expected->at("output");
+    double err = 0, norm = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      double d = outs[0].data<float>()[i] - want.data<float>()[i];
+      err += d * d;
+      norm += double(want.data<float>()[i]) * want.data<float>()[i];
+    }
+    EXPECT_LE(std::sqrt(err / norm), 1e-5) << policy_name(policy);
+  }
 }
 
 }  // namespace

@@ -136,6 +136,41 @@ Status infer_gru(Node& n) {
   return Status();
 }
 
+// TesseraLstmCell: one time step of a forward LSTM, made by the compiler.
+// Inputs: x, h_prev, c_prev (absent states are zeros), Wp, bp (optional).
+// Attributes: hidden_size H, batch, step, blocks. Wp is the layer's weights
+// packed for `blocks` blocks of hidden units (lower_rnn.cc): block k's four
+// gate rows are contiguous. With step >= 0, x is the projection of every
+// step ([seq, batch, 4H], biases included), the cell reads row `step`, and
+// Wp = packed R [4H, H]. With step = -1, x is this step's input (batch x I
+// values, e.g. the previous layer's h), Wp = packed [W | R] [4H, I + H] and
+// bp the packed Wb + Rb. Outputs: h [1, 1, batch, H], c [batch, H].
+Status infer_lstm_cell(Node& n) {
+  int64_t h = n.attr_int("hidden_size", 0), b = n.attr_int("batch", 0);
+  if (h <= 0 || b <= 0) return invalid_argument("hidden_size and batch must be positive");
+  set_output(n, 0, DType::kFloat32, Shape{1, 1, b, h});
+  set_output(n, 1, DType::kFloat32, Shape{b, h});
+  return Status();
+}
+
+// TesseraRnnProj: X [seq, batch, I] x W[0]^T (+ Wb + Rb) -> [seq, batch, G*H].
+Status infer_rnn_proj(Node& n) {
+  const Shape& x = n.inputs[0]->shape;
+  const Shape& w = n.inputs[1]->shape;
+  if (x.rank() != 3 || w.rank() != 3 || w[2] != x[2]) return invalid_argument("bad projection shapes");
+  set_output(n, 0, DType::kFloat32, Shape{x[0], x[1], w[1]});
+  return Status();
+}
+
+double flops_lstm_cell(const Node& n) {
+  const Shape& w = n.inputs[3]->shape;
+  return 2.0 * static_cast<double>(n.attr_int("batch", 1)) * static_cast<double>(w.numel());
+}
+
+double flops_rnn_proj(const Node& n) {
+  return 2.0 * static_cast<double>(n.inputs[0]->shape.numel()) * static_cast<double>(n.inputs[1]->shape[1]);
+}
+
 double flops_conv(const Node& n) {
   const Shape& w = n.inputs[1]->shape;
   double per_out = 2.0 * static_cast<double>(dims_product(w.dims, 1, w.rank()));

@@ -90,6 +90,9 @@ constexpr OpDef kOps[] = {
     // Recurrent.
     {"GRU", 3, 6, infer_gru, flops_rnn},
     {"LSTM", 3, 8, infer_lstm, flops_rnn},
+    // Internal ops, made by compiler lowering (never in ONNX files).
+    {"TesseraLstmCell", 4, 5, infer_lstm_cell, flops_lstm_cell},
+    {"TesseraRnnProj", 2, 3, infer_rnn_proj, flops_rnn_proj},
 };
 
 }  // namespace

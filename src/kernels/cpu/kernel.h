@@ -99,5 +99,6 @@ std::span<const RKernel> reduce_kernels();
 std::span<const RKernel> layout_kernels();
 std::span<const RKernel> rnn_kernels();
 std::span<const RKernel> resize_kernels();
+std::span<const RKernel> rnn_lowered_kernels();
 
 }  // namespace tessera

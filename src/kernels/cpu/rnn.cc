@@ -147,3 +147,127 @@ const RKernel kKernels[] = {
 std::span<const RKernel> rnn_kernels() { return kKernels; }
 
 }  // namespace tessera
+
+// --------------------------------------------- lowered LSTM (one step) ---
+
+namespace tessera {
+namespace {
+
+// One time step of a forward LSTM. An rTask is one block of hidden units:
+// one GEMM of [x_t, h_prev] (or h_prev alone, when x was projected ahead)
+// against the block's packed gate rows, then the cell update.
+class LstmCellOp : public ROp {
+ public:
+  LstmCellOp(int64_t batch, int64_t hidden, int64_t k, int64_t input, int64_t step, int64_t blocks, bool has_h,
+             bool has_c, bool has_b)
+      : batch_(batch), h_(hidden), k_(k), in_(input), step_(step), has_h_(has_h), has_c_(has_c), has_b_(has_b) {
+    tasks_ = blocks;
+    const int64_t nu = (hidden + blocks - 1) / blocks;
+    scratch_bytes_ = static_cast<size_t>(batch * (k + 4 * nu)) * sizeof(float);
+  }
+
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t u0, u1;
+    task_range(h_, tasks_, task, &u0, &u1);
+    const int64_t nu = u1 - u0;
+    if (nu <= 0) return;
+    const float* x = static_cast<const float*>(args.in[0]);
+    const float* hp = has_h_ ? static_cast<const float*>(args.in[1]) : nullptr;
+    const float* cp = has_c_ ? static_cast<const float*>(args.in[2]) : nullptr;
+    const float* wp = static_cast<const float*>(args.in[3]) + 4 * u0 * k_;
+    const float* bp = has_b_ ? static_cast<const float*>(args.in[4]) + 4 * u0 : nullptr;
+    float* hy = static_cast<float*>(args.out[0]);
+    float* cy = static_cast<float*>(args.out[1]);
+    float* z = static_cast<float*>(args.scratch);  // [batch, k]
+    float* g = z + batch_ * k_;                       // [batch, 4 * nu], gate-major
+    const bool projected = step_ >= 0;
+    for (int64_t b = 0; b < batch_; ++b) {
+      float* zb = z + b * k_;
+      int64_t off = 0;
+      if (!projected) {
+        std::memcpy(zb, x + b * in_, static_cast<size_t>(in_) * sizeof(float));
+        off = in_;
+      }
+      if (hp != nullptr) std::memcpy(zb + off, hp + b * h_, static_cast<size_t>(h_) * sizeof(float));
+      else std::memset(zb + off, 0, static_cast<size_t>(h_) * sizeof(float));
+    }
+    sgemm(false, true, batch_, 4 * nu, k_, 1.f, z, k_, wp, k_, 0.f, g, 4 * nu);
+    for (int64_t b = 0; b < batch_; ++b) {
+      float* gb = g + b * 4 * nu;
+      if (projected) {
+        const float* pr = x + (step_ * batch_ + b) * 4 * h_;
+        for (int gate = 0; gate < 4; ++gate)
+          for (int64_t j = 0; j < nu; ++j) gb[gate * nu + j] += pr[gate * h_ + u0 + j];
+      } else if (bp != nullptr) {
+        for (int64_t j = 0; j < 4 * nu; ++j) gb[j] += bp[j];
+      }
+      for (int64_t j = 0; j < nu; ++j) {
+        float i = fast_sigmoid(gb[j]), o = fast_sigmoid(gb[nu + j]), f = fast_sigmoid(gb[2 * nu + j]);
+        float cc = fast_tanh(gb[3 * nu + j]);
+        float c = i * cc + (cp != nullptr ? f * cp[b * h_ + u0 + j] : 0.f);
+        cy[b * h_ + u0 + j] = c;
+        hy[b * h_ + u0 + j] = o * fast_tanh(c);
+      }
+    }
+  }
+
+ private:
+  int64_t batch_, h_, k_, in_, step_;
+  bool has_h_, has_c_, has_b_;
+};
+
+Result<std::unique_ptr<ROp>> make_lstm_cell(const Node& n, const KernelParams&) {
+  int64_t step = n.attr_int("step", 0), hidden = n.attr_int("hidden_size", 1), batch = n.attr_int("batch", 1);
+  int64_t blocks = n.attr_int("blocks", 1);
+  const Shape& wp = n.inputs[3]->shape;
+  if (wp.rank() != 2 || wp[0] != 4 * hidden || blocks < 1 || blocks > hidden)
+    return invalid_argument(str_cat(n.label(), ": packed weights have shape ", wp.to_string()));
+  int64_t input = step >= 0 ? 0 : wp[1] - hidden;
+  if (step < 0 && n.inputs[0]->shape.numel() != batch * input)
+    return invalid_argument(str_cat(n.label(), ": step input has ", n.inputs[0]->shape.numel(), " values"));
+  return std::unique_ptr<ROp>(new LstmCellOp(batch, hidden, wp[1], input, step, blocks, n.input(1) != nullptr,
+                                             n.input(2) != nullptr, n.input(4) != nullptr));
+}
+
+// X [seq, batch, I] x W[0]^T + Wb + Rb: rTasks are row blocks of the
+// [seq * batch, G*H] result.
+class RnnProjOp : public ROp {
+ public:
+  RnnProjOp(int64_t rows, int64_t in, int64_t cols, bool has_b, const KernelParams& p)
+      : rows_(rows), in_(in), cols_(cols), has_b_(has_b) {
+    tasks_ = choose_tasks(rows, std::max<int64_t>(1, (1 << 21) / std::max<int64_t>(2 * in * cols, 1)), p);
+  }
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t r0, r1;
+    task_range(rows_, tasks_, task, &r0, &r1);
+    if (r1 <= r0) return;
+    const float* x = static_cast<const float*>(args.in[0]);
+    const float* w = static_cast<const float*>(args.in[1]);
+    const float* b = has_b_ ? static_cast<const float*>(args.in[2]) : nullptr;
+    float* y = static_cast<float*>(args.out[0]);
+    sgemm(false, true, r1 - r0, cols_, in_, 1.f, x + r0 * in_, in_, w, in_, 0.f, y + r0 * cols_, cols_);
+    if (b != nullptr)
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t j = 0; j < cols_; ++j) y[r * cols_ + j] += b[j] + b[cols_ + j];
+  }
+
+ private:
+  int64_t rows_, in_, cols_;
+  bool has_b_;
+};
+
+Result<std::unique_ptr<ROp>> make_rnn_proj(const Node& n, const KernelParams& p) {
+  const Shape& x = n.inputs[0]->shape;
+  return std::unique_ptr<ROp>(new RnnProjOp(x[0] * x[1], x[2], n.inputs[1]->shape[1], n.input(2) != nullptr, p));
+}
+
+const RKernel kLoweredKernels[] = {
+    {"TesseraLstmCell", "lstm_cell.units", "one time step; rTasks are blocks of hidden units", make_lstm_cell},
+    {"TesseraRnnProj", "rnn_proj.rows", "input projection of every step, one GEMM tiled by rows", make_rnn_proj},
+};
+
+}  // namespace
+
+std::span<const RKernel> rnn_lowered_kernels() { return kLoweredKernels; }
+
+}  // namespace tessera
