@@ -13,6 +13,7 @@
 #include "onnx/importer.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "devices/cpu/topology.h"
 
 namespace tessera::tools {
 namespace {
@@ -22,7 +23,7 @@ const cli::Command kPlan = {
     "tessera plan MODEL.onnx [options]",
     "Compile a model into a Plan (rTasks scheduled onto vEUs) and show it.",
     {
-        {"--veus", "N", "vEUs to schedule onto (default: all cores)"},
+        {"--veus", "N", "vEUs to schedule onto (default: one per core, from hwloc)"},
         {"--policy", "NAME", "auto | wavefront | critical-path (default auto)"},
         {"--shape", "NAME=DIMS", "bind a dynamic input's shape", true},
         {"--svg", "FILE", "draw the predicted schedule as a Gantt chart (vEU x time, coloured by op, waits as lines)"},
@@ -118,8 +119,7 @@ int plan_main(int argc, char** argv) {
   if (a.positional.size() != 1) return cli::usage_error(kPlan, "expected exactly one MODEL.onnx");
   CompileOptions co;
   co.build_plan = true;
-  int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  auto veus = a.get_int("--veus", hw, 1, 256);
+  auto veus = a.get_int("--veus", cpu_topology().cores, 1, 256);
   if (!veus.ok()) return cli::usage_error(kPlan, veus.status().message());
   co.schedule.veus = static_cast<int>(*veus);
   if (a.has("--policy") && (!policy_parse(a.get("--policy"), &co.schedule.policy) ||
@@ -136,7 +136,7 @@ int plan_main(int argc, char** argv) {
   const Plan& plan = *p.plan;
   std::printf("model      %s\n", p.source.c_str());
   std::printf("policy     %s\n", std::string(policy_name(plan.policy)).c_str());
-  std::printf("vEUs       %d\n", plan.veus);
+  std::printf("vEUs       %d (%s)\n", plan.veus, cpu_topology().summary.c_str());
   std::printf("ops        %zu, rTasks %lld\n", p.steps.size(), static_cast<long long>(plan.placements.size()));
   std::printf("waits      %lld, signals %lld\n", static_cast<long long>(plan.waits), static_cast<long long>(plan.signals));
   std::printf("predicted  %.1f us (costs %s)\n", plan.predicted_us, p.costs_measured ? "profiled" : "analytic");

@@ -17,6 +17,7 @@
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/trace.h"
+#include "devices/cpu/topology.h"
 
 namespace tessera::tools {
 namespace {
@@ -178,8 +179,7 @@ int run_main(int argc, char** argv) {
   if (so.executor == Executor::kPlan) {
     co.build_plan = true;
     co.schedule.policy = policy;
-    int hw = static_cast<int>(std::thread::hardware_concurrency());
-    co.schedule.veus = so.threads > 0 ? so.threads : std::max(hw, 1);
+    co.schedule.veus = so.threads > 0 ? so.threads : cpu_topology().cores;  // one vEU per core
     co.profile = !a.has("--no-profile");
     co.lower_recurrent = true;
     co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };

@@ -6,6 +6,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/strings.h"
+#include "devices/cpu/topology.h"
 
 namespace tessera {
 
@@ -36,7 +37,9 @@ Result<std::unique_ptr<Session>> Session::create(std::unique_ptr<Program> progra
     threads = program->plan->veus;
   }
   if (threads > 1024) return invalid_argument(str_cat("--threads ", threads, " is too many"));
-  if (threads > hw) log_warning("running ", threads, " threads on ", hw, " cores; expect slowdowns");
+  if (threads > hw)
+    log_warning("running ", threads, " threads on ", hw, " hardware threads (", cpu_topology().summary,
+                "); expect slowdowns");
   std::unique_ptr<Session> s(new Session(std::move(program), options, threads));
   return s;
 }

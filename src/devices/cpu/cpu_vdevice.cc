@@ -1,5 +1,7 @@
 #include "devices/cpu/cpu_vdevice.h"
 
+#include "devices/cpu/topology.h"
+
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
@@ -15,20 +17,11 @@ namespace {
 
 constexpr int kParkSpins = 100000;  // ~50 µs of pause instructions
 
-void pin_to_core(int core) {
-  int cores = static_cast<int>(std::thread::hardware_concurrency());
-  if (cores <= 0) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(core % cores, &set);
-  pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // best effort
-}
-
 }  // namespace
 
 CpuVDevice::CpuVDevice(int veus, size_t scratch_bytes, bool pin)
     : veus_(veus),
-      oversubscribed_(veus > static_cast<int>(std::thread::hardware_concurrency())),
+      oversubscribed_(veus > cpu_topology().pus),
       counters_(new Counter[static_cast<size_t>(veus)]),
       base_(static_cast<size_t>(veus), 0),
       wait_ns_(static_cast<size_t>(veus), 0) {
@@ -38,7 +31,7 @@ CpuVDevice::CpuVDevice(int veus, size_t scratch_bytes, bool pin)
   threads_.reserve(static_cast<size_t>(veus - 1));
   for (int u = 1; u < veus; ++u)
     threads_.emplace_back([this, u, pin] {
-      if (pin) pin_to_core(u);
+      if (pin) pin_current_thread(u);  // worker vEU u on the u-th PU of the topology order
       cpu_kernels_thread_init();
       worker_main(u);
     });

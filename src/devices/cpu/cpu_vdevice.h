@@ -1,4 +1,5 @@
-// CpuVDevice: N vEUs (worker threads pinned to cores) that execute a Plan.
+// CpuVDevice: N vEUs (worker threads pinned to cores, by hwloc's topology)
+// that execute a Plan.
 //
 // vEU 0 is the calling thread; vEUs 1..N-1 are workers. A run publishes the
 // run (one generation bump, plus one futex wake only if some worker has
@@ -40,8 +41,9 @@ struct StepArgs {
 
 class CpuVDevice {
  public:
-  // `pin`: pin worker vEU i to core i mod cores (vEU 0 is the caller's
-  // thread and keeps its affinity). `scratch_bytes` per vEU.
+  // `pin`: pin worker vEU i to PU i of the topology order (one PU per core
+  // first; see topology.h); vEU 0 is the caller's thread and keeps its
+  // affinity. `scratch_bytes` per vEU.
   CpuVDevice(int veus, size_t scratch_bytes, bool pin);
   ~CpuVDevice();
   CpuVDevice(const CpuVDevice&) = delete;
