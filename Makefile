@@ -9,6 +9,8 @@
 #                   unseen-kind models (build/zoo-extra/) with PyTorch
 #   make fuzz       build the libFuzzer targets with clang and run them longer
 #   make asan       build and test with AddressSanitizer + UBSan (build-asan/)
+#   make tsan       ThreadSanitizer on the thread pool and the plan executor
+#                   under random schedules (build-tsan/)
 #   make bench      Tessera vs ONNX Runtime and PyTorch, interleaved; writes
 #                   bench/RESULTS.md (bench-quick: a short smoke run)
 #   make bench-gemm measure tile-sized GEMM across math libraries
@@ -24,7 +26,7 @@ PYTHON := /usr/bin/python3
 BUILD := build
 TESSERA := $(BUILD)/bin/tessera
 
-.PHONY: all deps configure build demo test zoo fuzz fuzz-smoke asan bench bench-quick bench-deps bench-gemm clean
+.PHONY: all deps configure build demo test zoo fuzz fuzz-smoke asan tsan bench bench-quick bench-deps bench-gemm clean
 
 all: build
 
@@ -78,6 +80,16 @@ asan: zoo
 
 # ONNX Runtime for baselines: the npm package's bundled CPU library; its
 # install scripts (which would download) are skipped.
+# ThreadSanitizer over the code that runs threads: the pool, and the plan
+# executor under random schedules (which reorder every wait and signal).
+TSAN_FILTER := *RandomSchedulesStress/mlp:*RandomSchedulesStress/add_chains8:*RandomSchedulesStress/bert_tiny:*BitwiseEqual*/nasnet_like
+tsan: zoo
+	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_SANITIZE=thread \
+	  -DTESSERA_WERROR=$(WERROR)
+	cmake --build build-tsan -j $(JOBS) --target base_test plan_test
+	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/base_test
+	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/plan_test --gtest_filter='$(TSAN_FILTER)'
+
 bench-deps:
 	@test -d $(BUILD)/bench/node_modules/onnxruntime-node || \
 	  npm install --ignore-scripts --no-save --no-audit --no-fund --prefix $(BUILD)/bench onnxruntime-node@1.20.1
@@ -95,4 +107,4 @@ bench-gemm:
 	OMP_NUM_THREADS=1 $(BUILD)/gemm_tiles
 
 clean:
-	rm -rf $(BUILD) build-asan $(FUZZ_BUILD)
+	rm -rf $(BUILD) build-asan build-tsan $(FUZZ_BUILD)
