@@ -14,8 +14,7 @@ ThreadPool::ThreadPool(int threads, std::function<void(int)> on_start) : on_star
 
 ThreadPool::~ThreadPool() {
   stop_.store(true, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_seq_cst);
-  generation_.notify_all();
+  wake_.publish();
   for (auto& t : workers_) t.join();
 }
 
@@ -39,11 +38,7 @@ void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int)> fn) {
   count_ = n;
   next_.store(0, std::memory_order_relaxed);
   busy_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-  // seq_cst pairs with the worker's parked_ increment followed by its reload
-  // of generation_: either the worker sees the new generation, or we see it
-  // parked and wake it.
-  generation_.fetch_add(1, std::memory_order_seq_cst);
-  if (parked_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
+  wake_.publish();
   run_tasks(0);
   // Workers decrement busy_ with release after their last task; acquire here
   // makes their writes visible to the caller.
@@ -56,19 +51,7 @@ void ThreadPool::worker_main(int index) {
   // published before this thread got here must still be seen as new.
   uint64_t seen = 0;
   while (true) {
-    uint64_t g;
-    int spins = 0;
-    while ((g = generation_.load(std::memory_order_acquire)) == seen) {
-      if (++spins < kSpinIterations) {
-        _mm_pause();
-        continue;
-      }
-      parked_.fetch_add(1, std::memory_order_seq_cst);
-      if (generation_.load(std::memory_order_seq_cst) == seen) generation_.wait(seen, std::memory_order_acquire);
-      parked_.fetch_sub(1, std::memory_order_relaxed);
-      spins = 0;
-    }
-    seen = g;
+    seen = wake_.wait_change(seen, kSpinIterations);
     if (stop_.load(std::memory_order_relaxed)) return;
     run_tasks(index);
     busy_.fetch_sub(1, std::memory_order_release);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/function_ref.h"
+#include "base/spin_park.h"
 
 namespace tessera {
 
@@ -47,15 +48,14 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::function<void(int)> on_start_;
 
-  // The current loop. Written by the caller before generation_ is bumped
-  // (release) and read by workers after they observe the bump (acquire).
+  // The current loop. Written by the caller before wake_.publish() and read
+  // by workers after wake_.wait_change() returns.
   const FunctionRef<void(int64_t, int)>* fn_ = nullptr;
   int64_t count_ = 0;
 
-  alignas(64) std::atomic<uint64_t> generation_{0};  // bumped once per loop; odd/even irrelevant
-  alignas(64) std::atomic<int64_t> next_{0};         // next unclaimed task
-  alignas(64) std::atomic<int> busy_{0};             // workers still inside the loop
-  alignas(64) std::atomic<int> parked_{0};           // workers blocked in wait()
+  SpinPark wake_;                             // one publish per loop (base/spin_park.h)
+  alignas(64) std::atomic<int64_t> next_{0};  // next unclaimed task
+  alignas(64) std::atomic<int> busy_{0};      // workers still inside the loop
   std::atomic<bool> stop_{false};
 };
 

@@ -40,8 +40,7 @@ CpuVDevice::CpuVDevice(int veus, size_t scratch_bytes, bool pin)
 
 CpuVDevice::~CpuVDevice() {
   stop_.store(true, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_seq_cst);
-  generation_.notify_all();
+  wake_.publish();
   for (auto& t : threads_) t.join();
   aligned_free64(scratch_);
 }
@@ -49,19 +48,7 @@ CpuVDevice::~CpuVDevice() {
 void CpuVDevice::worker_main(int veu) {
   uint64_t seen = 0;  // generation at construction
   while (true) {
-    uint64_t g;
-    int spins = 0;
-    while ((g = generation_.load(std::memory_order_acquire)) == seen) {
-      if (++spins < kParkSpins) {
-        _mm_pause();
-        continue;
-      }
-      parked_.fetch_add(1, std::memory_order_seq_cst);
-      if (generation_.load(std::memory_order_seq_cst) == seen) generation_.wait(seen, std::memory_order_acquire);
-      parked_.fetch_sub(1, std::memory_order_relaxed);
-      spins = 0;
-    }
-    seen = g;
+    seen = wake_.wait_change(seen, kParkSpins);
     if (stop_.load(std::memory_order_relaxed)) return;
     execute(veu);
   }
@@ -141,9 +128,7 @@ void CpuVDevice::run(const Plan& plan, const std::vector<StepArgs>& steps) {
   for (int u = 0; u < veus_; ++u) base_[u] = run_no_ * static_cast<uint64_t>(plan.tasks_per_veu[u] + 1);
   plan_ = &plan;
   steps_ = &steps;
-  // seq_cst pairs with a worker's parked_ increment and generation reload.
-  generation_.fetch_add(1, std::memory_order_seq_cst);
-  if (parked_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
+  wake_.publish();
   execute(0);
   for (int u = 1; u < veus_; ++u) {
     const uint64_t final_count = base_[u] + static_cast<uint64_t>(plan.tasks_per_veu[u]);

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/spin_park.h"
 #include "compiler/plan.h"
 #include "kernels/cpu/kernel.h"
 
@@ -74,7 +75,7 @@ class CpuVDevice {
   void* scratch_ = nullptr;
   size_t scratch_stride_ = 0;
 
-  // The current run, written before generation_ is bumped (release).
+  // The current run, written before wake_.publish().
   const Plan* plan_ = nullptr;
   const std::vector<StepArgs>* steps_ = nullptr;
   uint64_t run_no_ = 0;
@@ -85,8 +86,7 @@ class CpuVDevice {
   std::vector<int32_t> trace_index_;   // placement index of each (vEU, position)
   const Plan* traced_plan_ = nullptr;
 
-  alignas(64) std::atomic<uint64_t> generation_{0};
-  alignas(64) std::atomic<int> parked_{0};
+  SpinPark wake_;  // one publish per run (base/spin_park.h)
   std::atomic<bool> stop_{false};
   const Plan* last_plan_ = nullptr;
 };
