@@ -39,6 +39,39 @@ UNSEEN = ["squeezenet1_0", "shufflenet_v2_x1_0", "mnasnet0_5", "efficientnet_b0"
           "transformer_encoder", "gru_bidirectional", "char_lm", "unet_tiny"]
 
 
+def make_overhead_model(path, n=10000):
+    """A chain of n Adds on a single float, each with its own constant: n
+    trivial rTasks, to measure per-rTask overhead."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    nodes, inits = [], []
+    prev = "x"
+    for i in range(n):
+        c = f"c{i}"
+        inits.append(numpy_helper.from_array(np.array([1e-4 * (i % 97)], np.float32), c))
+        out = "y" if i == n - 1 else f"t{i}"
+        nodes.append(helper.make_node("Add", [prev, c], [out]))
+        prev = out
+    g = helper.make_graph(nodes, "overhead", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def overhead(tessera, tmp, threads, rounds, iters):
+    """ns per rTask on a 10 000-rTask chain, plan and two-layer."""
+    model = os.path.join(tmp, "chain10k.onnx")
+    make_overhead_model(model)
+    npz = os.path.join(tmp, "chain10k.inputs.npz")
+    np.savez(npz, x=np.ones(1, np.float32))
+    out = {}
+    for ex in ("plan", "two-layer"):
+        ms = []
+        for _ in range(rounds):
+            ms += tessera_times(tessera, model, npz, iters, 3, ex, threads)
+        out[ex] = statistics.median(ms) * 1e6 / 10000
+    return out
+
+
 def tessera_times(tessera, model, inputs_npz, iters, warmup, executor, threads):
     out = subprocess.run([tessera, "run", model, "--input", inputs_npz, "--iters", str(iters), "--warmup",
                           str(warmup), "--threads", str(threads), "--executor", executor, "--json", "--quiet"],
@@ -156,6 +189,9 @@ def main():
         gm = float(np.exp(np.mean(np.log(geo))))
         summary = (f"\nUnseen models: geometric mean of plan/ORT {gm:.3f} (target ≤ 0.8), worst {max(geo):.3f} "
                    f"(target ≤ 1.25).\n")
+    ov = overhead(tessera, tmp, a.threads, a.rounds, a.iters)
+    summary += (f"\nPer-rTask overhead on a chain of 10 000 trivial rTasks (one Add of one float each): "
+                f"plan executor {ov['plan']:.1f} ns, two-layer {ov['two-layer']:.1f} ns (target ≤ 50 ns).\n")
     cpu = "unknown"
     try:
         with open("/proc/cpuinfo") as f:

@@ -29,6 +29,7 @@ const cli::Command kPlan = {
         {"--svg", "FILE", "draw the predicted schedule as a Gantt chart (vEU x time, coloured by op, waits as lines)"},
         {"--list", "", "print every vEU's instruction list"},
         {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them"},
+        {"--lower-recurrent", "", "split forward LSTMs into one rOperator per time step (experimental)"},
     },
     "examples:\n  tessera plan build/zoo/nasnet_like.onnx --veus 2 --svg plan.svg\n"
     "  tessera plan build/zoo/add_chains8.onnx --policy wavefront --list\n"};
@@ -128,7 +129,7 @@ int plan_main(int argc, char** argv) {
                                            a.get("--policy"), "'"));
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kPlan, st.message());
   co.profile = !a.has("--no-profile");
-  co.lower_recurrent = true;
+  co.lower_recurrent = a.has("--lower-recurrent");
   co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
   auto program = compile_onnx(a.positional[0], co);
   if (!program.ok()) return cli::fail(program.status());

@@ -36,6 +36,7 @@ const cli::Command kRun = {
         {"--executor", "NAME", "plan | two-layer | sequential (default plan)"},
         {"--policy", "NAME", "plan executor's scheduling policy: auto | wavefront | critical-path (default auto)"},
         {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them (profile cache)"},
+        {"--lower-recurrent", "", "split forward LSTMs into one rOperator per time step (experimental: slower today)"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
         {"--json", "", "print one JSON object on stdout at the end"},
@@ -181,7 +182,7 @@ int run_main(int argc, char** argv) {
     co.schedule.policy = policy;
     co.schedule.veus = so.threads > 0 ? so.threads : cpu_topology().cores;  // one vEU per core
     co.profile = !a.has("--no-profile");
-    co.lower_recurrent = true;
+    co.lower_recurrent = a.has("--lower-recurrent");
     co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
   }
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kRun, st.message());

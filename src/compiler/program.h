@@ -36,7 +36,8 @@ struct CompileOptions {
   bool profile = false;
   ProfileOptions profile_options;
   // Lower forward LSTMs to one rOperator per time step (wavefronts across
-  // stacked layers). On by default with the plan executor.
+  // stacked layers). Opt-in: on LSTM-TC it measures slower than the
+  // whole-sequence rKernel today (bench/RESULTS.md).
   bool lower_recurrent = false;
 };
 
