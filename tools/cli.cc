@@ -80,6 +80,18 @@ std::string help_text(const Command& cmd) {
   return os.str();
 }
 
+int start(const Command& cmd, int argc, char** argv, size_t positional, const char* what, Args* args) {
+  auto parsed = parse(cmd, argc, argv);
+  if (!parsed.ok()) return usage_error(cmd, parsed.status().message());
+  *args = std::move(*parsed);
+  if (args->help) {
+    std::fputs(help_text(cmd).c_str(), stdout);
+    return 0;
+  }
+  if (args->positional.size() != positional) return usage_error(cmd, what);
+  return -1;
+}
+
 Status parse_shape_flags(const Args& args, std::map<std::string, Shape>* out) {
   if (!args.has("--shape")) return Status();
   for (const std::string& spec : args.values.at("--shape")) {

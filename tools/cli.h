@@ -42,6 +42,11 @@ struct Args {
 Result<Args> parse(const Command& cmd, int argc, char** argv);
 std::string help_text(const Command& cmd);
 
+// The common start of a subcommand: parses argv, prints --help, checks the
+// number of positional arguments. Returns -1 to go on (with *args filled),
+// else the exit code to return.
+int start(const Command& cmd, int argc, char** argv, size_t positional, const char* what, Args* args);
+
 // Collects every --shape NAME=DIMS into `out`; errors name the bad flag.
 Status parse_shape_flags(const Args& args, std::map<std::string, Shape>* out);
 

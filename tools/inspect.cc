@@ -27,14 +27,8 @@ const cli::Command kInspect = {
 }  // namespace
 
 int inspect_main(int argc, char** argv) {
-  auto parsed = cli::parse(kInspect, argc, argv);
-  if (!parsed.ok()) return cli::usage_error(kInspect, parsed.status().message());
-  const cli::Args& a = *parsed;
-  if (a.help) {
-    std::fputs(cli::help_text(kInspect).c_str(), stdout);
-    return 0;
-  }
-  if (a.positional.size() != 1) return cli::usage_error(kInspect, "expected exactly one MODEL.onnx");
+  cli::Args a;
+  if (int rc = cli::start(kInspect, argc, argv, 1, "expected exactly one MODEL.onnx", &a); rc >= 0) return rc;
   const std::string path = a.positional[0];
   BindOptions bo;
   if (Status st = cli::parse_shape_flags(a, &bo.input_shapes); !st.ok()) return cli::usage_error(kInspect, st.message());

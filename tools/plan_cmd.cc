@@ -110,14 +110,8 @@ Status write_svg(const std::string& path, const Program& p) {
 }  // namespace
 
 int plan_main(int argc, char** argv) {
-  auto parsed = cli::parse(kPlan, argc, argv);
-  if (!parsed.ok()) return cli::usage_error(kPlan, parsed.status().message());
-  const cli::Args& a = *parsed;
-  if (a.help) {
-    std::fputs(cli::help_text(kPlan).c_str(), stdout);
-    return 0;
-  }
-  if (a.positional.size() != 1) return cli::usage_error(kPlan, "expected exactly one MODEL.onnx");
+  cli::Args a;
+  if (int rc = cli::start(kPlan, argc, argv, 1, "expected exactly one MODEL.onnx", &a); rc >= 0) return rc;
   CompileOptions co;
   co.build_plan = true;
   auto veus = a.get_int("--veus", cpu_topology().cores, 1, 256);

@@ -38,14 +38,8 @@ void print_progress(size_t done, size_t total) {
 }
 
 int profile_main(int argc, char** argv) {
-  auto parsed = cli::parse(kProfile, argc, argv);
-  if (!parsed.ok()) return cli::usage_error(kProfile, parsed.status().message());
-  const cli::Args& a = *parsed;
-  if (a.help) {
-    std::fputs(cli::help_text(kProfile).c_str(), stdout);
-    return 0;
-  }
-  if (a.positional.size() != 1) return cli::usage_error(kProfile, "expected exactly one MODEL.onnx");
+  cli::Args a;
+  if (int rc = cli::start(kProfile, argc, argv, 1, "expected exactly one MODEL.onnx", &a); rc >= 0) return rc;
   auto top = a.get_int("--top", 0, 0, 1000000);
   if (!top.ok()) return cli::usage_error(kProfile, top.status().message());
   CompileOptions co;

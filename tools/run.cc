@@ -144,14 +144,8 @@ std::string preview(const Tensor& t) {
 }  // namespace
 
 int run_main(int argc, char** argv) {
-  auto parsed = cli::parse(kRun, argc, argv);
-  if (!parsed.ok()) return cli::usage_error(kRun, parsed.status().message());
-  const cli::Args& a = *parsed;
-  if (a.help) {
-    std::fputs(cli::help_text(kRun).c_str(), stdout);
-    return 0;
-  }
-  if (a.positional.size() != 1) return cli::usage_error(kRun, "expected exactly one MODEL.onnx");
+  cli::Args a;
+  if (int rc = cli::start(kRun, argc, argv, 1, "expected exactly one MODEL.onnx", &a); rc >= 0) return rc;
   const std::string model = a.positional[0];
   bool json = a.has("--json");
   if (a.has("--quiet")) log_set_level(LogLevel::kWarning);

@@ -35,41 +35,40 @@ bool lowerable(const Node& n) {
   return x.rank() == 3 && x[0] >= 1 && x[1] >= 1;
 }
 
-// The layer's weights packed for `blocks` blocks of hidden units: block k
-// (units [u0, u1), as task_range cuts them) holds rows 4*u0 .. 4*u1, gate by
-// gate (i, o, f, c), each row [W row | R row] (or just the R row when
-// with_w is false). The bias is packed the same way, Wb + Rb summed.
-Tensor pack_weights(const Tensor& w, const Tensor* r, int64_t hidden, int64_t blocks, bool with_w) {
+// The packed order of a layer's gate rows for `blocks` blocks of hidden
+// units (cut as task_range cuts them, so the cell's rTask k finds its block
+// at rows 4*u0 .. 4*u1): block by block, gate by gate (i, o, f, c), unit by
+// unit. Calls fn(packed_row, original_row) for every row.
+template <typename Fn>
+void for_each_packed_row(int64_t hidden, int64_t blocks, Fn&& fn) {
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    int64_t u0, u1;
+    task_range(hidden, blocks, blk, &u0, &u1);
+    const int64_t nu = u1 - u0;
+    for (int gate = 0; gate < 4; ++gate)
+      for (int64_t j = 0; j < nu; ++j) fn(4 * u0 + gate * nu + j, gate * hidden + u0 + j);
+  }
+}
+
+// Rows [W row | R row] (or just the R row when with_w is false).
+Tensor pack_weights(const Tensor& w, const Tensor& r, int64_t hidden, int64_t blocks, bool with_w) {
   const int64_t in = with_w ? w.shape()[2] : 0;
   const int64_t k = in + hidden;
   Tensor out(DType::kFloat32, Shape{4 * hidden, k});
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    int64_t u0, u1;
-    task_range(hidden, blocks, blk, &u0, &u1);
-    const int64_t nu = u1 - u0;
-    for (int gate = 0; gate < 4; ++gate)
-      for (int64_t j = 0; j < nu; ++j) {
-        const int64_t src = gate * hidden + u0 + j;
-        float* dst = out.data<float>() + (4 * u0 + gate * nu + j) * k;
-        if (with_w) std::memcpy(dst, w.data<float>() + src * in, static_cast<size_t>(in) * sizeof(float));
-        std::memcpy(dst + in, r->data<float>() + src * hidden, static_cast<size_t>(hidden) * sizeof(float));
-      }
-  }
+  for_each_packed_row(hidden, blocks, [&](int64_t dst_row, int64_t src) {
+    float* dst = out.data<float>() + dst_row * k;
+    if (with_w) std::memcpy(dst, w.data<float>() + src * in, static_cast<size_t>(in) * sizeof(float));
+    std::memcpy(dst + in, r.data<float>() + src * hidden, static_cast<size_t>(hidden) * sizeof(float));
+  });
   return out;
 }
 
+// Wb + Rb in the same order.
 Tensor pack_bias(const Tensor& b, int64_t hidden, int64_t blocks) {
   Tensor out(DType::kFloat32, Shape{4 * hidden});
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    int64_t u0, u1;
-    task_range(hidden, blocks, blk, &u0, &u1);
-    const int64_t nu = u1 - u0;
-    for (int gate = 0; gate < 4; ++gate)
-      for (int64_t j = 0; j < nu; ++j) {
-        const int64_t src = gate * hidden + u0 + j;
-        out.data<float>()[4 * u0 + gate * nu + j] = b.data<float>()[src] + b.data<float>()[4 * hidden + src];
-      }
-  }
+  for_each_packed_row(hidden, blocks, [&](int64_t dst_row, int64_t src) {
+    out.data<float>()[dst_row] = b.data<float>()[src] + b.data<float>()[4 * hidden + src];
+  });
   return out;
 }
 
@@ -117,7 +116,7 @@ Result<int> lower_recurrent(Graph& g) {
     // Blocks of hidden units per step: each a GEMM of >= 64 units.
     const int64_t blocks = std::clamp<int64_t>(hidden / 64, 1, 8);
     Value* wp = g.add_constant(str_cat(base, "/packed_weights"),
-                               pack_weights(*w->constant, &*r->constant, hidden, blocks, chained != nullptr));
+                               pack_weights(*w->constant, *r->constant, hidden, blocks, chained != nullptr));
     Value* bp = chained && b ? g.add_constant(str_cat(base, "/packed_bias"), pack_bias(*b->constant, hidden, blocks))
                              : nullptr;
     std::vector<Value*> hs;
