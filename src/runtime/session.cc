@@ -3,7 +3,6 @@
 #include <cstring>
 #include <thread>
 
-#include "base/clock.h"
 #include "base/log.h"
 #include "base/strings.h"
 #include "devices/cpu/topology.h"
@@ -95,10 +94,8 @@ Status Session::set_input(const std::string& name, const Tensor& t) {
     if (!(t.shape() == v->shape))
       return invalid_argument(str_cat("input '", name, "' has shape ", v->shape.to_string(), ", got ",
                                       t.shape().to_string(), " (use --shape to bind another size)"));
-    int64_t t0 = now_ns();
     const Slot& s = program_->slots[program_->input_slots[i]];
     if (s.bytes > 0) std::memcpy(static_cast<char*>(arena_) + s.offset, t.raw(), s.bytes);
-    timings_.copy_in_ns += now_ns() - t0;
     return Status();
   }
   std::vector<std::string> names;
@@ -130,11 +127,9 @@ void Session::run_two_layer() {
 }
 
 Status Session::run() {
-  int64_t t0 = now_ns();
   if (vdevice_) vdevice_->run(*program_->plan, step_args_);
   else if (pool_) run_two_layer();
   else run_sequential();
-  timings_.compute_ns = now_ns() - t0;
   return Status();
 }
 

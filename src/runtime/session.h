@@ -44,12 +44,6 @@ struct SessionOptions {
   int threads = 0;  // 0: the cores available (plan: the Plan's vEU count)
 };
 
-struct RunTimings {
-  int64_t copy_in_ns = 0;
-  int64_t compute_ns = 0;
-  int64_t copy_out_ns = 0;
-};
-
 class Session {
  public:
   static Result<std::unique_ptr<Session>> create(std::unique_ptr<Program> program, const SessionOptions& options);
@@ -74,7 +68,6 @@ class Session {
   // element a kernel fails to write shows up. Call before set_input().
   void poison_arena();
 
-  const RunTimings& last_timings() const { return timings_; }
   // The plan executor's device (nullptr for the other executors).
   CpuVDevice* vdevice() { return vdevice_.get(); }
 
@@ -96,7 +89,6 @@ class Session {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<CpuVDevice> vdevice_;
   std::vector<StepArgs> step_args_;
-  RunTimings timings_;
 };
 
 }  // namespace tessera

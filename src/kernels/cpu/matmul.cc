@@ -48,10 +48,8 @@ Grid make_grid(int64_t batch, int64_t m, int64_t n, int64_t k, const KernelParam
 
 class MatMulOp : public ROp {
  public:
-  MatMulOp(Grid grid, int64_t k, std::vector<int64_t> a_off, std::vector<int64_t> b_off, bool a_vec, bool b_vec)
+  MatMulOp(Grid grid, int64_t k, std::vector<int64_t> a_off, std::vector<int64_t> b_off)
       : g_(grid), k_(k), a_off_(std::move(a_off)), b_off_(std::move(b_off)) {
-    (void)a_vec;
-    (void)b_vec;
     tasks_ = g_.tasks();
   }
   void run(int64_t task, const TaskArgs& args) const override {
@@ -111,7 +109,7 @@ Result<std::unique_ptr<ROp>> make_matmul(const Node& n, const KernelParams& p) {
   int64_t batch = dims_product(out_batch, 0, static_cast<int>(out_batch.size()));
   Grid g = make_grid(batch, m, nn, k, p);
   return std::unique_ptr<ROp>(new MatMulOp(g, k, batch_offsets(out_batch, ab, m * k),
-                                           batch_offsets(out_batch, bb, k * nn), a_vec, b_vec));
+                                           batch_offsets(out_batch, bb, k * nn)));
 }
 
 // ----------------------------------------------------------------- Gemm ---
