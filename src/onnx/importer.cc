@@ -4,8 +4,11 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,7 +19,9 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "base/strings.h"
 
@@ -24,6 +29,9 @@ namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
+
+constexpr const char* kCheckHelperName = "tessera-onnx-check";
+constexpr int kCheckRejected = 3;  // tools/onnx_check.cc's exit status for "rejected"
 
 // ONNX TensorProto.DataType values.
 enum OnnxType : int {
@@ -57,60 +65,134 @@ std::string onnx_type_name(int t) {
   }
 }
 
-// Runs ONNX's checker and shape inference in a forked child. libonnx is
-// not hardened against malformed models (1.12's convPoolShapeInference
-// reads past the dims of a low-rank input, found by our fuzzer), and bad
-// input must never take the process down: a crash in the child becomes an
-// error here. The child inherits the parsed model copy-on-write and reports
-// back through a pipe; the parent waits at most kCheckTimeoutMs.
+// Where tessera-onnx-check lives: $TESSERA_ONNX_CHECK, else beside the
+// running program (bin/ holds both), else the build tree's bin/.
+std::string find_check_helper() {
+  static const std::string path = [] {
+    if (const char* e = std::getenv("TESSERA_ONNX_CHECK"); e != nullptr && *e != '\0') return std::string(e);
+    std::error_code ec;
+    fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+      fs::path p = self.parent_path() / kCheckHelperName;
+      if (access(p.c_str(), X_OK) == 0) return p.string();
+    }
+    fs::path p = fs::path(TESSERA_BIN_DIR) / kCheckHelperName;
+    if (access(p.c_str(), X_OK) == 0) return p.string();
+    return std::string();
+  }();
+  return path;
+}
+
+// Runs ONNX's checker and shape inference in a process of its own
+// (tools/onnx_check.cc). libonnx is not hardened against malformed models
+// (1.12's convPoolShapeInference reads past the dims of a low-rank input,
+// found by our fuzzer), and bad input must never take the process down: a
+// crash in the helper becomes an error here. The helper is spawned, not
+// forked: a fork of a program with threads can inherit a lock (the
+// allocator's, under sanitizers) that some other thread held, and hang.
+// The model reaches it as a file on its standard input; its verdict
+// comes back through a pipe, waited for at most kCheckTimeoutMs.
 constexpr int kCheckTimeoutMs = 120000;
 
-Status onnx_checks_in_child(const onnx::ModelProto& model, bool external, const std::string& source_path,
-                            const ImportOptions& options, std::string* message) {
-  int fds[2];
-  if (pipe(fds) != 0) return internal_error(str_cat("pipe: ", std::strerror(errno)));
-  std::fflush(nullptr);
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return resource_exhausted(str_cat("fork: ", std::strerror(errno)));
-  }
-  if (pid == 0) {  // child: check, report, _exit without running destructors
-    close(fds[0]);
-    // A fault here must just end the child: drop inherited fault handlers
-    // (sanitizers, fuzzers, embedding programs) so none reports it.
-    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) signal(sig, SIG_DFL);
-    std::string err;
-    try {
-      if (options.run_onnx_checker) {
-        // The in-memory checker resolves external data against the working
-        // directory; the file-based one against the model's folder.
-        if (external) onnx::checker::check_model(source_path);
-        else onnx::checker::check_model(model);
-      }
-      // The child's memory is a copy-on-write snapshot: inferring in place
-      // changes nothing the parent sees, and avoids copying the weights.
-      if (options.run_onnx_shape_inference) onnx::shape_inference::InferShapes(const_cast<onnx::ModelProto&>(model));
-    } catch (const std::exception& e) {
-      err = e.what();
-      if (err.empty()) err = "unknown error";
+// A running tessera-onnx-check: start() spawns it, finish() collects its
+// verdict; the importer converts the model meanwhile. Destroying an
+// unfinished one kills and reaps the helper.
+class OnnxCheck {
+ public:
+  OnnxCheck() = default;
+  OnnxCheck(const OnnxCheck&) = delete;
+  OnnxCheck& operator=(const OnnxCheck&) = delete;
+  ~OnnxCheck() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    close(out_);
+    int status = 0;
+    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
     }
+  }
+
+  // `source_path` is the model file, or "" to pass `bytes` instead.
+  Status start(const std::string& source_path, std::string_view bytes, const std::string& model_dir,
+               const ImportOptions& options);
+  Status finish();
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::string helper_;
+};
+
+Status OnnxCheck::start(const std::string& source_path, std::string_view bytes, const std::string& model_dir,
+                        const ImportOptions& options) {
+  helper_ = find_check_helper();
+  if (helper_.empty())
+    return failed_precondition(str_cat("cannot find ", kCheckHelperName, " (looked beside this program and in ",
+                                       TESSERA_BIN_DIR, "); set TESSERA_ONNX_CHECK to its path"));
+  // The helper's standard input: the model file itself, or a memfd
+  // holding the bytes of a model imported from memory.
+  int in = -1;
+  if (!source_path.empty()) {
+    in = open(source_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (in < 0) return not_found(str_cat("cannot reopen the model file: ", std::strerror(errno)));
+  } else {
+    in = memfd_create("tessera-onnx-model", MFD_CLOEXEC);
+    if (in < 0) return internal_error(str_cat("memfd_create: ", std::strerror(errno)));
     size_t off = 0;
-    while (off < err.size()) {
-      ssize_t w = write(fds[1], err.data() + off, err.size() - off);
-      if (w <= 0) break;
+    while (off < bytes.size()) {
+      ssize_t w = write(in, bytes.data() + off, bytes.size() - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        int err = errno;
+        close(in);
+        return resource_exhausted(str_cat("cannot stage the model for ONNX's checks: ", std::strerror(err)));
+      }
       off += static_cast<size_t>(w);
     }
-    _exit(err.empty() ? 0 : 1);
+    lseek(in, 0, SEEK_SET);
   }
-  close(fds[1]);
-  std::string out;
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    close(in);
+    return internal_error(str_cat("pipe: ", std::strerror(errno)));
+  }
+  std::vector<std::string> args = {helper_};
+  if (options.run_onnx_checker) args.push_back("--checker");
+  if (options.run_onnx_shape_inference) args.push_back("--shape-inference");
+  if (!model_dir.empty()) {
+    args.push_back("--model-dir");
+    args.push_back(model_dir);
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in, STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, helper_.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(in);
+  close(out[1]);
+  if (rc != 0) {
+    close(out[0]);
+    return resource_exhausted(str_cat("cannot start ", helper_, ": ", std::strerror(rc)));
+  }
+  pid_ = pid;
+  out_ = out[0];
+  return Status();
+}
+
+Status OnnxCheck::finish() {
+  pid_t pid = pid_;
+  pid_ = -1;
+  std::string text;
   char buf[4096];
   int waited = 0;
   bool timed_out = false;
   while (true) {
-    pollfd pfd{fds[0], POLLIN, 0};
+    pollfd pfd{out_, POLLIN, 0};
     int r = poll(&pfd, 1, 100);
     if (r < 0 && errno == EINTR) continue;
     if (r == 0) {
@@ -122,47 +204,44 @@ Status onnx_checks_in_child(const onnx::ModelProto& model, bool external, const 
       }
       continue;
     }
-    ssize_t n = read(fds[0], buf, sizeof buf);
+    ssize_t n = read(out_, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
+    if (text.size() < 65536) text.append(buf, static_cast<size_t>(n));
   }
-  close(fds[0]);
+  close(out_);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (timed_out) {
-    *message = str_cat("ONNX checks did not finish within ", kCheckTimeoutMs / 1000, " s");
-    return Status(StatusCode::kInvalidArgument, *message);
+  if (timed_out)
+    return Status(StatusCode::kInvalidArgument,
+                  str_cat("ONNX checks did not finish within ", kCheckTimeoutMs / 1000, " s"));
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status();
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kCheckRejected) {
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    return Status(StatusCode::kInvalidArgument, str_cat("ONNX checker rejected the model: ", text));
   }
-  if (WIFSIGNALED(status)) {
-    *message = str_cat("ONNX's checker or shape inference crashed on this model (signal ", WTERMSIG(status),
-                       "); the model is malformed");
-    return Status(StatusCode::kInvalidArgument, *message);
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
-    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-    *message = str_cat("ONNX checker rejected the model: ", out);
-    return Status(StatusCode::kInvalidArgument, *message);
-  }
-  return Status();
+  if (WIFSIGNALED(status))
+    return Status(StatusCode::kInvalidArgument,
+                  str_cat("ONNX's checker or shape inference crashed on this model (signal ", WTERMSIG(status),
+                          "); the model is malformed"));
+  return Status(StatusCode::kInternal, str_cat(helper_, " failed (exit status ", WEXITSTATUS(status), ")"));
 }
 
 class Importer {
  public:
   // `source_path` is the model file ("" when imported from memory).
-  Importer(std::string display_name, std::string model_dir, std::string source_path)
-      : file_(std::move(display_name)), model_dir_(std::move(model_dir)), source_path_(std::move(source_path)) {}
+  // `bytes` is the serialized model, for ONNX's checks in their own process.
+  Importer(std::string display_name, std::string model_dir, std::string source_path, std::string_view bytes)
+      : file_(std::move(display_name)), model_dir_(std::move(model_dir)), source_path_(std::move(source_path)),
+        bytes_(bytes) {}
 
   Result<std::unique_ptr<Graph>> run(onnx::ModelProto& model, const ImportOptions& options);
 
  private:
   Status error(StatusCode code, const std::string& what) const { return Status(code, str_cat(file_, ": ", what)); }
   Status check_opsets(const onnx::ModelProto& model);
-  Status run_onnx_checks(const onnx::ModelProto& model, bool external, const ImportOptions& options) {
-    std::string message;
-    Status st = onnx_checks_in_child(model, external, source_path_, options, &message);
-    return st.ok() ? st : error(st.code(), st.message());
-  }
+  Result<std::unique_ptr<Graph>> convert(const onnx::ModelProto& model);
   Result<Tensor> convert_tensor(const onnx::TensorProto& tp, const std::string& where);
   Status read_external(const onnx::TensorProto& tp, const std::string& where, std::string* bytes);
   Result<Shape> convert_shape(const onnx::TypeProto& type, const std::string& where, DType* dtype);
@@ -173,6 +252,7 @@ class Importer {
   std::string file_;
   std::string model_dir_;
   std::string source_path_;
+  std::string_view bytes_;
   std::unique_ptr<Graph> g_ = std::make_unique<Graph>();
 };
 
@@ -458,8 +538,23 @@ Result<std::unique_ptr<Graph>> Importer::run(onnx::ModelProto& model, const Impo
   }
   if (external && source_path_.empty())
     return error(StatusCode::kInvalidArgument, "a model read from memory cannot reference external data files");
-  if (options.run_onnx_checker || options.run_onnx_shape_inference)
-    TESSERA_RETURN_IF_ERROR(run_onnx_checks(model, external, options));
+  // ONNX's verdict comes first: a conversion error is reported only for a
+  // model ONNX accepts. The two run side by side.
+  OnnxCheck check;
+  bool checking = options.run_onnx_checker || options.run_onnx_shape_inference;
+  if (checking) {
+    Status st = check.start(source_path_, bytes_, external ? model_dir_ : std::string(), options);
+    if (!st.ok()) return error(st.code(), st.message());
+  }
+  auto converted = convert(model);
+  if (checking) {
+    Status st = check.finish();
+    if (!st.ok()) return error(st.code(), st.message());
+  }
+  return converted;
+}
+
+Result<std::unique_ptr<Graph>> Importer::convert(const onnx::ModelProto& model) {
   const auto& gp = model.graph();
   g_->name = gp.name();
   for (int i = 0; i < gp.initializer_size(); ++i) {
@@ -505,7 +600,7 @@ Result<std::unique_ptr<Graph>> import_onnx_bytes(const void* data, size_t size, 
   onnx::ModelProto model;
   if (!model.ParseFromArray(data, static_cast<int>(size)))
     return data_loss(str_cat(display_name, ": not an ONNX model, or the file is truncated (protobuf parse failed)"));
-  Importer imp(display_name, model_dir, "");
+  Importer imp(display_name, model_dir, "", std::string_view(static_cast<const char*>(data), size));
   return imp.run(model, options);
 }
 
@@ -519,7 +614,7 @@ Result<std::unique_ptr<Graph>> import_file_bytes(const std::string& bytes, const
   if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     return data_loss(str_cat(path, ": not an ONNX model, or the file is truncated (protobuf parse failed)"));
   std::string dir = fs::path(path).parent_path().string();
-  Importer imp(path, dir.empty() ? "." : dir, path);
+  Importer imp(path, dir.empty() ? "." : dir, path, bytes);
   return imp.run(model, options);
 }
 }  // namespace

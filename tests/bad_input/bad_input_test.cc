@@ -246,7 +246,7 @@ TEST_F(BadInput, ExternalDataLoadsAndMissingFileIsNamed) {
 
 // Found by fuzz_onnx_import: a rank-2 input into a Conv with 3x3 weights
 // made libonnx 1.12's convPoolShapeInference read past the input's dims
-// (SEGV inside libonnx). ONNX's checks now run in a child process.
+// (SEGV inside libonnx). ONNX's checks now run in tessera-onnx-check.
 TEST_F(BadInput, RegressionOnnxConvShapeInferenceCrashOnLowRankInput) {
   onnx::ModelProto m = model();
   auto* g = m.mutable_graph();

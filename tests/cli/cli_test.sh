@@ -110,6 +110,14 @@ expect_fail "unknown option" 2 "unknown option '--itters'" $T run $ZOO/mlp.onnx 
 expect_fail "bad --iters" 2 "--iters expects an integer" $T run $ZOO/mlp.onnx --iters many
 expect_fail "bad --executor" 2 "--executor must be" $T run $ZOO/mlp.onnx --executor fast
 expect_fail "unknown command" 2 "unknown command 'runn'" $T runn
+# ONNX's checks run in tessera-onnx-check: a crash there, or a helper that
+# cannot start, is one error line, never a crash of tessera itself.
+printf '#!/bin/sh\nkill -SEGV $$\n' >"$TMP/crashing-check" && chmod +x "$TMP/crashing-check"
+expect_fail "checker crash contained" 1 "crashed on this model (signal 11)" \
+  env TESSERA_ONNX_CHECK="$TMP/crashing-check" $T run $ZOO/mlp.onnx
+expect_fail "checker missing" 1 "cannot start $TMP/no-such-check" \
+  env TESSERA_ONNX_CHECK="$TMP/no-such-check" $T run $ZOO/mlp.onnx
+check "checker helper help" bash -c "$BUILD/bin/tessera-onnx-check --help | grep -q 'exit 0 passed'"
 expect_fail "dynamic dims" 1 "--shape input_ids=1x1" $T run $ZOO/bert_tiny.onnx
 expect_fail "wrong input name" 1 "not a model input" bash -c "$T run $ZOO/mlp.onnx --input nosuch=$TMP/x.npy"
 expect_fail "wrong input shape" 1 "has shape" bash -c "$PY -c 'import numpy as np; np.save(\"$TMP/s.npy\", np.zeros((2,3),np.float32))' && $T run $ZOO/mlp.onnx --input input=$TMP/s.npy"
