@@ -61,7 +61,7 @@ $(FUZZ_BUILD)/build.ninja: CMakeLists.txt
 	  -DTESSERA_FUZZ=ON -DTESSERA_TESTS=OFF -DTESSERA_WERROR=$(WERROR)
 
 fuzz-build: deps $(FUZZ_BUILD)/build.ninja
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_import
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_import fuzz_executable_load tessera
 
 # A short run inside `make test`; `make fuzz` runs longer.
 fuzz-smoke: fuzz-build

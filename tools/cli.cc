@@ -30,6 +30,8 @@ Result<Args> parse(const Command& cmd, int argc, char** argv) {
       a.help = true;
       continue;
     }
+    for (const auto& [short_name, long_name] : kShortOptions)
+      if (tok == short_name) tok = long_name;
     if (tok.size() < 2 || tok.rfind("--", 0) != 0) {
       a.positional.push_back(tok);
       continue;
@@ -69,6 +71,8 @@ std::string help_text(const Command& cmd) {
     os << "\noptions:\n";
     for (const auto& o : cmd.options) {
       std::string left = o.name + (o.value_name.empty() ? "" : " " + o.value_name);
+      for (const auto& [short_name, long_name] : kShortOptions)
+        if (o.name == long_name) left = std::string(short_name) + ", " + left;
       os << "  " << left;
       if (left.size() < 24) os << std::string(24 - left.size(), ' ');
       else os << "\n  " << std::string(24, ' ');

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,9 @@ struct OptionSpec {
   std::string help;
   bool repeatable = false;
 };
+
+// Short forms, valid in every command that has the long option.
+inline constexpr std::pair<const char*, const char*> kShortOptions[] = {{"-o", "--output"}};
 
 struct Command {
   std::string name;      // "run"

@@ -6,6 +6,7 @@
 namespace tessera::tools {
 
 int run_main(int argc, char** argv);
+int compile_main(int argc, char** argv);
 int inspect_main(int argc, char** argv);
 int ops_main(int argc, char** argv);
 int plan_main(int argc, char** argv);

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "base/strings.h"
+#include "compiler/executable.h"
 #include "compiler/program.h"
 #include "ir/ops/op_registry.h"
 #include "ir/printer.h"
@@ -16,7 +17,7 @@ namespace {
 
 const cli::Command kInspect = {
     "inspect",
-    "tessera inspect MODEL.onnx [options]",
+    "tessera inspect MODEL.onnx|MODEL.tsx [options]",
     "Show a model's inputs, outputs, node count by op, parameters and FLOP estimate.",
     {
         {"--shape", "NAME=DIMS", "bind a dynamic input's shape (needed for FLOPs)", true},
@@ -32,9 +33,20 @@ int inspect_main(int argc, char** argv) {
   const std::string path = a.positional[0];
   BindOptions bo;
   if (Status st = cli::parse_shape_flags(a, &bo.input_shapes); !st.ok()) return cli::usage_error(kInspect, st.message());
-  auto g = import_onnx_file(path);
-  if (!g.ok()) return cli::fail(g.status());
-  Graph& graph = **g;
+  // An Executable holds its graph bound and simplified already.
+  std::unique_ptr<Program> exe;
+  std::unique_ptr<Graph> imported;
+  if (is_executable_file(path)) {
+    if (a.has("--shape")) return cli::usage_error(kInspect, str_cat(path, " is a compiled Executable; its shapes are fixed"));
+    auto p = load_executable(path);
+    if (!p.ok()) return cli::fail(p.status());
+    exe = std::move(*p);
+  } else {
+    auto g = import_onnx_file(path);
+    if (!g.ok()) return cli::fail(g.status());
+    imported = std::move(*g);
+  }
+  Graph& graph = exe ? *exe->graph : *imported;
   GraphSummary before = graph_summarize(graph);
 
   std::printf("model     %s\n", path.c_str());
@@ -45,7 +57,7 @@ int inspect_main(int argc, char** argv) {
     std::printf("  %-24s %s %s\n", v->name.c_str(), std::string(dtype_name(v->dtype)).c_str(), v->shape.to_string().c_str());
 
   Status supported = check_supported(graph);
-  Status bound = supported.ok() ? bind_shapes(graph, bo, cpu_evaluate) : supported;
+  Status bound = exe || !supported.ok() ? supported : bind_shapes(graph, bo, cpu_evaluate);
   std::printf("outputs\n");
   for (const Value* v : graph.outputs())
     std::printf("  %-24s %s %s\n", v->name.c_str(), std::string(dtype_name(v->dtype)).c_str(),
@@ -60,6 +72,11 @@ int inspect_main(int argc, char** argv) {
   if (bound.ok()) {
     GraphSummary after = graph_summarize(graph);
     std::printf("flops     %s per run (multiply-add = 2)\n", human_count(after.flops).c_str());
+    if (exe)
+      std::printf("plan      %d vEUs, %s, %zu rTasks, predicted %.1f us; arena %sB (Executable compiled from %s)\n",
+                  exe->plan->veus, std::string(policy_name(exe->plan->policy)).c_str(), exe->plan->placements.size(),
+                  exe->plan->predicted_us, human_count(static_cast<double>(exe->memory.arena_bytes)).c_str(),
+                  exe->source.c_str());
     if (a.has("--graph")) std::printf("\n%s", graph_to_text(graph).c_str());
   } else {
     std::printf("flops     unknown: %s\n", bound.message().c_str());

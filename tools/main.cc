@@ -7,16 +7,17 @@
 
 namespace {
 
-constexpr const char* kVersion = "0.1.0";
+constexpr const char* kVersion = TESSERA_VERSION_STRING;
 
 void print_help() {
   std::printf(
       "usage: tessera <command> [options]\n\n"
       "Tessera compiles ONNX models into schedules of fine-grained tasks and runs them.\n\n"
       "commands:\n"
-      "  run MODEL.onnx       compile and run a model; print latency and outputs\n"
-      "  inspect MODEL.onnx   show inputs, outputs, ops, parameters and FLOPs\n"
-      "  plan MODEL.onnx      compile into a Plan and show it (--svg for a Gantt chart)\n"
+      "  run MODEL.onnx|.tsx  run a model (compiling it first) or an Executable; print latency and outputs\n"
+      "  compile MODEL.onnx   compile into an Executable file (-o MODEL.tsx)\n"
+      "  inspect MODEL        show inputs, outputs, ops, parameters and FLOPs (.onnx or .tsx)\n"
+      "  plan MODEL           compile into a Plan (or read an Executable's) and show it (--svg)\n"
       "  profile MODEL.onnx   measure every op's rTask cost (cached for later compiles)\n"
       "  ops                  list supported ops and their rKernels\n\n"
       "options:\n"
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "run") return tessera::tools::run_main(argc - 2, argv + 2);
+  if (cmd == "compile") return tessera::tools::compile_main(argc - 2, argv + 2);
   if (cmd == "inspect") return tessera::tools::inspect_main(argc - 2, argv + 2);
   if (cmd == "ops") return tessera::tools::ops_main(argc - 2, argv + 2);
   if (cmd == "plan") return tessera::tools::plan_main(argc - 2, argv + 2);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "base/strings.h"
+#include "compiler/executable.h"
 #include "compiler/program.h"
 #include "onnx/importer.h"
 #include "tools/cli.h"
@@ -20,7 +21,7 @@ namespace {
 
 const cli::Command kPlan = {
     "plan",
-    "tessera plan MODEL.onnx [options]",
+    "tessera plan MODEL.onnx|MODEL.tsx [options]",
     "Compile a model into a Plan (rTasks scheduled onto vEUs) and show it.",
     {
         {"--veus", "N", "vEUs to schedule onto (default: one per core, from hwloc)"},
@@ -125,7 +126,16 @@ int plan_main(int argc, char** argv) {
   co.profile = !a.has("--no-profile");
   co.lower_recurrent = a.has("--lower-recurrent");
   co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
-  auto program = compile_onnx(a.positional[0], co);
+  Result<std::unique_ptr<Program>> program = failed_precondition("");
+  if (is_executable_file(a.positional[0])) {
+    for (const char* opt : {"--veus", "--policy", "--shape", "--no-profile", "--lower-recurrent"})
+      if (a.has(opt))
+        return cli::usage_error(kPlan, str_cat(opt, " applies when compiling; ", a.positional[0],
+                                               " is a compiled Executable"));
+    program = load_executable(a.positional[0]);
+  } else {
+    program = compile_onnx(a.positional[0], co);
+  }
   if (!program.ok()) return cli::fail(program.status());
   const Program& p = **program;
   const Plan& plan = *p.plan;

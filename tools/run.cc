@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/strings.h"
 #include "ir/npy.h"
+#include "compiler/executable.h"
 #include "onnx/importer.h"
 #include "runtime/session.h"
 #include "tools/cli.h"
@@ -24,8 +25,9 @@ namespace {
 
 const cli::Command kRun = {
     "run",
-    "tessera run MODEL.onnx [options]",
-    "Compile an ONNX model and run it on the local CPU; print latency and outputs.",
+    "tessera run MODEL.onnx|MODEL.tsx [options]",
+    "Compile an ONNX model (or load an Executable written by `tessera compile`) and run it on the\n"
+    "local CPU; print latency and outputs.",
     {
         {"--input", "NAME=FILE", "input from a .npy file; or FILE.npz holding inputs by name", true},
         {"--shape", "NAME=DIMS", "bind a dynamic input's shape, e.g. x=1x3x224x224", true},
@@ -46,6 +48,7 @@ const cli::Command kRun = {
     "integers uniform in [0, 16), bools fair coins.\n\n"
     "examples:\n"
     "  tessera run build/zoo/resnet18.onnx --iters 20\n"
+    "  tessera compile build/zoo/resnet18.onnx -o resnet18.tsx && tessera run resnet18.tsx\n"
     "  tessera run model.onnx --input x=x.npy --output-dir out/ --json\n"
     "  tessera run bert.onnx --shape input_ids=1x64 --executor sequential\n"
     "  tessera run model.onnx --threads 4 --policy critical-path\n"};
@@ -207,22 +210,41 @@ int run_main(int argc, char** argv) {
       given[name] = *t;
     }
   }
-  // Import first, so that dynamic dimensions can be bound from the arrays
-  // given (an explicit --shape wins).
+  std::unique_ptr<Program> program;
   const int64_t compile_start = now_ns();
-  auto graph = import_onnx_file(model);
-  if (!graph.ok()) return cli::fail(graph.status());
-  for (const Value* in : (*graph)->inputs()) {
-    auto it = given.find(in->name);
-    if (it != given.end() && !co.input_shapes.count(in->name) && !in->shape.is_static())
-      co.input_shapes[in->name] = it->second.shape();
+  const bool executable = is_executable_file(model);
+  if (executable) {
+    // An Executable is compiled already: its Plan fixes the executor, the
+    // vEU count, the policy and the shapes.
+    for (const char* opt : {"--shape", "--policy", "--no-profile", "--lower-recurrent"})
+      if (a.has(opt))
+        return cli::usage_error(kRun, str_cat(opt, " applies when compiling; ", model, " is a compiled Executable"));
+    if (so.executor != Executor::kPlan)
+      return cli::usage_error(kRun, str_cat(model, " is an Executable: it runs on the plan executor only"));
+    auto loaded = load_executable(model);
+    if (!loaded.ok()) return cli::fail(loaded.status());
+    program = std::move(*loaded);
+    if (so.threads > 0 && so.threads != program->plan->veus)
+      return cli::usage_error(kRun, str_cat(model, " was compiled for ", program->plan->veus,
+                                            " vEUs; compile it again with --veus ", so.threads));
+  } else {
+    // Import first, so that dynamic dimensions can be bound from the arrays
+    // given (an explicit --shape wins).
+    auto graph = import_onnx_file(model);
+    if (!graph.ok()) return cli::fail(graph.status());
+    for (const Value* in : (*graph)->inputs()) {
+      auto it = given.find(in->name);
+      if (it != given.end() && !co.input_shapes.count(in->name) && !in->shape.is_static())
+        co.input_shapes[in->name] = it->second.shape();
+    }
+    auto compiled = compile_graph(std::move(*graph), co);
+    if (!compiled.ok()) return cli::fail(compiled.status().with_context(model));
+    program = std::move(*compiled);
+    program->source = model;
   }
-  auto program = compile_graph(std::move(*graph), co);
-  if (!program.ok()) return cli::fail(program.status().with_context(model));
-  (*program)->source = model;
-  (*program)->stats.compile_ms = static_cast<double>(now_ns() - compile_start) / 1e6;
-  const CompileStats stats = (*program)->stats;
-  auto session_or = Session::create(std::move(*program), so);
+  program->stats.compile_ms = static_cast<double>(now_ns() - compile_start) / 1e6;
+  const CompileStats stats = program->stats;
+  auto session_or = Session::create(std::move(program), so);
   if (!session_or.ok()) return cli::fail(session_or.status());
   Session& session = **session_or;
 
@@ -262,11 +284,16 @@ int run_main(int argc, char** argv) {
 
   // Only now that the model and its inputs are accepted: a failing run
   // prints nothing but its error line.
-  log_info(model, ": ", stats.nodes_imported, " nodes imported, ", session.program().steps.size(), " ops after ",
-           stats.folded, " folded, ", stats.identities_removed + stats.dead_removed, " removed; ", stats.rtasks,
-           " rTasks; arena ", human_count(static_cast<double>(session.program().memory.arena_bytes)),
-           "B; imported and compiled in ",
-           str_cat(std::round(stats.compile_ms * 10) / 10), " ms");
+  if (executable)
+    log_info(model, ": Executable of ", session.program().steps.size(), " ops (compiled from ",
+             session.program().source, "); ", stats.rtasks, " rTasks; arena ",
+             human_count(static_cast<double>(session.program().memory.arena_bytes)), "B; loaded and validated in ",
+             str_fixed(stats.compile_ms, 1), " ms");
+  else
+    log_info(model, ": ", stats.nodes_imported, " nodes imported, ", session.program().steps.size(), " ops after ",
+             stats.folded, " folded, ", stats.identities_removed + stats.dead_removed, " removed; ", stats.rtasks,
+             " rTasks; arena ", human_count(static_cast<double>(session.program().memory.arena_bytes)),
+             "B; imported and compiled in ", str_fixed(stats.compile_ms, 1), " ms");
   // Runs. Each timed run copies the inputs in, computes, and copies the
   // outputs out; latency is the compute part (what the executors differ
   // in), and --json breaks every run down.

@@ -38,4 +38,10 @@ std::string human_count(double value) {
   return buf;
 }
 
+std::string str_fixed(double value, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, value);
+  return buf;
+}
+
 }  // namespace tessera

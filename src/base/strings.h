@@ -38,4 +38,7 @@ bool parse_int64(std::string_view s, int64_t* out);
 // Formats a count with a unit suffix: 11.7M, 1.8G.
 std::string human_count(double value);
 
+// Fixed-point with `digits` decimals: str_fixed(3.14159, 2) == "3.14".
+std::string str_fixed(double value, int digits);
+
 }  // namespace tessera

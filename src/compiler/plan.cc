@@ -348,7 +348,10 @@ Result<Plan> schedule(const Program& p, const std::vector<double>& cost, const S
   return internal_error("unknown policy");
 }
 
-Status plan_validate(const Program& p, const Plan& plan) {
+namespace {
+
+// plan_validate; with `clocks`, also fills its done/seen summaries.
+Status validate(const Program& p, const Plan& plan, Plan* clocks) {
   const int U = plan.veus;
   if (U < 1 || static_cast<int>(plan.program.size()) != U || static_cast<int>(plan.tasks_per_veu.size()) != U)
     return invalid_argument("plan: vEU count does not match its instruction lists");
@@ -396,6 +399,7 @@ Status plan_validate(const Program& p, const Plan& plan) {
         d = std::max(d, ++i);
       }
   }
+  std::vector<int32_t> seen_at(clocks ? p.steps.size() * static_cast<size_t>(U) : 0, INT32_MAX);
   std::vector<size_t> pc(U, 0);
   std::vector<int64_t> published(U, 0), completed(U, 0);
   std::vector<std::vector<int32_t>> clock(U, std::vector<int32_t>(U, 0));
@@ -421,6 +425,12 @@ Status plan_validate(const Program& p, const Plan& plan) {
                 return invalid_argument(str_cat("plan: vEU ", u, " may run step ", in.a, " before step ", q,
                                                 " has finished on vEU ", v, " (a wait is missing)"));
             }
+          if (clocks)
+            for (int v = 0; v < U; ++v) {
+              int32_t have = v == u ? static_cast<int32_t>(completed[u]) : clock[u][v];
+              int32_t& m = seen_at[static_cast<size_t>(in.a) * U + v];
+              m = std::min(m, have);
+            }
           ++completed[u];
           clock[u][u] = static_cast<int32_t>(completed[u]);
           end_clock[u].push_back(clock[u]);
@@ -437,7 +447,18 @@ Status plan_validate(const Program& p, const Plan& plan) {
   for (int u = 0; u < U; ++u)
     if (pc[u] != plan.program[u].size())
       return invalid_argument(str_cat("plan: vEU ", u, " deadlocks at instruction ", pc[u]));
+  if (clocks) {
+    clocks->steps = static_cast<int>(p.steps.size());
+    clocks->done = std::move(done);
+    clocks->seen = std::move(seen_at);
+  }
   return Status();
 }
+
+}  // namespace
+
+Status plan_validate(const Program& p, const Plan& plan) { return validate(p, plan, nullptr); }
+
+Status plan_derive_clocks(const Program& p, Plan* plan) { return validate(p, *plan, plan); }
 
 }  // namespace tessera

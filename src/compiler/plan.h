@@ -84,4 +84,8 @@ Result<Plan> schedule(const Program& p, const std::vector<double>& task_cost_us,
 // simulation must finish). Used on Plans read from files.
 Status plan_validate(const Program& p, const Plan& plan);
 
+// plan_validate, then fills the Plan's happens-before summaries (steps,
+// done, seen) from its instruction lists alone: for Plans read from files.
+Status plan_derive_clocks(const Program& p, Plan* plan);
+
 }  // namespace tessera

@@ -47,8 +47,6 @@ Result<Shape> parse_dims(const std::string& text) {
   return Shape(dims);
 }
 
-namespace {
-
 // Assigns slots: constants point at their tensors, runtime values at arena
 // offsets from the memory plan.
 void assign_slots(Program& p) {
@@ -79,8 +77,6 @@ void assign_slots(Program& p) {
   for (const Value* v : p.graph->outputs()) p.output_slots.push_back(add(v));
 }
 
-}  // namespace
-
 Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const CompileOptions& options) {
   int64_t t0 = now_ns();
   auto p = std::make_unique<Program>();
@@ -103,9 +99,8 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
     Step s;
     s.node = n.get();
     s.kernel = cpu_kernel_find(n->op_type);
-    KernelParams kp;
-    kp.tasks = options.tasks_per_op;
-    TESSERA_ASSIGN_OR_RETURN(s.op, s.kernel->make(*n, kp));
+    s.params.tasks = options.tasks_per_op;
+    TESSERA_ASSIGN_OR_RETURN(s.op, s.kernel->make(*n, s.params));
     p->max_scratch_bytes = std::max(p->max_scratch_bytes, s.op->scratch_bytes());
     p->stats.rtasks += s.op->tasks();
     order.push_back(n.get());
@@ -132,23 +127,15 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   return p;
 }
 
-MemoryPlan plan_memory_parallel(const Program& p, const Plan& plan) {
-  struct Use {
-    int producer = -1;  // step; -1 for graph inputs
-    std::vector<int> consumers;
-    bool pinned = false;  // graph input or output: lives through the run
-  };
-  std::vector<const Value*> values;
-  std::unordered_map<const Value*, size_t> index;
-  std::vector<Use> uses;
+PlanLifetimes::PlanLifetimes(const Program& p, const Plan& plan) : plan_(plan) {
   auto get = [&](const Value* v) -> Use* {
     if (v == nullptr || v->is_constant()) return nullptr;
-    auto [it, inserted] = index.try_emplace(v, values.size());
+    auto [it, inserted] = index_.try_emplace(v, values_.size());
     if (inserted) {
-      values.push_back(v);
-      uses.emplace_back();
+      values_.push_back(v);
+      uses_.emplace_back();
     }
-    return &uses[it->second];
+    return &uses_[it->second];
   };
   for (const Value* v : p.graph->inputs()) get(v)->pinned = true;
   for (size_t s = 0; s < p.steps.size(); ++s) {
@@ -159,17 +146,26 @@ MemoryPlan plan_memory_parallel(const Program& p, const Plan& plan) {
   }
   for (const Value* v : p.graph->outputs())
     if (Use* u = get(v)) u->pinned = true;
-  // a entirely before b: every step touching a happens before b's producer
-  // (and so before every step touching b). An op never happens before
-  // itself, so an op's input and output never share bytes.
-  auto before = [&](const Use& a, const Use& b) {
-    if (a.pinned || b.pinned || a.producer < 0 || b.producer < 0) return false;
-    if (!plan.happens_before(a.producer, b.producer)) return false;
-    for (int c : a.consumers)
-      if (!plan.happens_before(c, b.producer)) return false;
-    return true;
-  };
-  return place_values(values, [&](size_t i, size_t j) { return !before(uses[i], uses[j]) && !before(uses[j], uses[i]); });
+}
+
+// a entirely before b: every step touching a happens before b's producer
+// (and so before every step touching b). An op never happens before
+// itself, so an op's input and output never share bytes.
+bool PlanLifetimes::before(const Use& a, const Use& b) const {
+  if (a.pinned || b.pinned || a.producer < 0 || b.producer < 0) return false;
+  if (!plan_.happens_before(a.producer, b.producer)) return false;
+  for (int c : a.consumers)
+    if (!plan_.happens_before(c, b.producer)) return false;
+  return true;
+}
+
+bool PlanLifetimes::conflict(size_t i, size_t j) const {
+  return !before(uses_[i], uses_[j]) && !before(uses_[j], uses_[i]);
+}
+
+MemoryPlan plan_memory_parallel(const Program& p, const Plan& plan) {
+  PlanLifetimes life(p, plan);
+  return place_values(life.values(), [&](size_t i, size_t j) { return life.conflict(i, j); });
 }
 
 Result<std::unique_ptr<Program>> compile_onnx(const std::string& path, const CompileOptions& options) {

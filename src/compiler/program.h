@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ir/graph.h"
@@ -53,6 +54,7 @@ struct Slot {
 struct Step {
   const Node* node = nullptr;
   const RKernel* kernel = nullptr;
+  KernelParams params;  // what the kernel was made with
   std::unique_ptr<ROp> op;
   std::vector<int> inputs;   // slot per node input, -1 where absent
   std::vector<int> outputs;  // slot per node output
@@ -101,9 +103,36 @@ Result<int> lower_recurrent(Graph& g);
 // Parses "1x3x224x224" (also "1,3,224,224"; "" or "scalar" for rank 0).
 Result<Shape> parse_dims(const std::string& text);
 
-// Memory plan for a parallel Plan: two values share bytes only if every
-// access to one happens before every access to the other under every
-// interleaving the Plan's waits allow.
+// Lifetimes of a Program's runtime values under a Plan: two values conflict
+// (may be live at once) unless every access to one happens before every
+// access to the other under every interleaving the Plan's waits allow.
+// Graph inputs and outputs live through the whole run.
+class PlanLifetimes {
+ public:
+  PlanLifetimes(const Program& p, const Plan& plan);
+  const std::vector<const Value*>& values() const { return values_; }
+  size_t index(const Value* v) const { return index_.at(v); }
+  bool conflict(size_t i, size_t j) const;
+
+ private:
+  struct Use {
+    int producer = -1;  // step; -1 for graph inputs
+    std::vector<int> consumers;
+    bool pinned = false;
+  };
+  bool before(const Use& a, const Use& b) const;
+  const Plan& plan_;
+  std::vector<const Value*> values_;
+  std::unordered_map<const Value*, size_t> index_;
+  std::vector<Use> uses_;
+};
+
+// Memory plan for a parallel Plan: values share bytes only where they do
+// not conflict (PlanLifetimes).
 MemoryPlan plan_memory_parallel(const Program& p, const Plan& plan);
+
+// Points every Step's inputs and outputs at Slots: constants at their
+// tensors, runtime values at p.memory's arena offsets.
+void assign_slots(Program& p);
 
 }  // namespace tessera

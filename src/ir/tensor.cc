@@ -34,6 +34,15 @@ Tensor Tensor::wrap(DType dtype, Shape shape, void* data) {
   return t;
 }
 
+Tensor Tensor::view(DType dtype, Shape shape, const void* data, std::shared_ptr<void> owner) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.storage_ = std::move(owner);
+  t.data_ = const_cast<void*>(data);
+  return t;
+}
+
 Tensor Tensor::from_floats(const std::vector<float>& values, Shape shape) {
   Tensor t(DType::kFloat32, std::move(shape));
   TESSERA_CHECK(static_cast<size_t>(t.numel()) == values.size());

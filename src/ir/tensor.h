@@ -26,6 +26,9 @@ class Tensor {
   Tensor(DType dtype, Shape shape);
   // Borrows `data`; the caller keeps it alive longer than every copy.
   static Tensor wrap(DType dtype, Shape shape, void* data);
+  // Borrows `data`, keeping `owner` (e.g. a file mapping) alive for as long
+  // as any copy exists. The bytes must not be written.
+  static Tensor view(DType dtype, Shape shape, const void* data, std::shared_ptr<void> owner);
   // A scalar or a 1-D tensor holding `values`.
   static Tensor from_floats(const std::vector<float>& values, Shape shape);
   static Tensor from_int64s(const std::vector<int64_t>& values, Shape shape);

@@ -103,6 +103,23 @@ assert j[\"plan\"][\"veus\"]==2 and j[\"plan\"][\"policy\"] in (\"wavefront\",\"
 expect_fail "trace needs plan" 2 "--trace needs the plan executor" $T run $ZOO/mlp.onnx --executor sequential --trace $TMP/x.json
 expect_fail "bad policy" 2 "--policy must be" $T run $ZOO/mlp.onnx --policy fastest
 
+# tessera compile -> MODEL.tsx; tessera run MODEL.tsx gives the outputs
+# tessera run MODEL.onnx gives, without the ONNX file.
+check "compile writes an Executable" bash -c "$T compile $ZOO/bert_tiny.onnx --shape input_ids=1x64 --shape attention_mask=1x64 -o $TMP/bert.tsx --veus 2 --quiet && test -s $TMP/bert.tsx"
+check "compile --help" bash -c "$T compile --help | grep -q -- '-o, --output FILE'"
+check "run MODEL.tsx equals run MODEL.onnx" bash -c "cp $TMP/bert.tsx $TMP/moved.tsx && \
+  $T run $TMP/moved.tsx --input $ZOO/bert_tiny.inputs.npz --iters 1 --output-dir $TMP/o_tsx --quiet && \
+  $T run $ZOO/bert_tiny.onnx --input $ZOO/bert_tiny.inputs.npz --iters 1 --output-dir $TMP/o_onnx --quiet && \
+  for f in $TMP/o_onnx/*.npy; do cmp \$f $TMP/o_tsx/\$(basename \$f) || exit 1; done && ls $TMP/o_tsx/*.npy >/dev/null"
+check "run MODEL.tsx --json names the plan" bash -c "$T run $TMP/bert.tsx --iters 2 --json --quiet | $PY -c '
+import json,sys; j=json.loads(sys.stdin.read()); assert j[\"plan\"][\"veus\"]==2, j'"
+expect_fail "tsx: compile needs -o" 2 "-o FILE" $T compile $ZOO/mlp.onnx
+expect_fail "tsx: other executor" 2 "runs on the plan executor only" $T run $TMP/bert.tsx --executor sequential
+expect_fail "tsx: vEU count fixed" 2 "compiled for 2 vEUs" $T run $TMP/bert.tsx --threads 3
+expect_fail "tsx: shapes fixed" 2 "applies when compiling" $T run $TMP/bert.tsx --shape input_ids=1x8
+expect_fail "tsx: truncated" 1 "truncated" bash -c "head -c 5000 $TMP/bert.tsx > $TMP/cut.tsx; $T run $TMP/cut.tsx"
+expect_fail "tsx: bad version" 1 "format version 7" bash -c "cp $TMP/bert.tsx $TMP/v.tsx; printf '\\x07' | dd of=$TMP/v.tsx bs=1 seek=8 conv=notrunc status=none; $T run $TMP/v.tsx"
+
 # Errors: non-zero exit and one clear line.
 expect_fail "missing model" 1 "does not exist" $T run $TMP/none.onnx
 expect_fail "not a model" 1 "not an ONNX model" bash -c "echo hello > $TMP/bad.onnx; $T run $TMP/bad.onnx"

@@ -1,19 +1,45 @@
 #!/usr/bin/env bash
-# Runs the importer fuzzer: run_fuzz.sh FUZZ_BUILD_DIR SECONDS
-# The corpus lives in FUZZ_BUILD_DIR/corpus (seeded with small models) and
-# grows across runs; crashes are written to FUZZ_BUILD_DIR/crashes/.
+# Runs the libFuzzer targets: run_fuzz.sh FUZZ_BUILD_DIR SECONDS
+# Each target gets SECONDS: fuzz_onnx_import (ONNX bytes through the
+# importer and compiler) and fuzz_executable_load (Executable bytes through
+# the loader, then a run). Corpora live in FUZZ_BUILD_DIR/corpus-<target>
+# (seeded with small models) and grow across runs; crashes are written to
+# FUZZ_BUILD_DIR/crashes/.
 set -euo pipefail
 build=${1:?fuzz build dir}
 seconds=${2:-30}
 here=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$build/corpus" "$build/crashes"
+mkdir -p "$build/crashes"
 /usr/bin/python3 "$here/make_seeds.py" "$build/seeds"
-echo "fuzz_onnx_import: ${seconds}s"
-"$build/bin/fuzz_onnx_import" "$build/corpus" "$build/seeds" -max_total_time="$seconds" -rss_limit_mb=4096 \
-  -max_len=65536 -timeout=10 -print_final_stats=1 -artifact_prefix="$build/crashes/" 2>"$build/fuzz.log" || {
-  tail -60 "$build/fuzz.log"
-  echo "fuzz_onnx_import: FAILED (see $build/crashes/)"
+# Executable seeds: the ONNX seeds that compile, for 1 to 3 vEUs and both
+# policies, analytic costs (deterministic, no profiling).
+mkdir -p "$build/seeds-tsx"
+for f in "$build"/seeds/*.onnx; do
+  for veus in 1 2 3; do
+    for policy in wavefront critical-path; do
+      "$build/bin/tessera" compile "$f" -o "$build/seeds-tsx/$(basename "$f" .onnx)-$veus-$policy.tsx" \
+        --veus "$veus" --policy "$policy" --no-profile --quiet 2>/dev/null || true
+    done
+  done
+done
+if ! ls "$build"/seeds-tsx/*.tsx >/dev/null 2>&1; then
+  echo "run_fuzz.sh: no Executable seeds could be compiled" >&2
   exit 1
+fi
+
+run() {  # run TARGET SEEDS
+  local target=$1 seeds=$2
+  mkdir -p "$build/corpus-$target"
+  echo "$target: ${seconds}s"
+  "$build/bin/$target" "$build/corpus-$target" "$seeds" -max_total_time="$seconds" -rss_limit_mb=4096 \
+    -max_len=65536 -timeout=10 -print_final_stats=1 -artifact_prefix="$build/crashes/$target-" \
+    2>"$build/$target.log" || {
+    tail -60 "$build/$target.log"
+    echo "$target: FAILED (see $build/crashes/)"
+    exit 1
+  }
+  grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$build/$target.log" || true
+  echo "$target: no crashes"
 }
-grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$build/fuzz.log" || true
-echo "fuzz_onnx_import: no crashes"
+run fuzz_onnx_import "$build/seeds"
+run fuzz_executable_load "$build/seeds-tsx"

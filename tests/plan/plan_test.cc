@@ -14,54 +14,23 @@
 #include "ir/npy.h"
 #include "onnx/importer.h"
 #include "runtime/session.h"
+#include "tests/common/zoo_util.h"
 
 namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string zoo(const std::string& name) {
-  const char* env = std::getenv("TESSERA_ZOO");
-  return (fs::path(env ? env : "build/zoo") / name).string();
-}
-
-Result<std::unique_ptr<Program>> compile_zoo(const std::string& name, const CompileOptions& base,
-                                             std::map<std::string, Tensor>* inputs) {
-  TESSERA_ASSIGN_OR_RETURN(*inputs, npz_read(zoo(name) + ".inputs.npz"));
-  TESSERA_ASSIGN_OR_RETURN(auto g, import_onnx_file(zoo(name) + ".onnx"));
-  CompileOptions co = base;
-  for (Value* in : g->inputs()) co.input_shapes[in->name] = inputs->at(in->name).shape();
-  return compile_graph(std::move(g), co);
-}
-
-// Runs twice with a poisoned arena; returns the second run's outputs.
-std::vector<Tensor> run_outputs(std::unique_ptr<Program> p, Executor ex, const std::map<std::string, Tensor>& inputs) {
-  auto s = Session::create(std::move(p), {ex, 2});
-  EXPECT_TRUE(s.ok()) << s.status().to_string();
-  if (!s.ok()) return {};
-  std::vector<Tensor> outs;
-  for (int rep = 0; rep < 2; ++rep) {
-    (*s)->poison_arena();
-    for (const Value* in : (*s)->inputs()) EXPECT_TRUE((*s)->set_input(in->name, inputs.at(in->name)).ok());
-    EXPECT_TRUE((*s)->run().ok());
-  }
-  for (size_t i = 0; i < (*s)->outputs().size(); ++i) outs.push_back((*s)->output(i));
-  return outs;
-}
+using testing_util::compile_zoo;
+using testing_util::expect_bitwise;
+using testing_util::run_outputs;
+using testing_util::zoo;
 
 std::vector<Tensor> sequential_reference(const std::string& model) {
   std::map<std::string, Tensor> inputs;
   auto p = compile_zoo(model, {}, &inputs);
   EXPECT_TRUE(p.ok()) << p.status().to_string();
   return run_outputs(std::move(*p), Executor::kSequential, inputs);
-}
-
-void expect_bitwise(const std::vector<Tensor>& got, const std::vector<Tensor>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(got[i].nbytes(), want[i].nbytes()) << what;
-    EXPECT_EQ(std::memcmp(got[i].raw(), want[i].raw(), got[i].nbytes()), 0) << what << ": output " << i << " differs";
-  }
 }
 
 const std::vector<std::string> kModels = {"resnet18", "mobilenet_v2", "bert_tiny", "lstm_tc",

@@ -1,0 +1,769 @@
+#include "compiler/executable.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <unordered_set>
+
+#include "base/clock.h"
+#include "base/strings.h"
+#include "ir/ops/op_registry.h"
+#include "onnx/importer.h"
+
+namespace tessera {
+namespace {
+
+// Sanity limits: far above any real model, low enough that a forged count
+// cannot make the loader allocate without bound before the bytes run out.
+constexpr uint32_t kMaxRankInFile = 16;
+constexpr uint32_t kMaxStringBytes = 1 << 20;
+constexpr int kMaxVeus = 256;
+
+enum class Role : uint8_t { kRuntime = 0, kInput = 1, kConstant = 2 };
+
+uint32_t crc32_of(const void* data, size_t size) {
+  uLong c = crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(data);
+  while (size > 0) {  // zlib takes uInt lengths
+    uInt n = static_cast<uInt>(std::min<size_t>(size, 1u << 30));
+    c = crc32(c, p, n);
+    p += n;
+    size -= n;
+  }
+  return static_cast<uint32_t>(c);
+}
+
+// ------------------------------------------------------------- writing ---
+
+class Writer {
+ public:
+  std::string bytes;
+  template <typename T>
+  void pod(T v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    bytes.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void u8(uint8_t v) { pod(v); }
+  void u32(uint32_t v) { pod(v); }
+  void i32(int32_t v) { pod(v); }
+  void u64(uint64_t v) { pod(v); }
+  void i64(int64_t v) { pod(v); }
+  void f32(float v) { pod(v); }
+  void f64(double v) { pod(v); }
+  void str(const std::string& s) {
+    u32(static_cast<uint32_t>(s.size()));
+    bytes.append(s);
+  }
+  void shape(const Shape& s) {
+    u32(static_cast<uint32_t>(s.rank()));
+    for (int64_t d : s.dims) i64(d);
+  }
+};
+
+void write_attribute(Writer& w, const std::string& key, const Attribute& a) {
+  w.str(key);
+  w.u8(static_cast<uint8_t>(a.kind));
+  switch (a.kind) {
+    case Attribute::Kind::kInt: w.i64(a.i); break;
+    case Attribute::Kind::kFloat: w.f32(a.f); break;
+    case Attribute::Kind::kString: w.str(a.s); break;
+    case Attribute::Kind::kInts:
+      w.u32(static_cast<uint32_t>(a.ints.size()));
+      for (int64_t v : a.ints) w.i64(v);
+      break;
+    case Attribute::Kind::kFloats:
+      w.u32(static_cast<uint32_t>(a.floats.size()));
+      for (float v : a.floats) w.f32(v);
+      break;
+    case Attribute::Kind::kStrings:
+      w.u32(static_cast<uint32_t>(a.strings.size()));
+      for (const std::string& v : a.strings) w.str(v);
+      break;
+    case Attribute::Kind::kTensor:
+      w.u8(static_cast<uint8_t>(a.t.dtype()));
+      w.shape(a.t.shape());
+      w.u64(a.t.nbytes());
+      w.bytes.append(static_cast<const char*>(a.t.raw()), a.t.nbytes());
+      break;
+  }
+}
+
+}  // namespace
+
+Status write_executable(const Program& p, const std::string& path) {
+  if (!p.plan) return failed_precondition("only a Program compiled with a Plan can be written as an Executable");
+  const Plan& plan = *p.plan;
+  std::unordered_map<const Value*, uint32_t> id;
+  std::vector<const Value*> values;
+  for (const auto& v : p.graph->values()) {
+    id[v.get()] = static_cast<uint32_t>(values.size());
+    values.push_back(v.get());
+  }
+  // Weights: each constant at a 64-byte aligned offset of the weights
+  // section.
+  std::vector<uint64_t> weight_offset(values.size(), 0);
+  uint64_t weights_bytes = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!values[i]->is_constant()) continue;
+    weight_offset[i] = weights_bytes;
+    weights_bytes += (values[i]->constant->nbytes() + 63) / 64 * 64;
+  }
+  Writer w;
+  w.str(str_cat("tessera ", PROJECT_VERSION_STRING));
+  w.str(p.source);
+  w.str(p.graph->name);
+  w.i64(p.graph->opset);
+  w.u32(static_cast<uint32_t>(values.size()));
+  for (size_t i = 0; i < values.size(); ++i) {
+    const Value* v = values[i];
+    Role role = v->is_constant() ? Role::kConstant : v->is_input ? Role::kInput : Role::kRuntime;
+    w.str(v->name);
+    w.u8(static_cast<uint8_t>(v->dtype));
+    w.u8(static_cast<uint8_t>(role));
+    w.u8(v->is_output ? 1 : 0);
+    w.u8(0);
+    w.shape(v->shape);
+    if (role == Role::kConstant) {
+      w.u64(weight_offset[i]);
+      w.u64(v->constant->nbytes());
+    } else {
+      auto it = p.memory.offset.find(v);
+      w.u64(it == p.memory.offset.end() ? UINT64_MAX : it->second);  // unused values have no place
+    }
+  }
+  w.u32(static_cast<uint32_t>(p.graph->inputs().size()));
+  for (const Value* v : p.graph->inputs()) w.u32(id.at(v));
+  w.u32(static_cast<uint32_t>(p.graph->outputs().size()));
+  for (const Value* v : p.graph->outputs()) w.u32(id.at(v));
+  w.u32(static_cast<uint32_t>(p.steps.size()));
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const Step& st = p.steps[s];
+    const Node& n = *st.node;
+    w.str(n.op_type);
+    w.str(n.name);
+    w.i64(n.opset);
+    w.u32(static_cast<uint32_t>(n.inputs.size()));
+    for (const Value* v : n.inputs) w.i32(v == nullptr ? -1 : static_cast<int32_t>(id.at(v)));
+    w.u32(static_cast<uint32_t>(n.outputs.size()));
+    for (const Value* v : n.outputs) w.u32(id.at(v));
+    w.u32(static_cast<uint32_t>(n.attrs.size()));
+    for (const auto& [k, a] : n.attrs) write_attribute(w, k, a);
+    w.str(std::string(st.kernel->name));
+    w.i64(st.params.tasks);
+    w.i64(st.op->tasks());
+    w.f64(s < p.task_cost_us.size() ? p.task_cost_us[s] : 0.0);
+  }
+  w.u64(p.memory.arena_bytes);
+  w.u64(p.max_scratch_bytes);
+  w.u8(p.costs_measured ? 1 : 0);
+  w.u32(static_cast<uint32_t>(plan.veus));
+  w.u8(static_cast<uint8_t>(plan.policy));
+  w.f64(plan.predicted_us);
+  for (const auto& prog : plan.program) {
+    w.u64(prog.size());
+    for (const Instr& in : prog) {
+      w.u8(static_cast<uint8_t>(in.kind));
+      w.i32(in.a);
+      w.i64(in.b);
+    }
+  }
+  w.u64(plan.placements.size());
+  for (const TaskPlacement& t : plan.placements) {
+    w.i32(t.step);
+    w.i64(t.task);
+    w.i32(t.veu);
+    w.i32(t.index);
+    w.f64(t.start_us);
+    w.f64(t.end_us);
+  }
+  const std::string& meta = w.bytes;
+  const uint64_t meta_offset = kExecutableHeaderBytes;
+  const uint64_t weights_offset = (meta_offset + meta.size() + 63) / 64 * 64;
+  const uint64_t file_bytes = weights_offset + weights_bytes;
+
+  std::string weights(weights_bytes, '\0');
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i]->is_constant() && values[i]->constant->nbytes() > 0)
+      std::memcpy(weights.data() + weight_offset[i], values[i]->constant->raw(), values[i]->constant->nbytes());
+
+  Writer h;
+  h.bytes.append(kExecutableMagic, sizeof kExecutableMagic);
+  h.u32(kExecutableVersion);
+  h.u32(kExecutableHeaderBytes);
+  h.u64(file_bytes);
+  h.u64(meta_offset);
+  h.u64(meta.size());
+  h.u64(weights_offset);
+  h.u64(weights_bytes);
+  h.u32(crc32_of(meta.data(), meta.size()));
+  h.u32(crc32_of(weights.data(), weights.size()));
+  if (h.bytes.size() != kExecutableHeaderBytes) return internal_error("executable header size");
+
+  std::string tmp = str_cat(path, ".tmp.", getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return not_found(str_cat("cannot write '", tmp, "': ", std::strerror(errno)));
+    out.write(h.bytes.data(), static_cast<std::streamsize>(h.bytes.size()));
+    out.write(meta.data(), static_cast<std::streamsize>(meta.size()));
+    std::string pad(weights_offset - meta_offset - meta.size(), '\0');
+    out.write(pad.data(), static_cast<std::streamsize>(pad.size()));
+    out.write(weights.data(), static_cast<std::streamsize>(weights.size()));
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      return resource_exhausted(str_cat("writing '", path, "' failed (disk full?)"));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    std::remove(tmp.c_str());
+    return not_found(str_cat("cannot write '", path, "': ", std::strerror(err)));
+  }
+  return Status();
+}
+
+// ------------------------------------------------------------- loading ---
+
+namespace {
+
+// Bounds-checked little-endian reader over the metadata section. Every read
+// fails cleanly past the end; counts are checked against what is left
+// before anything is allocated for them.
+class Reader {
+ public:
+  Reader(const char* data, size_t size) : p_(data), end_(data + size) {}
+  size_t left() const { return static_cast<size_t>(end_ - p_); }
+  bool ok() const { return ok_; }
+  const std::string& what() const { return what_; }
+  size_t offset(const char* base) const { return static_cast<size_t>(p_ - base); }
+
+  template <typename T>
+  T pod(const char* field) {
+    T v{};
+    if (!ok_) return v;
+    if (left() < sizeof(T)) return fail<T>(str_cat("truncated at ", field));
+    std::memcpy(&v, p_, sizeof v);
+    p_ += sizeof v;
+    return v;
+  }
+  uint8_t u8(const char* f) { return pod<uint8_t>(f); }
+  uint32_t u32(const char* f) { return pod<uint32_t>(f); }
+  int32_t i32(const char* f) { return pod<int32_t>(f); }
+  uint64_t u64(const char* f) { return pod<uint64_t>(f); }
+  int64_t i64(const char* f) { return pod<int64_t>(f); }
+  float f32(const char* f) { return pod<float>(f); }
+  double f64(const char* f) { return pod<double>(f); }
+  std::string str(const char* field) {
+    uint32_t n = u32(field);
+    if (!ok_) return {};
+    if (n > kMaxStringBytes || n > left()) return fail<std::string>(str_cat(field, ": string of ", n, " bytes runs past the end"));
+    std::string s(p_, n);
+    p_ += n;
+    return s;
+  }
+  // A count of records at least `min_bytes` each.
+  uint64_t count(const char* field, uint64_t n, size_t min_bytes) {
+    if (!ok_) return 0;
+    if (min_bytes > 0 && n > left() / min_bytes) return fail<uint64_t>(str_cat(field, ": count ", n, " exceeds the file"));
+    return n;
+  }
+  Shape shape(const char* field) {
+    uint32_t rank = u32(field);
+    if (!ok_) return {};
+    if (rank > kMaxRankInFile) return fail<Shape>(str_cat(field, ": rank ", rank, " is out of range"));
+    count(field, rank, 8);
+    std::vector<int64_t> dims(ok_ ? rank : 0);
+    for (int64_t& d : dims) {
+      d = i64(field);
+      if (ok_ && d < 0) return fail<Shape>(str_cat(field, ": negative dimension ", d));
+    }
+    return Shape(dims);
+  }
+  template <typename T>
+  T fail(std::string what) {
+    if (ok_) {
+      ok_ = false;
+      what_ = std::move(what);
+    }
+    return T{};
+  }
+
+ private:
+  const char* p_;
+  const char* end_;
+  bool ok_ = true;
+  std::string what_;
+};
+
+bool valid_dtype(uint8_t d) { return d >= static_cast<uint8_t>(DType::kFloat32) && d <= static_cast<uint8_t>(DType::kBool); }
+
+// Bytes of numel(shape) elements of dtype, or -1 past kMaxValueBytes.
+int64_t checked_bytes(const Shape& s, DType dt) {
+  int64_t n = static_cast<int64_t>(dtype_size(dt));
+  for (int64_t d : s.dims) {
+    if (d != 0 && n > kMaxValueBytes / d) return -1;
+    n *= d;
+  }
+  return n > kMaxValueBytes ? -1 : n;
+}
+
+struct StoredValue {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  Role role = Role::kRuntime;
+  bool is_output = false;
+  Shape shape;
+  uint64_t a = 0, b = 0;  // constant: weights offset, bytes; else arena offset
+};
+
+class Loader {
+ public:
+  Loader(const char* base, size_t size, std::string name, std::shared_ptr<void> owner, const LoadOptions& options)
+      : base_(base), size_(size), name_(std::move(name)), owner_(std::move(owner)), options_(options) {}
+
+  Result<std::unique_ptr<Program>> run();
+
+ private:
+  Status err(const std::string& what) const { return invalid_argument(str_cat(name_, ": ", what)); }
+  Status bad(const Reader& r) const { return err(str_cat("corrupt executable: ", r.what())); }
+  Status read_attribute(Reader& r, std::string* key, Attribute* a);
+
+  const char* base_;
+  size_t size_;
+  std::string name_;
+  std::shared_ptr<void> owner_;
+  LoadOptions options_;
+};
+
+Status Loader::read_attribute(Reader& r, std::string* key, Attribute* a) {
+  *key = r.str("attribute name");
+  uint8_t kind = r.u8("attribute kind");
+  if (!r.ok()) return bad(r);
+  if (kind > static_cast<uint8_t>(Attribute::Kind::kTensor))
+    return err(str_cat("attribute '", *key, "' has unknown kind ", int(kind)));
+  a->kind = static_cast<Attribute::Kind>(kind);
+  switch (a->kind) {
+    case Attribute::Kind::kInt: a->i = r.i64("attribute"); break;
+    case Attribute::Kind::kFloat: a->f = r.f32("attribute"); break;
+    case Attribute::Kind::kString: a->s = r.str("attribute"); break;
+    case Attribute::Kind::kInts: {
+      uint64_t n = r.count("attribute ints", r.u32("attribute"), 8);
+      a->ints.resize(n);
+      for (int64_t& v : a->ints) v = r.i64("attribute");
+      break;
+    }
+    case Attribute::Kind::kFloats: {
+      uint64_t n = r.count("attribute floats", r.u32("attribute"), 4);
+      a->floats.resize(n);
+      for (float& v : a->floats) v = r.f32("attribute");
+      break;
+    }
+    case Attribute::Kind::kStrings: {
+      uint64_t n = r.count("attribute strings", r.u32("attribute"), 4);
+      a->strings.resize(n);
+      for (std::string& v : a->strings) v = r.str("attribute");
+      break;
+    }
+    case Attribute::Kind::kTensor: {
+      uint8_t dt = r.u8("attribute tensor");
+      Shape s = r.shape("attribute tensor");
+      uint64_t nbytes = r.u64("attribute tensor");
+      if (!r.ok()) return bad(r);
+      if (!valid_dtype(dt)) return err(str_cat("attribute '", *key, "' has an unknown dtype"));
+      int64_t want = checked_bytes(s, static_cast<DType>(dt));
+      if (want < 0 || static_cast<uint64_t>(want) != nbytes || nbytes > r.left())
+        return err(str_cat("attribute '", *key, "': tensor size does not match its shape or the file"));
+      Tensor t(static_cast<DType>(dt), s);
+      std::string raw(nbytes, '\0');
+      for (uint64_t i = 0; i < nbytes; ++i) raw[i] = static_cast<char>(r.u8("attribute tensor"));
+      if (nbytes > 0) std::memcpy(t.raw(), raw.data(), nbytes);
+      a->t = std::move(t);
+      break;
+    }
+  }
+  return r.ok() ? Status() : bad(r);
+}
+
+Result<std::unique_ptr<Program>> Loader::run() {
+  const int64_t t0 = now_ns();
+  // --- header
+  if (size_ < kExecutableHeaderBytes) return err("not a Tessera executable (shorter than its 64-byte header)");
+  if (std::memcmp(base_, kExecutableMagic, sizeof kExecutableMagic) != 0)
+    return err("not a Tessera executable (bad magic)");
+  Reader h(base_ + 8, kExecutableHeaderBytes - 8);
+  uint32_t version = h.u32("version");
+  uint32_t header_bytes = h.u32("header size");
+  uint64_t file_bytes = h.u64("file size");
+  uint64_t meta_offset = h.u64("metadata offset"), meta_bytes = h.u64("metadata size");
+  uint64_t weights_offset = h.u64("weights offset"), weights_bytes = h.u64("weights size");
+  uint32_t meta_crc = h.u32("metadata crc"), weights_crc = h.u32("weights crc");
+  if (version != kExecutableVersion)
+    return err(str_cat("executable format version ", version, "; this Tessera reads version ", kExecutableVersion,
+                       " (compile the model again)"));
+  if (header_bytes != kExecutableHeaderBytes) return err(str_cat("header size ", header_bytes, ", expected 64"));
+  if (file_bytes != size_)
+    return err(str_cat("file is ", size_, " bytes but its header says ", file_bytes, " (truncated or extended)"));
+  if (meta_offset != kExecutableHeaderBytes || meta_bytes > size_ - meta_offset)
+    return err("metadata section lies outside the file");
+  if (weights_offset % 64 != 0 || weights_offset < meta_offset + meta_bytes || weights_offset > size_ ||
+      weights_bytes != size_ - weights_offset)
+    return err("weights section is misaligned or lies outside the file");
+  const char* meta = base_ + meta_offset;
+  const char* weights = base_ + weights_offset;
+  if (options_.verify_checksums) {
+    if (crc32_of(meta, meta_bytes) != meta_crc) return err("metadata checksum mismatch (the file is corrupt)");
+    if (crc32_of(weights, weights_bytes) != weights_crc) return err("weights checksum mismatch (the file is corrupt)");
+  }
+
+  // --- metadata
+  Reader r(meta, meta_bytes);
+  auto p = std::make_unique<Program>();
+  p->graph = std::make_unique<Graph>();
+  Graph& g = *p->graph;
+  std::string producer = r.str("producer");
+  p->source = r.str("source");
+  g.name = r.str("graph name");
+  g.opset = r.i64("graph opset");
+  uint64_t nv = r.count("values", r.u32("value count"), 16);
+  if (!r.ok()) return bad(r);
+  std::vector<StoredValue> sv(nv);
+  std::unordered_set<std::string> names;
+  for (uint64_t i = 0; i < nv; ++i) {
+    StoredValue& v = sv[i];
+    v.name = r.str("value name");
+    uint8_t dt = r.u8("value dtype"), role = r.u8("value role"), out = r.u8("value flags");
+    r.u8("value reserved");
+    v.shape = r.shape("value shape");
+    v.a = r.u64("value offset");
+    if (role == static_cast<uint8_t>(Role::kConstant)) v.b = r.u64("value bytes");
+    if (!r.ok()) return bad(r);
+    if (v.name.empty() || !names.insert(v.name).second)
+      return err(str_cat("value ", i, " has an empty or duplicate name '", v.name, "'"));
+    if (!valid_dtype(dt)) return err(str_cat("value '", v.name, "' has unknown dtype ", int(dt)));
+    if (role > static_cast<uint8_t>(Role::kConstant) || out > 1)
+      return err(str_cat("value '", v.name, "' has an unknown role"));
+    v.dtype = static_cast<DType>(dt);
+    v.role = static_cast<Role>(role);
+    v.is_output = out != 0;
+    int64_t bytes = checked_bytes(v.shape, v.dtype);
+    if (bytes < 0) return err(str_cat("value '", v.name, "' is larger than 4 GiB"));
+    if (v.role == Role::kConstant) {
+      if (v.a % 64 != 0 || v.a > weights_bytes || v.b > weights_bytes - v.a || v.b != static_cast<uint64_t>(bytes))
+        return err(str_cat("constant '", v.name, "': its data lies outside the weights section or does not match ",
+                           "its shape"));
+    }
+  }
+  // Graph values, constants borrowing the weights.
+  std::vector<Value*> vals(nv, nullptr);
+  for (uint64_t i = 0; i < nv; ++i) {
+    const StoredValue& v = sv[i];
+    if (v.role == Role::kConstant) {
+      vals[i] = g.add_constant(v.name, Tensor::view(v.dtype, v.shape, weights + v.a, owner_));
+    } else if (v.role == Role::kInput) {
+      vals[i] = g.add_input(v.name, v.dtype, v.shape);
+      vals[i]->shape_known = true;
+    } else {
+      vals[i] = g.add_value(v.name, v.dtype, v.shape);
+    }
+  }
+  auto value_at = [&](uint64_t idx, const char* what) -> Result<Value*> {
+    if (idx >= nv) return err(str_cat(what, " names value ", idx, " of ", nv));
+    return vals[idx];
+  };
+  uint64_t ni = r.count("inputs", r.u32("input count"), 4);
+  std::vector<uint32_t> input_ids(ni);
+  for (uint32_t& x : input_ids) x = r.u32("input");
+  uint64_t no = r.count("outputs", r.u32("output count"), 4);
+  std::vector<uint32_t> output_ids(no);
+  for (uint32_t& x : output_ids) x = r.u32("output");
+  if (!r.ok()) return bad(r);
+  {
+    size_t role_inputs = 0;
+    for (const StoredValue& v : sv) role_inputs += v.role == Role::kInput;
+    if (role_inputs != ni) return err("the input list does not match the values marked as inputs");
+    for (size_t k = 0; k < ni; ++k) {
+      TESSERA_ASSIGN_OR_RETURN(Value * v, value_at(input_ids[k], "an input"));
+      if (g.inputs()[k] != v) return err(str_cat("input ", k, " is listed out of order or twice"));
+    }
+    for (uint32_t x : output_ids) {
+      TESSERA_ASSIGN_OR_RETURN(Value * v, value_at(x, "an output"));
+      if (!sv[x].is_output || v->is_output) return err(str_cat("output '", v->name, "' is not marked or listed twice"));
+      g.mark_output(v);
+    }
+    for (uint64_t i = 0; i < nv; ++i)
+      if (sv[i].is_output && !vals[i]->is_output) return err(str_cat("value '", sv[i].name, "' is marked as an output but not listed"));
+  }
+
+  // Steps: nodes, their kernels and tilings.
+  uint64_t ns = r.count("steps", r.u32("step count"), 40);
+  if (!r.ok()) return bad(r);
+  struct StoredStep {
+    std::string kernel;
+    int64_t requested = 0, tasks = 0;
+    double cost = 0;
+  };
+  std::vector<StoredStep> ss(ns);
+  std::vector<bool> produced(nv, false);
+  for (uint64_t s = 0; s < ns; ++s) {
+    std::string op = r.str("op type");
+    std::string nname = r.str("node name");
+    int64_t opset = r.i64("node opset");
+    uint64_t nin = r.count("node inputs", r.u32("node input count"), 4);
+    std::vector<int32_t> ins(nin);
+    for (int32_t& x : ins) x = r.i32("node input");
+    uint64_t nout = r.count("node outputs", r.u32("node output count"), 4);
+    std::vector<uint32_t> outs(nout);
+    for (uint32_t& x : outs) x = r.u32("node output");
+    uint64_t na = r.count("attributes", r.u32("attribute count"), 5);
+    if (!r.ok()) return bad(r);
+    std::string where = str_cat("step ", s, " (", op, " '", nname, "')");
+    if (op_find(op) == nullptr) return err(str_cat(where, ": unknown op type"));
+    if (opset < kMinOpset || opset > kMaxOpset) return err(str_cat(where, ": opset ", opset, " is out of range"));
+    std::vector<Value*> in_vals;
+    for (int32_t x : ins) {
+      if (x == -1) {
+        in_vals.push_back(nullptr);
+        continue;
+      }
+      if (x < 0) return err(str_cat(where, ": input index ", x, " is invalid"));
+      TESSERA_ASSIGN_OR_RETURN(Value * v, value_at(static_cast<uint64_t>(x), where.c_str()));
+      in_vals.push_back(v);
+    }
+    std::vector<Value*> out_vals;
+    for (uint32_t x : outs) {
+      TESSERA_ASSIGN_OR_RETURN(Value * v, value_at(x, where.c_str()));
+      if (sv[x].role != Role::kRuntime || produced[x])
+        return err(str_cat(where, ": output '", v->name, "' is an input, a constant or produced twice"));
+      produced[x] = true;
+      out_vals.push_back(v);
+    }
+    Node* n = g.add_node_producing(op, nname, in_vals, out_vals);
+    n->opset = opset;
+    for (uint64_t k = 0; k < na; ++k) {
+      std::string key;
+      Attribute a;
+      TESSERA_RETURN_IF_ERROR(read_attribute(r, &key, &a));
+      if (!n->attrs.emplace(key, std::move(a)).second) return err(str_cat(where, ": attribute '", key, "' is repeated"));
+    }
+    ss[s].kernel = r.str("kernel name");
+    ss[s].requested = r.i64("kernel tasks requested");
+    ss[s].tasks = r.i64("kernel tasks");
+    ss[s].cost = r.f64("task cost");
+    if (!r.ok()) return bad(r);
+    if (!std::isfinite(ss[s].cost) || ss[s].cost < 0) return err(str_cat(where, ": task cost is not a finite time"));
+  }
+  for (uint64_t i = 0; i < nv; ++i)
+    if (sv[i].role == Role::kRuntime && !produced[i] && (sv[i].is_output || g.use_count(vals[i]) > 0))
+      return err(str_cat("value '", sv[i].name, "' is read but never produced"));
+  TESSERA_RETURN_IF_ERROR(verify_graph(g).with_context(name_));
+
+  // Shapes and dtypes: inferred again from the graph, never trusted.
+  for (auto& np : g.nodes()) {
+    Node& n = *np;
+    std::vector<std::pair<DType, Shape>> stored;
+    for (Value* o : n.outputs) {
+      stored.emplace_back(o->dtype, o->shape);
+      o->shape_known = false;
+    }
+    Status st = op_infer(n);
+    if (!st.ok()) return err(str_cat(n.label(), ": ", st.message()));
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      const Value* o = n.outputs[k];
+      if (o->dtype != stored[k].first || !(o->shape == stored[k].second))
+        return err(str_cat(n.label(), ": output '", o->name, "' is stored as ", dtype_name(stored[k].first), " ",
+                           stored[k].second.to_string(), " but the graph gives ", dtype_name(o->dtype), " ",
+                           o->shape.to_string()));
+    }
+  }
+
+  // Kernels: only this build's, with the rTask counts they reproduce.
+  int64_t total_tasks = 0;
+  p->task_cost_us.resize(ns);
+  for (uint64_t s = 0; s < ns; ++s) {
+    const Node& n = *g.nodes()[s];
+    const RKernel* k = nullptr;
+    for (const RKernel& c : cpu_kernels())
+      if (c.name == ss[s].kernel && c.op == n.op_type) k = &c;
+    if (k == nullptr)
+      return err(str_cat(n.label(), ": rKernel '", ss[s].kernel, "' is not one this build has for ", n.op_type));
+    Step st;
+    st.node = &n;
+    st.kernel = k;
+    st.params.tasks = ss[s].requested;
+    if (ss[s].requested < 0) return err(str_cat(n.label(), ": negative rTask count requested"));
+    auto op = k->make(n, st.params);
+    if (!op.ok()) return err(str_cat(n.label(), ": ", op.status().message()));
+    st.op = std::move(*op);
+    if (st.op->tasks() != ss[s].tasks)
+      return err(str_cat(n.label(), ": stored with ", ss[s].tasks, " rTasks, but its rKernel makes ", st.op->tasks()));
+    total_tasks += st.op->tasks();
+    p->max_scratch_bytes = std::max(p->max_scratch_bytes, st.op->scratch_bytes());
+    p->task_cost_us[s] = ss[s].cost;
+    p->steps.push_back(std::move(st));
+  }
+  p->stats.rtasks = total_tasks;
+  p->stats.nodes_imported = static_cast<int>(ns);
+
+  // Memory plan header and the Plan.
+  uint64_t arena_bytes = r.u64("arena size");
+  uint64_t max_scratch = r.u64("scratch size");
+  uint8_t measured = r.u8("costs measured");
+  uint32_t veus = r.u32("vEU count");
+  uint8_t policy = r.u8("policy");
+  double predicted = r.f64("predicted makespan");
+  if (!r.ok()) return bad(r);
+  if (max_scratch != p->max_scratch_bytes)
+    return err(str_cat("scratch size ", max_scratch, " does not match the rKernels' ", p->max_scratch_bytes));
+  if (measured > 1) return err("bad costs flag");
+  p->costs_measured = measured != 0;
+  if (veus < 1 || veus > kMaxVeus) return err(str_cat("vEU count ", veus, " is out of range (1 to ", kMaxVeus, ")"));
+  if (policy != static_cast<uint8_t>(Policy::kWavefront) && policy != static_cast<uint8_t>(Policy::kCriticalPath) &&
+      policy != static_cast<uint8_t>(Policy::kRandom))
+    return err(str_cat("unknown scheduling policy ", int(policy)));
+  if (!std::isfinite(predicted) || predicted < 0) return err("predicted makespan is not a finite time");
+  Plan plan;
+  plan.veus = static_cast<int>(veus);
+  plan.policy = static_cast<Policy>(policy);
+  plan.predicted_us = predicted;
+  plan.program.resize(veus);
+  plan.tasks_per_veu.assign(veus, 0);
+  int64_t runs = 0;
+  for (uint32_t u = 0; u < veus; ++u) {
+    uint64_t n = r.count("instructions", r.u64("instruction count"), 13);
+    if (!r.ok()) return bad(r);
+    auto& prog = plan.program[u];
+    prog.resize(n);
+    for (Instr& in : prog) {
+      uint8_t kind = r.u8("instruction");
+      in.a = r.i32("instruction");
+      in.b = r.i64("instruction");
+      if (!r.ok()) return bad(r);
+      if (kind > static_cast<uint8_t>(Instr::Kind::kWait)) return err(str_cat("vEU ", u, ": unknown instruction ", int(kind)));
+      in.kind = static_cast<Instr::Kind>(kind);
+      if (in.kind == Instr::Kind::kRun) ++plan.tasks_per_veu[u];
+      if (in.kind == Instr::Kind::kWait) ++plan.waits;
+      if (in.kind == Instr::Kind::kSignal) ++plan.signals;
+    }
+    runs += plan.tasks_per_veu[u];
+  }
+  if (runs != total_tasks)
+    return err(str_cat("the Plan runs ", runs, " rTasks but the rKernels make ", total_tasks));
+  TESSERA_RETURN_IF_ERROR(plan_derive_clocks(*p, &plan).with_context(name_));
+  uint64_t np = r.count("placements", r.u64("placement count"), 36);
+  if (!r.ok()) return bad(r);
+  if (np != static_cast<uint64_t>(total_tasks)) return err("the predicted timeline does not list every rTask once");
+  plan.placements.resize(np);
+  for (TaskPlacement& t : plan.placements) {
+    t.step = r.i32("placement");
+    t.task = r.i64("placement");
+    t.veu = r.i32("placement");
+    t.index = r.i32("placement");
+    t.start_us = r.f64("placement");
+    t.end_us = r.f64("placement");
+    if (!r.ok()) return bad(r);
+    if (t.step < 0 || static_cast<uint64_t>(t.step) >= ns || t.task < 0 || t.task >= p->steps[t.step].op->tasks() ||
+        t.veu < 0 || t.veu >= plan.veus || t.index < 0 || t.index >= plan.tasks_per_veu[t.veu] ||
+        !std::isfinite(t.start_us) || !std::isfinite(t.end_us) || t.start_us > t.end_us)
+      return err("a predicted timeline entry is out of range");
+  }
+  if (r.left() != 0) return err(str_cat(r.left(), " unexpected bytes after the Plan"));
+
+  // Memory plan: every runtime value inside the arena, 64-byte aligned, and
+  // values that share bytes never live at once under this Plan.
+  std::unordered_map<const Value*, size_t> offset;
+  uint64_t naive = 0;
+  for (uint64_t i = 0; i < nv; ++i) {
+    if (sv[i].role == Role::kConstant) continue;
+    bool used = sv[i].is_output || sv[i].role == Role::kInput || g.use_count(vals[i]) > 0 || produced[i];
+    if (!used) continue;
+    uint64_t bytes = value_bytes(vals[i]);
+    naive += bytes;
+    if (sv[i].a % 64 != 0 || sv[i].a > arena_bytes || bytes > arena_bytes - sv[i].a)
+      return err(str_cat("value '", sv[i].name, "' lies outside the arena"));
+    offset[vals[i]] = sv[i].a;
+  }
+  if (arena_bytes > naive) return err(str_cat("arena of ", arena_bytes, " bytes is larger than all values together"));
+  p->memory.arena_bytes = arena_bytes;
+  p->memory.naive_bytes = naive;
+  p->memory.offset = offset;
+  {
+    PlanLifetimes life(*p, plan);
+    const auto& lv = life.values();
+    std::vector<size_t> order(lv.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    for (const Value* v : lv)
+      if (!offset.count(v)) return err(str_cat("value '", v->name, "' has no place in the arena"));
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return offset[lv[x]] < offset[lv[y]]; });
+    for (size_t i = 0; i < order.size(); ++i) {
+      const Value* a = lv[order[i]];
+      uint64_t a_end = offset[a] + value_bytes(a);
+      for (size_t j = i + 1; j < order.size() && offset[lv[order[j]]] < a_end; ++j)
+        if (life.conflict(order[i], order[j]))
+          return err(str_cat("values '", a->name, "' and '", lv[order[j]]->name,
+                             "' share arena bytes but may be live at the same time under the Plan"));
+    }
+  }
+  p->plan = std::move(plan);
+  assign_slots(*p);
+  (void)producer;
+  p->stats.compile_ms = static_cast<double>(now_ns() - t0) / 1e6;
+  return p;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Program>> load_executable_bytes(const void* data, size_t size, const std::string& name,
+                                                       std::shared_ptr<void> owner, const LoadOptions& options) {
+  if (reinterpret_cast<uintptr_t>(data) % 64 != 0) {
+    void* copy = aligned_alloc64(std::max<size_t>(size, 1));
+    if (size > 0) std::memcpy(copy, data, size);
+    owner = std::shared_ptr<void>(copy, aligned_free64);
+    data = copy;
+  }
+  Loader l(static_cast<const char*>(data), size, name, std::move(owner), options);
+  return l.run();
+}
+
+Result<std::unique_ptr<Program>> load_executable(const std::string& path, const LoadOptions& options) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return not_found(str_cat("executable '", path, "' does not exist"));
+    return not_found(str_cat("cannot open '", path, "': ", std::strerror(errno)));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return invalid_argument(str_cat("'", path, "' is not a regular file"));
+  }
+  size_t size = static_cast<size_t>(st.st_size);
+  if (size < kExecutableHeaderBytes) {
+    close(fd);
+    return invalid_argument(str_cat(path, ": not a Tessera executable (shorter than its 64-byte header)"));
+  }
+  void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int err = errno;
+  close(fd);
+  if (map == MAP_FAILED) return resource_exhausted(str_cat("cannot map '", path, "': ", std::strerror(err)));
+  std::shared_ptr<void> owner(map, [size](void* m) { munmap(m, size); });
+  Loader l(static_cast<const char*>(map), size, path, std::move(owner), options);
+  return l.run();
+}
+
+bool is_executable_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[8] = {};
+  in.read(magic, sizeof magic);
+  return in && std::memcmp(magic, kExecutableMagic, sizeof magic) == 0;
+}
+
+}  // namespace tessera
