@@ -27,6 +27,7 @@ const cli::Command kCompile = {
         {"--policy", "NAME", "scheduling policy: auto | wavefront | critical-path (default auto)"},
         {"--shape", "NAME=DIMS", "bind a dynamic input's shape, e.g. x=1x3x224x224", true},
         {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them"},
+        {"--no-variants", "", "every op in its rKernel's own tiling (no choice among variants)"},
         {"--lower-recurrent", "", "split forward LSTMs into one rOperator per time step"},
         {"--quiet", "", "no summary on stderr"},
     },
@@ -57,6 +58,7 @@ int compile_main(int argc, char** argv) {
   co.schedule.veus = *veus > 0 ? static_cast<int>(*veus) : cpu_topology().cores;
   co.profile = !a.has("--no-profile");
   co.lower_recurrent = a.has("--lower-recurrent");
+  co.variants = !a.has("--no-variants");
   co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kCompile, st.message());
   auto program = compile_onnx(model, co);

@@ -38,6 +38,7 @@ const cli::Command kRun = {
         {"--executor", "NAME", "plan | two-layer | sequential (default plan)"},
         {"--policy", "NAME", "plan executor's scheduling policy: auto | wavefront | critical-path (default auto)"},
         {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them (profile cache)"},
+        {"--no-variants", "", "every op in its rKernel's own tiling (no choice among variants)"},
         {"--lower-recurrent", "", "split forward LSTMs into one rOperator per time step (experimental: slower today)"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
@@ -180,6 +181,7 @@ int run_main(int argc, char** argv) {
     co.schedule.veus = so.threads > 0 ? so.threads : cpu_topology().cores;  // one vEU per core
     co.profile = !a.has("--no-profile");
     co.lower_recurrent = a.has("--lower-recurrent");
+    co.variants = !a.has("--no-variants");
     co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
   }
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kRun, st.message());
@@ -216,7 +218,7 @@ int run_main(int argc, char** argv) {
   if (executable) {
     // An Executable is compiled already: its Plan fixes the executor, the
     // vEU count, the policy and the shapes.
-    for (const char* opt : {"--shape", "--policy", "--no-profile", "--lower-recurrent"})
+    for (const char* opt : {"--shape", "--policy", "--no-profile", "--lower-recurrent", "--no-variants"})
       if (a.has(opt))
         return cli::usage_error(kRun, str_cat(opt, " applies when compiling; ", model, " is a compiled Executable"));
     if (so.executor != Executor::kPlan)

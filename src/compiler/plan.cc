@@ -47,23 +47,6 @@ constexpr double kHandoffUs = 0.2;
 // Fixed cost of dispatching one rTask.
 constexpr double kTaskOverheadUs = 0.03;
 
-// Steps each step reads from (producers of its inputs), deduplicated.
-std::vector<std::vector<int>> step_predecessors(const Program& p) {
-  std::unordered_map<const Value*, int> producer;
-  for (size_t i = 0; i < p.steps.size(); ++i)
-    for (const Value* v : p.steps[i].node->outputs) producer[v] = static_cast<int>(i);
-  std::vector<std::vector<int>> preds(p.steps.size());
-  for (size_t i = 0; i < p.steps.size(); ++i) {
-    for (const Value* v : p.steps[i].node->inputs) {
-      if (v == nullptr) continue;
-      auto it = producer.find(v);
-      if (it != producer.end() && std::find(preds[i].begin(), preds[i].end(), it->second) == preds[i].end())
-        preds[i].push_back(it->second);
-    }
-  }
-  return preds;
-}
-
 struct TaskRef {
   int32_t step;
   int64_t task;
@@ -307,23 +290,39 @@ Plan finalize(const Program& p, const std::vector<std::vector<int>>& preds, cons
 
 }  // namespace
 
-std::vector<double> analytic_task_costs(const Program& p) {
+std::vector<std::vector<int>> step_predecessors(const Program& p) {
+  std::unordered_map<const Value*, int> producer;
+  for (size_t i = 0; i < p.steps.size(); ++i)
+    for (const Value* v : p.steps[i].node->outputs) producer[v] = static_cast<int>(i);
+  std::vector<std::vector<int>> preds(p.steps.size());
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    for (const Value* v : p.steps[i].node->inputs) {
+      if (v == nullptr) continue;
+      auto it = producer.find(v);
+      if (it != producer.end() && std::find(preds[i].begin(), preds[i].end(), it->second) == preds[i].end())
+        preds[i].push_back(it->second);
+    }
+  }
+  return preds;
+}
+
+double analytic_task_cost(const Node& n, int64_t tasks) {
   // Effective single-vEU rates on the development machine: GEMM-like work
   // reaches ~150 GFLOP/s inside tiles, everything streams at ~10 GB/s.
   constexpr double kFlopsPerUs = 150e3;
   constexpr double kBytesPerUs = 10e3;
+  double bytes = 0;
+  for (const Value* v : n.inputs)
+    if (v) bytes += static_cast<double>(v->shape.numel() * static_cast<int64_t>(dtype_size(v->dtype)));
+  for (const Value* v : n.outputs)
+    bytes += static_cast<double>(v->shape.numel() * static_cast<int64_t>(dtype_size(v->dtype)));
+  return std::max(op_flops(n) / kFlopsPerUs, bytes / kBytesPerUs) / static_cast<double>(tasks) + kTaskOverheadUs;
+}
+
+std::vector<double> analytic_task_costs(const Program& p) {
   std::vector<double> cost;
   cost.reserve(p.steps.size());
-  for (const Step& s : p.steps) {
-    double bytes = 0;
-    for (const Value* v : s.node->inputs)
-      if (v) bytes += static_cast<double>(v->shape.numel() * static_cast<int64_t>(dtype_size(v->dtype)));
-    for (const Value* v : s.node->outputs)
-      bytes += static_cast<double>(v->shape.numel() * static_cast<int64_t>(dtype_size(v->dtype)));
-    double tasks = static_cast<double>(s.op->tasks());
-    double us = std::max(op_flops(*s.node) / kFlopsPerUs, bytes / kBytesPerUs) / tasks + kTaskOverheadUs;
-    cost.push_back(us);
-  }
+  for (const Step& s : p.steps) cost.push_back(analytic_task_cost(*s.node, s.op->tasks()));
   return cost;
 }
 

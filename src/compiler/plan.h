@@ -75,6 +75,10 @@ struct ScheduleOptions {
 
 // Cost of one rTask of each step (µs), from the analytic cost model.
 std::vector<double> analytic_task_costs(const Program& p);
+struct Node;
+// Steps each step reads from (producers of its inputs), deduplicated.
+std::vector<std::vector<int>> step_predecessors(const Program& p);
+double analytic_task_cost(const Node& n, int64_t tasks);  // one rTask of n cut into `tasks`
 
 // Builds a Plan for `p` with the given per-step rTask costs.
 Result<Plan> schedule(const Program& p, const std::vector<double>& task_cost_us, const ScheduleOptions& options);

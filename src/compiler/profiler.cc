@@ -137,36 +137,53 @@ std::string cpu_model_name() {
   return "unknown-cpu";
 }
 
-Result<ProfileResult> profile_program(const Program& p, const ProfileOptions& o) {
-  ProfileResult r;
+Profiler::Profiler(const ProfileOptions& o) : options_(o) {
   std::string model = cpu_model_name();
   for (char& c : model)
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  r.cache_path = (fs::path(cache_dir(o)) / str_cat("profile-", model, "-k", kKernelVersion, ".tsv")).string();
-  std::map<std::string, double> cache;
-  if (o.use_cache) cache = load_cache(r.cache_path);
-  std::map<std::string, double> fresh;
-  bool dirty = false;
+  cache_path_ = (fs::path(cache_dir(o)) / str_cat("profile-", model, "-k", kKernelVersion, ".tsv")).string();
+  if (o.use_cache) cache_ = load_cache(cache_path_);
   cpu_kernels_thread_init();
+}
+
+Profiler::~Profiler() { flush(); }
+
+void Profiler::flush() {
+  if (options_.use_cache && dirty_) save_cache(cache_path_, cache_);
+  dirty_ = false;
+}
+
+double Profiler::cost(const Step& s, bool* from_cache) {
+  std::string key = step_key(s);
+  auto it = cache_.find(key);
+  auto seen = fresh_.find(key);  // the same instance twice in one compile
+  bool hit = !options_.refresh && it != cache_.end();
+  if (from_cache) *from_cache = hit;
+  if (hit) {
+    ++from_cache_;
+    return it->second;
+  }
+  if (seen != fresh_.end()) return seen->second;
+  double us = measure_step(s, options_);
+  fresh_[key] = us;
+  cache_[key] = us;
+  dirty_ = true;
+  ++measured_;
+  return us;
+}
+
+Result<ProfileResult> profile_program(const Program& p, const ProfileOptions& o) {
+  ProfileResult r;
+  Profiler prof(o);
+  r.cache_path = prof.cache_path();
   for (size_t i = 0; i < p.steps.size(); ++i) {
-    std::string key = step_key(p.steps[i]);
-    auto it = cache.find(key);
-    auto seen = fresh.find(key);  // the same instance twice in one model
-    bool hit = !o.refresh && it != cache.end();
-    double us = hit ? it->second : seen != fresh.end() ? seen->second : measure_step(p.steps[i], o);
-    if (!hit) {
-      fresh[key] = us;
-      cache[key] = us;
-      dirty = true;
-      ++r.measured;
-    } else {
-      ++r.from_cache;
-    }
-    r.task_cost_us.push_back(us);
+    bool hit = false;
+    r.task_cost_us.push_back(prof.cost(p.steps[i], &hit));
     r.cached.push_back(hit);
     if (o.progress) o.progress(i + 1, p.steps.size(), hit);
   }
-  if (o.use_cache && dirty) save_cache(r.cache_path, cache);
+  r.measured = prof.measured();
+  r.from_cache = prof.from_cache();
   return r;
 }
 

@@ -26,7 +26,7 @@ class Program;
 
 // Bumped whenever an rKernel changes speed or tiling: old cache entries
 // stop matching.
-inline constexpr int kKernelVersion = 8;
+inline constexpr int kKernelVersion = 9;
 
 struct ProfileOptions {
   bool use_cache = true;   // read and update the cache
@@ -47,6 +47,33 @@ struct ProfileResult {
 };
 
 Result<ProfileResult> profile_program(const Program& p, const ProfileOptions& options);
+
+struct Step;
+
+// The measuring engine behind profile_program, for costing single rKernel
+// instances (a step's variants): reads the cache once, measures what it
+// lacks, writes the cache back on flush() or destruction.
+class Profiler {
+ public:
+  explicit Profiler(const ProfileOptions& options);
+  ~Profiler();
+  Profiler(const Profiler&) = delete;
+  Profiler& operator=(const Profiler&) = delete;
+
+  // µs of one rTask of `s` (its node, rKernel and op as tiled).
+  double cost(const Step& s, bool* from_cache = nullptr);
+  void flush();
+  const std::string& cache_path() const { return cache_path_; }
+  size_t measured() const { return measured_; }
+  size_t from_cache() const { return from_cache_; }
+
+ private:
+  ProfileOptions options_;
+  std::string cache_path_;
+  std::map<std::string, double> cache_, fresh_;
+  bool dirty_ = false;
+  size_t measured_ = 0, from_cache_ = 0;
+};
 
 // "Intel(R) Xeon(R) ..." from /proc/cpuinfo, or "unknown-cpu".
 std::string cpu_model_name();

@@ -5,6 +5,7 @@
 
 #include "base/clock.h"
 #include "base/strings.h"
+#include "compiler/variants.h"
 #include "ir/ops/op_registry.h"
 #include "onnx/importer.h"
 
@@ -108,14 +109,21 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   }
   p->graph = std::move(g);
   if (options.build_plan) {
-    if (options.profile) {
-      TESSERA_ASSIGN_OR_RETURN(ProfileResult pr, profile_program(*p, options.profile_options));
-      p->task_cost_us = std::move(pr.task_cost_us);
-      p->costs_measured = true;
-    } else {
-      p->task_cost_us = analytic_task_costs(*p);
-    }
-    TESSERA_ASSIGN_OR_RETURN(Plan plan, schedule(*p, p->task_cost_us, options.schedule));
+    // Every step's variants, costed by measurement (with the profile
+    // cache) or by the analytic model; the policy picks among them.
+    std::optional<Profiler> prof;
+    if (options.profile) prof.emplace(options.profile_options);
+    const bool vary = options.variants && options.schedule.policy != Policy::kRandom;
+    TESSERA_ASSIGN_OR_RETURN(auto variants, make_variants(*p, vary ? options.schedule.veus : 0));
+    cost_variants(
+        *p, variants,
+        [&](const Step& s) { return prof ? prof->cost(s) : analytic_task_cost(*s.node, s.op->tasks()); },
+        [&](size_t done, size_t total) {
+          if (prof && options.profile_options.progress) options.profile_options.progress(done, total, false);
+        });
+    if (prof) prof->flush();
+    p->costs_measured = options.profile;
+    TESSERA_ASSIGN_OR_RETURN(Plan plan, schedule_with_variants(*p, variants, options.schedule, &p->task_cost_us));
     TESSERA_RETURN_IF_ERROR(plan_validate(*p, plan).with_context("internal: scheduler produced an invalid plan"));
     p->memory = plan_memory_parallel(*p, plan);
     p->plan = std::move(plan);

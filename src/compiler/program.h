@@ -40,6 +40,9 @@ struct CompileOptions {
   // stacked layers). Opt-in: on LSTM-TC it measures slower than the
   // whole-sequence rKernel today (bench/RESULTS.md).
   bool lower_recurrent = false;
+  // Offer heavy ops in several tilings and let the policy choose
+  // (compiler/variants.h); off: every op in its kernel's own grain.
+  bool variants = true;
 };
 
 // Where a value lives at run time.

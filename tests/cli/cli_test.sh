@@ -83,7 +83,7 @@ g=helper.make_graph([n],\"g\",[helper.make_tensor_value_info(\"x\",TensorProto.F
 onnx.save(helper.make_model(g,opset_imports=[helper.make_opsetid(\"\",17)]),\"$TMP/odd.onnx\")' && $T run $TMP/odd.onnx --iters 1 --output-dir $TMP/o3 --quiet && test -f '$TMP/o3/a_b_c_d.npy'"
 
 # The Plan: summary, instruction lists, Gantt chart, trace, breakdown.
-check "plan summary and svg" bash -c "$T plan $ZOO/nasnet_like.onnx --veus 2 --svg $TMP/p.svg > $TMP/plan.txt && grep -q '^vEUs       2' $TMP/plan.txt && grep -q '^waits ' $TMP/plan.txt && grep -q '<svg' $TMP/p.svg && test \$(grep -c '<rect' $TMP/p.svg) -gt 1000"
+check "plan summary and svg" bash -c "$T plan $ZOO/nasnet_like.onnx --veus 2 --svg $TMP/p.svg > $TMP/plan.txt && grep -q '^vEUs       2' $TMP/plan.txt && grep -q '^waits ' $TMP/plan.txt && grep -q '<svg' $TMP/p.svg && test \$(grep -c '<rect' $TMP/p.svg) -ge \$(sed -n 's/^ops .*rTasks \\([0-9]*\\)\$/\\1/p' $TMP/plan.txt)"
 check "plan --list" bash -c "$T plan $ZOO/add_chains8.onnx --veus 2 --policy wavefront --list | grep -q '^  wait   vEU'"
 check "run --trace" bash -c "$T run $ZOO/mlp.onnx --iters 1 --threads 2 --trace $TMP/t.json --quiet && $PY -c '
 import json

@@ -45,6 +45,7 @@ TEST_P(PlanZoo, BitwiseEqualToSequentialForEveryPolicyAnd1To4Veus) {
     for (int veus = 1; veus <= 4; ++veus) {
       CompileOptions co;
       co.build_plan = true;
+      co.variants = false;  // the sequential reference's tilings: the same arithmetic
       co.schedule.veus = veus;
       co.schedule.policy = policy;
       std::map<std::string, Tensor> inputs;
@@ -55,6 +56,81 @@ TEST_P(PlanZoo, BitwiseEqualToSequentialForEveryPolicyAnd1To4Veus) {
                      model + " " + std::string(policy_name(policy)) + " veus=" + std::to_string(veus));
     }
   }
+}
+
+double rel_l2(const Tensor& got, const Tensor& want) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    double d = static_cast<double>(got.data<float>()[i]) - want.data<float>()[i];
+    num += d * d;
+    den += static_cast<double>(want.data<float>()[i]) * want.data<float>()[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// With variants, the policies may cut a GEMM or convolution into fewer,
+// larger rTasks, and the math library may then sum in another order:
+// equal to the sequential reference within rel-L2 1e-5, and the choice
+// must not be vacuous somewhere in the zoo (checked in VariantsAreChosen).
+TEST_P(PlanZoo, WithVariantsMatchesSequentialForEveryPolicy) {
+  const std::string model = GetParam();
+  auto want = sequential_reference(model);
+  for (Policy policy : {Policy::kWavefront, Policy::kCriticalPath, Policy::kAuto}) {
+    for (int veus : {1, 2, 3}) {
+      CompileOptions co;
+      co.build_plan = true;
+      co.schedule.veus = veus;
+      co.schedule.policy = policy;
+      std::map<std::string, Tensor> inputs;
+      auto p = compile_zoo(model, co, &inputs);
+      ASSERT_TRUE(p.ok()) << p.status().to_string();
+      ASSERT_TRUE(plan_validate(**p, *(*p)->plan).ok());
+      auto got = run_outputs(std::move(*p), Executor::kPlan, inputs);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (want[i].dtype() != DType::kFloat32) {
+          EXPECT_EQ(std::memcmp(got[i].raw(), want[i].raw(), want[i].nbytes()), 0);
+          continue;
+        }
+        EXPECT_LE(rel_l2(got[i], want[i]), 1e-5) << model << " " << policy_name(policy) << " veus=" << veus;
+      }
+    }
+  }
+}
+
+// Variants never make the predicted makespan worse than the kernels' own
+// tilings (each policy keeps its baseline when the choice loses), and
+// somewhere in the zoo the choice differs from the baseline.
+TEST(Variants, NeverPredictWorseAndAreChosen) {
+  int differing = 0;
+  for (const std::string& model : kModels) {
+    for (Policy policy : {Policy::kWavefront, Policy::kCriticalPath, Policy::kAuto}) {
+      for (int veus : {2, 3}) {
+        std::map<std::string, Tensor> inputs;
+        CompileOptions co;
+        co.build_plan = true;
+        co.schedule.veus = veus;
+        co.schedule.policy = policy;
+        co.variants = false;
+        auto base = compile_zoo(model, co, &inputs);
+        co.variants = true;
+        auto vary = compile_zoo(model, co, &inputs);
+        ASSERT_TRUE(base.ok() && vary.ok());
+        EXPECT_LE((*vary)->plan->predicted_us, (*base)->plan->predicted_us * (1 + 1e-9))
+            << model << " " << policy_name(policy) << " veus=" << veus;
+        for (size_t s = 0; s < (*vary)->steps.size(); ++s) {
+          const ROp& a = *(*base)->steps[s].op;
+          const ROp& b = *(*vary)->steps[s].op;
+          if (a.tasks() != b.tasks()) {
+            ++differing;
+            EXPECT_GT((*vary)->steps[s].params.tasks, 0);  // the variant records its tiling
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(differing, 0);
+  std::printf("steps tiled differently from the kernels' own grain: %d\n", differing);
 }
 
 // Random valid schedules put rTasks in orders and on vEUs no policy would

@@ -27,6 +27,7 @@ namespace {
 // kMinPixelBlock (the GEMM's N), and a conv big enough is still cut into
 // kMinTasks rTasks so every vEU gets some.
 constexpr double kFlopsPerTask = 1 << 23;
+constexpr double kDepthwiseFlopsPerTask = 1 << 18;
 constexpr int64_t kMinPixelBlock = 32;
 constexpr int64_t kMinTasks = 2;
 
@@ -80,8 +81,16 @@ class ConvOp : public ROp {
     int64_t per = std::max<int64_t>(1, (target + outer - 1) / outer);
     if (outer >= target) per = 1;
     if (path_ == Path::kDepthwise) {
+      // Streams its input at a few FLOPs per byte: a finer grain than the
+      // GEMM paths. Channels are blocked (cb_ blocks of whole planes) until
+      // there are more rTasks wanted than planes; then row blocks.
+      if (p.tasks <= 0)
+        target = std::clamp<int64_t>(static_cast<int64_t>(flops / kDepthwiseFlopsPerTask), 1, kMaxDefaultTasks);
+      cb_ = std::min(outer, target);
       ob_ = 1;
-      pb_ = std::clamp<int64_t>(per, 1, c.oh);  // row blocks
+      pb_ = target > outer ? std::clamp<int64_t>((target + outer - 1) / outer, 1, c.oh) : 1;  // row blocks
+      tasks_ = cb_ * pb_;
+      return;
     } else {
       // Pixel blocks (of at least 8 pixels) first, each rTask computing all
       // of its group's output channels: im2col then happens once per pixel.
@@ -103,14 +112,15 @@ class ConvOp : public ROp {
     const float* w = static_cast<const float*>(args.in[1]);
     const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) : nullptr;
     float* y = static_cast<float*>(args.out[0]);
-    int64_t outer = task / (ob_ * pb_), rest = task % (ob_ * pb_);
-    int64_t n = outer / c_.group, g = outer % c_.group;
     if (path_ == Path::kDepthwise) {
-      int64_t r0, r1;
-      task_range(c_.oh, pb_, rest, &r0, &r1);
-      depthwise(x, w, bias, y, n, g, r0, r1);
+      int64_t c0, c1, r0, r1;
+      task_range(c_.batch * c_.group, cb_, task / pb_, &c0, &c1);
+      task_range(c_.oh, pb_, task % pb_, &r0, &r1);
+      for (int64_t o = c0; o < c1; ++o) depthwise(x, w, bias, y, o / c_.group, o % c_.group, r0, r1);
       return;
     }
+    int64_t outer = task / (ob_ * pb_), rest = task % (ob_ * pb_);
+    int64_t n = outer / c_.group, g = outer % c_.group;
     int64_t o0, o1, p0, p1;
     task_range(cout_g_, ob_, rest / pb_, &o0, &o1);
     task_range(pixels_, pb_, rest % pb_, &p0, &p1);
@@ -214,6 +224,7 @@ class ConvOp : public ROp {
   Path path_;
   int64_t cin_g_, cout_g_, pixels_, kdim_;
   int64_t ob_ = 1, pb_ = 1;  // blocks of output channels and of pixels (rows for depthwise)
+  int64_t cb_ = 1;           // depthwise: blocks of (image, channel) planes
 };
 
 Result<std::unique_ptr<ROp>> make_conv(const Node& n, const KernelParams& p) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "base/strings.h"
 #include "ir/ops/op_registry.h"
@@ -19,47 +20,63 @@ class PoolOp : public ROp {
   };
   PoolOp(bool max, bool include_pad, Geo g, const KernelParams& p) : max_(max), include_pad_(include_pad), g_(g) {
     tasks_ = choose_tasks(g.planes, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, g.oh * g.ow * g.kh * g.kw)), p);
+    scratch_bytes_ = static_cast<size_t>(g.ow) * sizeof(float);  // one output row's accumulators
+    // Per output column: the first and last tap inside the row, the
+    // divisor's width, for the row-at-a-time loops below.
+    kx_lo_.resize(g.ow);
+    kx_hi_.resize(g.ow);
+    width_.resize(g.ow);
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      const int64_t x0 = ox * g.sw - g.pw;
+      window_range(x0, g.dw, g.kw, g.iw, &kx_lo_[ox], &kx_hi_[ox]);
+      width_[ox] = include_pad ? std::min(x0 + (g.kw - 1) * g.dw + 1, g.iw + g.pw_end) - x0 : kx_hi_[ox] - kx_lo_[ox];
+    }
   }
+
+  // A row of outputs at a time: for each tap (ky, kx), one pass over the
+  // output columns whose input lies inside the row, unit stride when the
+  // pooling stride is 1, so the loops vectorize. Every output sees its taps
+  // in the same (ky, kx) order as a window-at-a-time loop would.
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t b, e;
     task_range(g_.planes, tasks_, task, &b, &e);
     const float* x = static_cast<const float*>(args.in[0]);
     float* y = static_cast<float*>(args.out[0]);
+    float* acc = static_cast<float*>(args.scratch);
+    const int64_t ow = g_.ow;
+    const float init = max_ ? -std::numeric_limits<float>::infinity() : 0.f;
     for (int64_t pl = b; pl < e; ++pl) {
       const float* xp = x + pl * g_.ih * g_.iw;
-      float* yp = y + pl * g_.oh * g_.ow;
+      float* yp = y + pl * g_.oh * ow;
       for (int64_t oy = 0; oy < g_.oh; ++oy) {
         const int64_t y0 = oy * g_.sh - g_.ph;
         int64_t ky_lo, ky_hi;
         window_range(y0, g_.dh, g_.kh, g_.ih, &ky_lo, &ky_hi);
-        for (int64_t ox = 0; ox < g_.ow; ++ox) {
-          const int64_t x0 = ox * g_.sw - g_.pw;
-          int64_t kx_lo, kx_hi;
-          window_range(x0, g_.dw, g_.kw, g_.iw, &kx_lo, &kx_hi);
-          float acc = max_ ? -std::numeric_limits<float>::infinity() : 0.f;
-          for (int64_t ky = ky_lo; ky < ky_hi; ++ky) {
-            const float* row = xp + (y0 + ky * g_.dh) * g_.iw + x0;
-            if (max_) {
-              for (int64_t kx = kx_lo; kx < kx_hi; ++kx) {
-                const float v = row[kx * g_.dw];
-                acc = (v > acc || v != v) ? v : acc;  // NaN propagates
-              }
-            } else {
-              for (int64_t kx = kx_lo; kx < kx_hi; ++kx) acc += row[kx * g_.dw];
-            }
+        for (int64_t ox = 0; ox < ow; ++ox) acc[ox] = init;
+        for (int64_t ky = ky_lo; ky < ky_hi; ++ky) {
+          const float* row = xp + (y0 + ky * g_.dh) * g_.iw;
+          for (int64_t kx = 0; kx < g_.kw; ++kx) {
+            const int64_t off = kx * g_.dw - g_.pw;  // input column = ox * sw + off
+            const int64_t lo = off >= 0 ? 0 : (-off + g_.sw - 1) / g_.sw;
+            const int64_t lim = g_.iw - 1 - off;
+            const int64_t hi = lim < 0 ? 0 : std::min<int64_t>(ow, lim / g_.sw + 1);
+            if (g_.sw == 1) accumulate(acc, row + off, lo, hi);
+            else accumulate_strided(acc, row + off, lo, hi, g_.sw);
           }
-          if (!max_) {
-            int64_t count = (ky_hi - ky_lo) * (kx_hi - kx_lo);
-            // count_include_pad counts padding inside the padded extent
-            // (windows reaching past it under ceil_mode are clipped).
-            if (include_pad_) {
-              int64_t ye = std::min(y0 + (g_.kh - 1) * g_.dh + 1, g_.ih + g_.ph_end);
-              int64_t xe = std::min(x0 + (g_.kw - 1) * g_.dw + 1, g_.iw + g_.pw_end);
-              count = (ye - y0) * (xe - x0);
-            }
-            acc = count > 0 ? acc / static_cast<float>(count) : 0.f;
+        }
+        float* out = yp + oy * ow;
+        if (max_) {
+          for (int64_t ox = 0; ox < ow; ++ox) out[ox] = acc[ox];
+        } else {
+          // count_include_pad counts padding inside the padded extent
+          // (windows reaching past it under ceil_mode are clipped).
+          const int64_t rows = include_pad_ ? std::min(y0 + (g_.kh - 1) * g_.dh + 1, g_.ih + g_.ph_end) - y0
+                                            : ky_hi - ky_lo;
+          for (int64_t ox = 0; ox < ow; ++ox) {
+            const int64_t count = rows * width_[ox];
+            const bool any = include_pad_ ? count > 0 : (ky_hi > ky_lo && kx_hi_[ox] > kx_lo_[ox]);
+            out[ox] = any ? acc[ox] / static_cast<float>(count) : 0.f;
           }
-          yp[oy * g_.ow + ox] = acc;
         }
       }
     }
@@ -75,8 +92,31 @@ class PoolOp : public ROp {
     if (*hi < *lo) *hi = *lo;
   }
 
+  void accumulate(float* __restrict acc, const float* __restrict src, int64_t lo, int64_t hi) const {
+    if (max_) {
+      for (int64_t ox = lo; ox < hi; ++ox) {
+        const float v = src[ox];
+        acc[ox] = (v > acc[ox] || v != v) ? v : acc[ox];  // NaN propagates
+      }
+    } else {
+      for (int64_t ox = lo; ox < hi; ++ox) acc[ox] += src[ox];
+    }
+  }
+  void accumulate_strided(float* __restrict acc, const float* __restrict src, int64_t lo, int64_t hi,
+                          int64_t stride) const {
+    if (max_) {
+      for (int64_t ox = lo; ox < hi; ++ox) {
+        const float v = src[ox * stride];
+        acc[ox] = (v > acc[ox] || v != v) ? v : acc[ox];
+      }
+    } else {
+      for (int64_t ox = lo; ox < hi; ++ox) acc[ox] += src[ox * stride];
+    }
+  }
+
   bool max_, include_pad_;
   Geo g_;
+  std::vector<int64_t> kx_lo_, kx_hi_, width_;
 };
 
 Result<std::unique_ptr<ROp>> make_pool(const Node& n, const KernelParams& p) {
