@@ -91,6 +91,9 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   p->stats.identities_removed = st.identities_removed;
   p->stats.folded = st.folded_removed;
   p->stats.dead_removed = st.dead_removed;
+  if (options.fuse) {
+    TESSERA_ASSIGN_OR_RETURN(p->stats.fused, fuse_epilogues(*g));
+  }
   if (options.lower_recurrent) {
     TESSERA_ASSIGN_OR_RETURN(p->stats.recurrent_lowered, lower_recurrent(*g));
   }

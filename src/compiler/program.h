@@ -43,6 +43,9 @@ struct CompileOptions {
   // Offer heavy ops in several tilings and let the policy choose
   // (compiler/variants.h); off: every op in its kernel's own grain.
   bool variants = true;
+  // Fuse Conv/Gemm with a following residual Add and activation
+  // (compiler/fuse.cc).
+  bool fuse = true;
 };
 
 // Where a value lives at run time.
@@ -69,6 +72,7 @@ struct CompileStats {
   int folded = 0;
   int dead_removed = 0;
   int recurrent_lowered = 0;
+  int fused = 0;  // Conv/Gemm epilogues fused
   int64_t rtasks = 0;
   double compile_ms = 0;
 };
@@ -98,6 +102,10 @@ Status check_supported(const Graph& g);
 
 Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const CompileOptions& options);
 Result<std::unique_ptr<Program>> compile_onnx(const std::string& path, const CompileOptions& options);
+
+// Fuses Conv/Gemm + residual Add + activation into TesseraFusedConv /
+// TesseraFusedGemm (fuse.cc); returns how many were fused.
+Result<int> fuse_epilogues(Graph& g);
 
 // Lowers forward LSTMs to per-step rOperators (lower_rnn.cc); returns how
 // many were lowered.

@@ -9,8 +9,8 @@ namespace tessera {
 namespace {
 
 bool heavy(const std::string& op) {
-  return op == "Conv" || op == "ConvTranspose" || op == "MatMul" || op == "Gemm" || op == "TesseraLstmCell" ||
-         op == "TesseraRnnProj";
+  return op == "Conv" || op == "ConvTranspose" || op == "MatMul" || op == "Gemm" || op == "TesseraFusedConv" ||
+         op == "TesseraFusedGemm" || op == "TesseraLstmCell" || op == "TesseraRnnProj";
 }
 
 // The critical-path search tries alternatives for at most this many of the

@@ -20,6 +20,8 @@ Status infer_broadcast_bool(Node& n);
 Status infer_where(Node& n);
 Status infer_matmul(Node& n);
 Status infer_gemm(Node& n);
+Status infer_fused_conv(Node& n);
+Status infer_fused_gemm(Node& n);
 Status infer_einsum(Node& n);
 Status infer_reduce(Node& n);
 Status infer_argmax(Node& n);

@@ -198,4 +198,36 @@ double flops_rnn(const Node& n) {
          static_cast<double>(w[1]) * static_cast<double>(w[2] + r[2]);
 }
 
+// TesseraFusedConv / TesseraFusedGemm: Conv or Gemm with an epilogue made
+// by the compiler's fusion pass: y = act(op(x, w, b) + residual). Inputs
+// 0-2 are the op's own; input 3, when present, is the residual (same shape
+// and dtype as the output). Attributes: the op's own plus "activation"
+// (none, Relu, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish) and
+// "activation_alpha" / "activation_beta".
+namespace {
+Status check_epilogue(Node& n) {
+  if (Value* r = n.input(3)) {
+    const Value* y = n.outputs[0];
+    if (r->dtype != y->dtype || !(r->shape == y->shape))
+      return invalid_argument(str_cat("residual ", r->shape.to_string(), " does not match the output ",
+                                      y->shape.to_string()));
+  }
+  static const char* kActs[] = {"none", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"};
+  std::string act = n.attr_string("activation", "none");
+  for (const char* a : kActs)
+    if (act == a) return Status();
+  return invalid_argument(str_cat("unknown fused activation '", act, "'"));
+}
+}  // namespace
+
+Status infer_fused_conv(Node& n) {
+  TESSERA_RETURN_IF_ERROR(infer_conv(n));
+  return check_epilogue(n);
+}
+
+Status infer_fused_gemm(Node& n) {
+  TESSERA_RETURN_IF_ERROR(infer_gemm(n));
+  return check_epilogue(n);
+}
+
 }  // namespace tessera

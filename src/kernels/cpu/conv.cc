@@ -17,6 +17,7 @@
 #include "base/strings.h"
 #include "ir/ops/op_registry.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/epilogue.h"
 #include "kernels/cpu/kernel.h"
 
 namespace tessera {
@@ -65,7 +66,8 @@ class ConvOp : public ROp {
  public:
   enum class Path { kIm2col, kPointwise, kDepthwise };
 
-  ConvOp(const Conv2d& c, bool has_bias, const KernelParams& p) : c_(c), has_bias_(has_bias) {
+  ConvOp(const Conv2d& c, bool has_bias, const Epilogue& epi, const KernelParams& p)
+      : c_(c), has_bias_(has_bias), epi_(epi) {
     cin_g_ = c.cin / c.group;
     cout_g_ = c.cout / c.group;
     pixels_ = c.oh * c.ow;
@@ -116,7 +118,14 @@ class ConvOp : public ROp {
       int64_t c0, c1, r0, r1;
       task_range(c_.batch * c_.group, cb_, task / pb_, &c0, &c1);
       task_range(c_.oh, pb_, task % pb_, &r0, &r1);
-      for (int64_t o = c0; o < c1; ++o) depthwise(x, w, bias, y, o / c_.group, o % c_.group, r0, r1);
+      for (int64_t o = c0; o < c1; ++o) {
+        depthwise(x, w, bias, y, o / c_.group, o % c_.group, r0, r1);
+        if (!epi_.empty()) {
+          const int64_t off = o * pixels_ + r0 * c_.ow;  // planes are [n][c] = o in order
+          epi_.apply(y + off, epi_.residual ? static_cast<const float*>(args.in[3]) + off : nullptr,
+                     (r1 - r0) * c_.ow);
+        }
+      }
       return;
     }
     int64_t outer = task / (ob_ * pb_), rest = task % (ob_ * pb_);
@@ -141,6 +150,13 @@ class ConvOp : public ROp {
         float b = bias[g * cout_g_ + o];
         float* row = yg + (o - o0) * pixels_;
         for (int64_t i = 0; i < px; ++i) row[i] += b;
+      }
+    }
+    if (!epi_.empty()) {
+      const float* res = epi_.residual ? static_cast<const float*>(args.in[3]) : nullptr;
+      for (int64_t o = o0; o < o1; ++o) {
+        float* row = yg + (o - o0) * pixels_;
+        epi_.apply(row, res ? res + (row - y) : nullptr, px);
       }
     }
   }
@@ -221,6 +237,7 @@ class ConvOp : public ROp {
 
   Conv2d c_;
   bool has_bias_;
+  Epilogue epi_;
   Path path_;
   int64_t cin_g_, cout_g_, pixels_, kdim_;
   int64_t ob_ = 1, pb_ = 1;  // blocks of output channels and of pixels (rows for depthwise)
@@ -234,7 +251,8 @@ Result<std::unique_ptr<ROp>> make_conv(const Node& n, const KernelParams& p) {
   TESSERA_ASSIGN_OR_RETURN(WindowGeometry g, window_geometry(n, x, kernel));
   auto c = conv2d_from(g, x, w[0], n.attr_int("group", 1));
   if (!c.ok()) return c.status().with_context(n.label());
-  return std::unique_ptr<ROp>(new ConvOp(*c, n.input(2) != nullptr, p));
+  TESSERA_ASSIGN_OR_RETURN(Epilogue epi, Epilogue::from_node(n));
+  return std::unique_ptr<ROp>(new ConvOp(*c, n.input(2) != nullptr, epi, p));
 }
 
 // -------------------------------------------------------- ConvTranspose ---
@@ -316,6 +334,8 @@ Result<std::unique_ptr<ROp>> make_conv_transpose(const Node& n, const KernelPara
 
 const RKernel kKernels[] = {
     {"Conv", "conv.im2col_gemm", "tiles of (image, group, channel block, pixel block); 1x1 and depthwise paths",
+     make_conv},
+    {"TesseraFusedConv", "conv.im2col_gemm+epilogue", "Conv with its residual Add and activation fused into each tile",
      make_conv},
     {"ConvTranspose", "conv_transpose.gemm_col2im", "tiles of (image, group, output-channel block)",
      make_conv_transpose},

@@ -10,6 +10,7 @@
 #include "base/strings.h"
 #include "ir/ops/infer.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/epilogue.h"
 #include "kernels/cpu/kernel.h"
 
 namespace tessera {
@@ -116,8 +117,10 @@ Result<std::unique_ptr<ROp>> make_matmul(const Node& n, const KernelParams& p) {
 
 class GemmOp : public ROp {
  public:
-  GemmOp(Grid g, int64_t k, bool ta, bool tb, float alpha, float beta, int64_t c_rs, int64_t c_cs, bool has_c)
-      : g_(g), k_(k), ta_(ta), tb_(tb), alpha_(alpha), beta_(beta), c_rs_(c_rs), c_cs_(c_cs), has_c_(has_c) {
+  GemmOp(Grid g, int64_t k, bool ta, bool tb, float alpha, float beta, int64_t c_rs, int64_t c_cs, bool has_c,
+         const Epilogue& epi)
+      : g_(g), k_(k), ta_(ta), tb_(tb), alpha_(alpha), beta_(beta), c_rs_(c_rs), c_cs_(c_cs), has_c_(has_c),
+        epi_(epi) {
     tasks_ = g_.tasks();
   }
   void run(int64_t task, const TaskArgs& args) const override {
@@ -138,6 +141,10 @@ class GemmOp : public ROp {
     const float* at = ta_ ? a + m0 : a + m0 * k_;
     const float* bt = tb_ ? b + n0 * k_ : b + n0;
     sgemm(ta_, tb_, m1 - m0, n1 - n0, k_, alpha_, at, ta_ ? g_.m : k_, bt, tb_ ? k_ : n, beta, y + m0 * n + n0, n);
+    if (!epi_.empty()) {
+      const float* res = epi_.residual ? static_cast<const float*>(args.in[3]) : nullptr;
+      for (int64_t i = m0; i < m1; ++i) epi_.apply(y + i * n + n0, res ? res + i * n + n0 : nullptr, n1 - n0);
+    }
   }
 
  private:
@@ -147,6 +154,7 @@ class GemmOp : public ROp {
   float alpha_, beta_;
   int64_t c_rs_, c_cs_;  // C's strides after broadcasting to m x n
   bool has_c_;
+  Epilogue epi_;
 };
 
 Result<std::unique_ptr<ROp>> make_gemm(const Node& n, const KernelParams& p) {
@@ -164,8 +172,9 @@ Result<std::unique_ptr<ROp>> make_gemm(const Node& n, const KernelParams& p) {
     cs = d[1] == 1 ? 0 : 1;
   }
   Grid g = make_grid(1, m, nn, k, p);
+  TESSERA_ASSIGN_OR_RETURN(Epilogue epi, Epilogue::from_node(n));
   return std::unique_ptr<ROp>(
-      new GemmOp(g, k, ta, tb, n.attr_float("alpha", 1.f), n.attr_float("beta", 1.f), rs, cs, has_c));
+      new GemmOp(g, k, ta, tb, n.attr_float("alpha", 1.f), n.attr_float("beta", 1.f), rs, cs, has_c, epi));
 }
 
 // --------------------------------------------------------------- Einsum ---
@@ -300,6 +309,8 @@ Result<std::unique_ptr<ROp>> make_einsum(const Node& n, const KernelParams&) {
 const RKernel kKernels[] = {
     {"MatMul", "matmul.gemm_tiles", "batched, broadcast; tiles of rows x cols, one sgemm each", make_matmul},
     {"Gemm", "gemm.tiles", "tiles of rows x cols with fused bias", make_gemm},
+    {"TesseraFusedGemm", "gemm.tiles+epilogue", "Gemm with its residual Add and activation fused into each tile",
+     make_gemm},
     {"Einsum", "einsum.batched_gemm", "two operands, one batch entry per rTask", make_einsum},
 };
 

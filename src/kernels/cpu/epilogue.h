@@ -1,0 +1,71 @@
+// The epilogue of a fused Conv or Gemm (TesseraFusedConv/TesseraFusedGemm,
+// made by the compiler's fusion pass): y = act(y + residual), applied by
+// each rTask to its own output tile while it is still in cache, instead of
+// separate Add and activation ops that read and write the whole tensor
+// again. The arithmetic is exactly that of the unfused ops (elementwise.cc),
+// in the same order, so fusing never changes a result.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "ir/graph.h"
+#include "kernels/cpu/fast_math.h"
+#include "tessera/status.h"
+
+namespace tessera {
+
+struct Epilogue {
+  enum class Act : uint8_t { kNone, kRelu, kClip, kLeakyRelu, kSigmoid, kTanh, kHardSigmoid, kHardSwish };
+  Act act = Act::kNone;
+  float alpha = 0, beta = 0;  // Clip: min, max; LeakyRelu: alpha; HardSigmoid: alpha, beta
+  bool residual = false;      // input 3 is added first
+
+  bool empty() const { return act == Act::kNone && !residual; }
+
+  // From a fused node's attributes; the default (no epilogue) for others.
+  static Result<Epilogue> from_node(const Node& n) {
+    Epilogue e;
+    if (n.op_type.rfind("TesseraFused", 0) != 0) return e;
+    e.residual = n.input(3) != nullptr;
+    const std::string a = n.attr_string("activation", "none");
+    e.alpha = n.attr_float("activation_alpha", 0.f);
+    e.beta = n.attr_float("activation_beta", 0.f);
+    if (a == "none") e.act = Act::kNone;
+    else if (a == "Relu") e.act = Act::kRelu;
+    else if (a == "Clip") e.act = Act::kClip;
+    else if (a == "LeakyRelu") e.act = Act::kLeakyRelu;
+    else if (a == "Sigmoid") e.act = Act::kSigmoid;
+    else if (a == "Tanh") e.act = Act::kTanh;
+    else if (a == "HardSigmoid") e.act = Act::kHardSigmoid;
+    else if (a == "HardSwish") e.act = Act::kHardSwish;
+    else return invalid_argument(n.label() + ": unknown fused activation '" + a + "'");
+    return e;
+  }
+
+  // y[0, n) = act(y + res) (res may be null when there is no residual).
+  void apply(float* __restrict y, const float* __restrict res, int64_t n) const {
+    if (residual)
+      for (int64_t i = 0; i < n; ++i) y[i] = y[i] + res[i];
+    switch (act) {
+      case Act::kNone: return;
+      case Act::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] > 0 ? y[i] : 0.f; return;
+      case Act::kClip:
+        for (int64_t i = 0; i < n; ++i) y[i] = y[i] < alpha ? alpha : (y[i] > beta ? beta : y[i]);
+        return;
+      case Act::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] >= 0 ? y[i] : alpha * y[i]; return;
+      case Act::kSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = fast_sigmoid(y[i]); return;
+      case Act::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = fast_tanh(y[i]); return;
+      case Act::kHardSigmoid:
+        for (int64_t i = 0; i < n; ++i) y[i] = std::fmax(0.f, std::fmin(1.f, alpha * y[i] + beta));
+        return;
+      case Act::kHardSwish:
+        for (int64_t i = 0; i < n; ++i) y[i] = y[i] * std::fmax(0.f, std::fmin(1.f, y[i] / 6.f + 0.5f));
+        return;
+    }
+  }
+};
+
+}  // namespace tessera
