@@ -28,6 +28,7 @@ const cli::Command kCompile = {
         {"--shape", "NAME=DIMS", "bind a dynamic input's shape, e.g. x=1x3x224x224", true},
         {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them"},
         {"--no-variants", "", "every op in its rKernel's own tiling (no choice among variants)"},
+        {"--no-fuse", "", "keep Conv/Gemm epilogues and elementwise chains as separate ops"},
         {"--lower-recurrent", "", "split forward LSTMs into one rOperator per time step"},
         {"--quiet", "", "no summary on stderr"},
     },
@@ -59,6 +60,7 @@ int compile_main(int argc, char** argv) {
   co.profile = !a.has("--no-profile");
   co.lower_recurrent = a.has("--lower-recurrent");
   co.variants = !a.has("--no-variants");
+  co.fuse = !a.has("--no-fuse");
   co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kCompile, st.message());
   auto program = compile_onnx(model, co);

@@ -31,6 +31,7 @@ const cli::Command kPlan = {
         {"--list", "", "print every vEU's instruction list"},
         {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them"},
         {"--no-variants", "", "every op in its rKernel's own tiling (no choice among variants)"},
+        {"--no-fuse", "", "keep Conv/Gemm epilogues and elementwise chains as separate ops"},
         {"--lower-recurrent", "", "split forward LSTMs into one rOperator per time step (experimental)"},
     },
     "examples:\n  tessera plan build/zoo/nasnet_like.onnx --veus 2 --svg plan.svg\n"
@@ -127,10 +128,12 @@ int plan_main(int argc, char** argv) {
   co.profile = !a.has("--no-profile");
   co.lower_recurrent = a.has("--lower-recurrent");
   co.variants = !a.has("--no-variants");
+  co.fuse = !a.has("--no-fuse");
   co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
   Result<std::unique_ptr<Program>> program = failed_precondition("");
   if (is_executable_file(a.positional[0])) {
-    for (const char* opt : {"--veus", "--policy", "--shape", "--no-profile", "--lower-recurrent", "--no-variants"})
+    for (const char* opt :
+         {"--veus", "--policy", "--shape", "--no-profile", "--lower-recurrent", "--no-variants", "--no-fuse"})
       if (a.has(opt))
         return cli::usage_error(kPlan, str_cat(opt, " applies when compiling; ", a.positional[0],
                                                " is a compiled Executable"));

@@ -39,6 +39,7 @@ const cli::Command kRun = {
         {"--policy", "NAME", "plan executor's scheduling policy: auto | wavefront | critical-path (default auto)"},
         {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them (profile cache)"},
         {"--no-variants", "", "every op in its rKernel's own tiling (no choice among variants)"},
+        {"--no-fuse", "", "keep Conv/Gemm epilogues and elementwise chains as separate ops"},
         {"--lower-recurrent", "", "split forward LSTMs into one rOperator per time step (experimental: slower today)"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
@@ -184,6 +185,7 @@ int run_main(int argc, char** argv) {
     co.variants = !a.has("--no-variants");
     co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
   }
+  co.fuse = !a.has("--no-fuse");
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kRun, st.message());
 
   // Inputs.
@@ -218,7 +220,8 @@ int run_main(int argc, char** argv) {
   if (executable) {
     // An Executable is compiled already: its Plan fixes the executor, the
     // vEU count, the policy and the shapes.
-    for (const char* opt : {"--shape", "--policy", "--no-profile", "--lower-recurrent", "--no-variants"})
+    for (const char* opt : {"--shape", "--policy", "--no-profile", "--lower-recurrent", "--no-variants",
+                            "--no-fuse"})
       if (a.has(opt))
         return cli::usage_error(kRun, str_cat(opt, " applies when compiling; ", model, " is a compiled Executable"));
     if (so.executor != Executor::kPlan)
@@ -293,7 +296,8 @@ int run_main(int argc, char** argv) {
              str_fixed(stats.compile_ms, 1), " ms");
   else
     log_info(model, ": ", stats.nodes_imported, " nodes imported, ", session.program().steps.size(), " ops after ",
-             stats.folded, " folded, ", stats.identities_removed + stats.dead_removed, " removed; ", stats.rtasks,
+             stats.folded, " folded, ", stats.identities_removed + stats.dead_removed, " removed, ",
+             stats.fused + stats.chains_fused, " fused; ", stats.rtasks,
              " rTasks; arena ", human_count(static_cast<double>(session.program().memory.arena_bytes)),
              "B; imported and compiled in ", str_fixed(stats.compile_ms, 1), " ms");
   // Runs. Each timed run copies the inputs in, computes, and copies the

@@ -1,9 +1,17 @@
-// Epilogue fusion: Conv or Gemm, then (optionally) an Add of a same-shape
-// tensor (a residual), then (optionally) an activation, become one
+// Fusion passes.
+//
+// Epilogues: Conv or Gemm, then (optionally) an Add of a same-shape tensor
+// (a residual), then (optionally) an activation, become one
 // TesseraFusedConv / TesseraFusedGemm whose rTasks apply the Add and the
 // activation to their own output tile while it is in cache
 // (kernels/cpu/epilogue.h). Each fused op saves one or two full passes
 // (read and write) over the tensor, and one or two steps of the Plan.
+//
+// Elementwise chains: float elementwise ops, each the only reader of the
+// previous one's output and all of the same output shape, become one
+// TesseraFusedElementwise that runs the whole chain on a block of outputs
+// in a local buffer (GELU's Div-Erf-Add-Mul-Mul, scale-and-shift chains).
+#include <algorithm>
 #include <limits>
 
 #include "base/strings.h"
@@ -105,6 +113,118 @@ Result<int> fuse_epilogues(Graph& g) {
     f->attrs["activation_alpha"] = fa;
     fa.f = beta;
     f->attrs["activation_beta"] = fa;
+    ++fused;
+  }
+  if (fused == 0) return 0;
+  g.compact();
+  TESSERA_RETURN_IF_ERROR(g.sort_topologically());
+  return fused;
+}
+
+namespace {
+
+bool chain_op(const Node& n) {
+  static const char* kOps[] = {"Abs", "Neg", "Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Tanh", "Sigmoid", "Relu",
+                               "LeakyRelu", "Elu", "HardSigmoid", "HardSwish", "Softplus", "Add", "Sub", "Mul",
+                               "Div", "Min", "Max", "Clip"};
+  bool known = false;
+  for (const char* op : kOps) known = known || n.op_type == op;
+  if (!known || n.dead || n.outputs.size() != 1 || n.outputs[0]->dtype != DType::kFloat32) return false;
+  for (const Value* v : n.inputs)
+    if (v == nullptr || v->dtype != DType::kFloat32) return false;
+  const bool binary = n.op_type == "Add" || n.op_type == "Sub" || n.op_type == "Mul" || n.op_type == "Div" ||
+                      n.op_type == "Min" || n.op_type == "Max";
+  if (binary) return n.inputs.size() == 2;
+  if (n.op_type == "Clip") {
+    for (size_t i = 1; i < n.inputs.size(); ++i)
+      if (!n.inputs[i]->is_constant() || n.inputs[i]->shape.numel() != 1) return false;
+    return n.inputs.size() <= 3;
+  }
+  return n.inputs.size() == 1;
+}
+
+// The unary kernels' attribute defaults (elementwise.cc's make_unary).
+void chain_attrs(const Node& n, float* alpha, float* beta) {
+  *alpha = 0;
+  *beta = 0;
+  if (n.op_type == "LeakyRelu") *alpha = n.attr_float("alpha", 0.01f);
+  else if (n.op_type == "Elu") *alpha = n.attr_float("alpha", 1.0f);
+  else if (n.op_type == "HardSigmoid") {
+    *alpha = n.attr_float("alpha", 0.2f);
+    *beta = n.attr_float("beta", 0.5f);
+  } else if (n.op_type == "Clip") {
+    *alpha = std::numeric_limits<float>::lowest();
+    *beta = std::numeric_limits<float>::max();
+    if (n.input(1)) *alpha = n.inputs[1]->constant->data<float>()[0];
+    if (n.input(2)) *beta = n.inputs[2]->constant->data<float>()[0];
+  }
+}
+
+constexpr size_t kMaxChainInputs = 8;  // kernels/cpu/broadcast.h's kMaxBroadcastInputs
+
+}  // namespace
+
+Result<int> fuse_elementwise_chains(Graph& g) {
+  int fused = 0;
+  const size_t original = g.nodes().size();
+  for (size_t i = 0; i < original; ++i) {
+    Node* head = g.nodes()[i].get();
+    if (!chain_op(*head)) continue;
+    const Shape& shape = head->outputs[0]->shape;
+    std::vector<Value*> inputs = {head->inputs[0]};
+    Attribute ops, sides, left, alphas, betas;
+    ops.kind = Attribute::Kind::kStrings;
+    sides.kind = left.kind = Attribute::Kind::kInts;
+    alphas.kind = betas.kind = Attribute::Kind::kFloats;
+    auto add_side = [&](Value* v) -> int {
+      for (size_t k = 0; k < inputs.size(); ++k)
+        if (inputs[k] == v) return static_cast<int>(k);
+      inputs.push_back(v);
+      return static_cast<int>(inputs.size()) - 1;
+    };
+    auto append = [&](const Node& n, Value* running) {
+      const bool binary = n.inputs.size() == 2 && n.op_type != "Clip";
+      int side = -1;
+      bool side_left = false;
+      if (binary) {
+        side_left = n.inputs[1] == running;
+        side = add_side(side_left ? n.inputs[0] : n.inputs[1]);
+      }
+      float a, b;
+      chain_attrs(n, &a, &b);
+      ops.strings.push_back(n.op_type);
+      sides.ints.push_back(side);
+      left.ints.push_back(side_left ? 1 : 0);
+      alphas.floats.push_back(a);
+      betas.floats.push_back(b);
+    };
+    // The head's first input starts the chain (loaded, broadcast).
+    append(*head, head->inputs[0]);
+    std::vector<Node*> chain = {head};
+    while (true) {
+      Value* y = chain.back()->outputs[0];
+      Node* c = sole_consumer(g, y);
+      if (c == nullptr || !chain_op(*c) || !(c->outputs[0]->shape == shape)) break;
+      // The running value must be exactly one of its operands.
+      if (c->inputs.size() == 2 && c->op_type != "Clip" && c->inputs[0] == c->inputs[1]) break;
+      if (c->inputs[0] != y && (c->inputs.size() < 2 || c->inputs[1] != y || c->op_type == "Clip")) break;
+      Value* other = c->inputs.size() == 2 && c->op_type != "Clip" ? (c->inputs[0] == y ? c->inputs[1] : c->inputs[0])
+                                                                   : nullptr;
+      if (other != nullptr && std::find(inputs.begin(), inputs.end(), other) == inputs.end() &&
+          inputs.size() >= kMaxChainInputs)
+        break;
+      append(*c, y);
+      chain.push_back(c);
+    }
+    if (chain.size() < 2) continue;
+    for (Node* n : chain) n->dead = true;
+    Node* f = g.add_node_producing("TesseraFusedElementwise", head->name, inputs, {chain.back()->outputs[0]});
+    f->opset = head->opset;
+    f->attrs["ops"] = ops;
+    f->attrs["sides"] = sides;
+    f->attrs["left"] = left;
+    f->attrs["alphas"] = alphas;
+    f->attrs["betas"] = betas;
     ++fused;
   }
   if (fused == 0) return 0;

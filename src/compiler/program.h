@@ -43,8 +43,8 @@ struct CompileOptions {
   // Offer heavy ops in several tilings and let the policy choose
   // (compiler/variants.h); off: every op in its kernel's own grain.
   bool variants = true;
-  // Fuse Conv/Gemm with a following residual Add and activation
-  // (compiler/fuse.cc).
+  // Fuse Conv/Gemm with a following residual Add and activation, and
+  // chains of elementwise ops (compiler/fuse.cc).
   bool fuse = true;
 };
 
@@ -72,7 +72,8 @@ struct CompileStats {
   int folded = 0;
   int dead_removed = 0;
   int recurrent_lowered = 0;
-  int fused = 0;  // Conv/Gemm epilogues fused
+  int fused = 0;          // Conv/Gemm epilogues fused
+  int chains_fused = 0;   // elementwise chains fused
   int64_t rtasks = 0;
   double compile_ms = 0;
 };
@@ -106,6 +107,9 @@ Result<std::unique_ptr<Program>> compile_onnx(const std::string& path, const Com
 // Fuses Conv/Gemm + residual Add + activation into TesseraFusedConv /
 // TesseraFusedGemm (fuse.cc); returns how many were fused.
 Result<int> fuse_epilogues(Graph& g);
+// Fuses chains of float elementwise ops into TesseraFusedElementwise
+// (fuse.cc); returns how many chains were fused.
+Result<int> fuse_elementwise_chains(Graph& g);
 
 // Lowers forward LSTMs to per-step rOperators (lower_rnn.cc); returns how
 // many were lowered.

@@ -10,7 +10,8 @@ namespace {
 
 bool heavy(const std::string& op) {
   return op == "Conv" || op == "ConvTranspose" || op == "MatMul" || op == "Gemm" || op == "TesseraFusedConv" ||
-         op == "TesseraFusedGemm" || op == "TesseraLstmCell" || op == "TesseraRnnProj";
+         op == "TesseraFusedGemm" || op == "TesseraFusedElementwise" || op == "TesseraLstmCell" ||
+         op == "TesseraRnnProj";
 }
 
 // The critical-path search tries alternatives for at most this many of the

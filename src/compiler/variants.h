@@ -1,8 +1,9 @@
 // rKernel variants: the same op cut into different numbers of rTasks, and
 // the choice among them by their effect on the Plan.
 //
-// Heavy ops (Conv, ConvTranspose, MatMul, Gemm, recurrent cells and input
-// projections) get up to three tilings: the kernel's own grain (fine: many
+// Heavy ops (Conv, ConvTranspose, MatMul, Gemm and their fused forms, fused
+// elementwise chains, recurrent cells and input projections) get up to
+// three tilings: the kernel's own grain (fine: many
 // small rTasks, best when an op must spread over idle vEUs), one rTask per
 // vEU, and the whole op as one rTask (coarse: least overhead and the
 // largest GEMM tiles, best when other work keeps the vEUs busy). Each

@@ -147,21 +147,25 @@ TEST(Fusion, BitwiseEqualToUnfusedOnTheZoo) {
     co.fuse = true;
     auto fused = compile_zoo(model, co, &inputs);
     ASSERT_TRUE(plain.ok() && fused.ok());
-    const int n = (*fused)->stats.fused;
+    const int n = (*fused)->stats.fused + (*fused)->stats.chains_fused;
     total += n;
     if (model == "resnet18" || model == "mobilenet_v2" || model == "mlp") {
       EXPECT_GT(n, 0) << model;
     }
-    // Each fused op replaces itself plus the Add and/or activation it took.
+    // Each fused op replaces itself plus the Add and/or activation it took;
+    // a fused chain of k ops replaces k.
     size_t absorbed = 0;
-    for (const Step& st : (*fused)->steps)
-      if (st.node->op_type.rfind("TesseraFused", 0) == 0)
+    for (const Step& st : (*fused)->steps) {
+      if (st.node->op_type == "TesseraFusedElementwise")
+        absorbed += st.node->attrs.at("ops").strings.size() - 1;
+      else if (st.node->op_type.rfind("TesseraFused", 0) == 0)
         absorbed += (st.node->input(3) != nullptr) + (st.node->attr_string("activation", "none") != "none");
+    }
     EXPECT_EQ((*plain)->steps.size() - (*fused)->steps.size(), absorbed) << model;
     expect_bitwise(run_outputs(std::move(*fused), Executor::kSequential, inputs),
                    run_outputs(std::move(*plain), Executor::kSequential, inputs), model + " fused vs unfused");
   }
-  std::printf("fused epilogues across the zoo: %d\n", total);
+  std::printf("fused epilogues and chains across the zoo: %d\n", total);
 }
 
 // Every activation the epilogue implements, after a Conv (with and without
@@ -232,6 +236,72 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
                      std::string(act) + " variant " + std::to_string(variant));
     }
   }
+}
+
+// Random chains of elementwise ops (every fusible op, side operands of the
+// full shape, broadcast rows and columns, scalars, constants, the running
+// value on either side): fused into one rOperator, bitwise equal to the
+// unfused chain.
+TEST(Fusion, RandomElementwiseChainsBitwiseEqual) {
+  const std::vector<std::string> unary = {"Abs", "Neg", "Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Tanh", "Sigmoid",
+                                          "Relu", "LeakyRelu", "Elu", "HardSigmoid", "HardSwish", "Softplus", "Clip"};
+  const std::vector<std::string> binary = {"Add", "Sub", "Mul", "Div", "Min", "Max"};
+  const std::vector<Shape> sides = {Shape{6, 37}, Shape{37}, Shape{6, 1}, Shape{}, Shape{1, 37}};
+  int fused_ops = 0;
+  for (uint32_t seed = 0; seed < 40; ++seed) {
+    auto build = [&](std::map<std::string, Tensor>* inputs) {
+      std::mt19937 rng(seed);
+      std::uniform_real_distribution<float> u(0.1f, 2.f);
+      auto random = [&](Shape s) {
+        Tensor t(DType::kFloat32, s);
+        for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = (rng() % 3 == 0 ? -1.f : 1.f) * u(rng);
+        return t;
+      };
+      auto g = std::make_unique<Graph>();
+      Value* y = g->add_input("x", DType::kFloat32, Shape{6, 37});
+      (*inputs)["x"] = random(Shape{6, 37});
+      int len = 2 + static_cast<int>(rng() % 9);
+      for (int k = 0; k < len; ++k) {
+        std::string name = "n" + std::to_string(k);
+        if (rng() % 2 == 0) {
+          const std::string& op = unary[rng() % unary.size()];
+          std::vector<Value*> ins = {y};
+          if (op == "Clip") {
+            ins.push_back(g->add_constant(name + "_lo", Tensor::from_floats({-0.7f}, Shape{})));
+            ins.push_back(g->add_constant(name + "_hi", Tensor::from_floats({1.3f}, Shape{})));
+          }
+          y = g->add_node(op, name, ins, 1)->outputs[0];
+        } else {
+          const std::string& op = binary[rng() % binary.size()];
+          Shape s = sides[rng() % sides.size()];
+          Value* side;
+          if (rng() % 2 == 0) {
+            side = g->add_constant(name + "_c", random(s));
+          } else {
+            side = g->add_input(name + "_in", DType::kFloat32, s);
+            (*inputs)[name + "_in"] = random(s);
+          }
+          bool running_left = rng() % 2 == 0;
+          y = g->add_node(op, name, running_left ? std::vector<Value*>{y, side} : std::vector<Value*>{side, y}, 1)
+                  ->outputs[0];
+        }
+      }
+      g->mark_output(y);
+      return g;
+    };
+    std::map<std::string, Tensor> inputs;
+    CompileOptions co;
+    co.fuse = false;
+    auto plain = compile_graph(build(&inputs), co);
+    co.fuse = true;
+    auto fused = compile_graph(build(&inputs), co);
+    ASSERT_TRUE(plain.ok() && fused.ok()) << seed;
+    fused_ops += (*fused)->stats.chains_fused;
+    EXPECT_LT((*fused)->steps.size(), (*plain)->steps.size()) << "seed " << seed;
+    expect_bitwise(run_outputs(std::move(*fused), Executor::kSequential, inputs),
+                   run_outputs(std::move(*plain), Executor::kSequential, inputs), "chain seed " + std::to_string(seed));
+  }
+  EXPECT_GT(fused_ops, 30);
 }
 
 // Random valid schedules put rTasks in orders and on vEUs no policy would

@@ -22,6 +22,8 @@ Status infer_matmul(Node& n);
 Status infer_gemm(Node& n);
 Status infer_fused_conv(Node& n);
 Status infer_fused_gemm(Node& n);
+Status infer_fused_elementwise(Node& n);
+double flops_fused_elementwise(const Node& n);
 Status infer_einsum(Node& n);
 Status infer_reduce(Node& n);
 Status infer_argmax(Node& n);

@@ -312,4 +312,24 @@ double flops_einsum(const Node& n) {
   return f;
 }
 
+// TesseraFusedElementwise: a chain of float elementwise ops made by the
+// compiler's fusion pass; every input broadcasts to the output.
+Status infer_fused_elementwise(Node& n) {
+  Shape out = n.inputs[0]->shape;
+  for (size_t i = 1; i < n.inputs.size(); ++i) {
+    if (n.inputs[i] == nullptr) return invalid_argument("fused elementwise inputs cannot be absent");
+    TESSERA_ASSIGN_OR_RETURN(out, broadcast_shapes(out, n.inputs[i]->shape));
+  }
+  for (const Value* v : n.inputs)
+    if (v->dtype != DType::kFloat32) return invalid_argument("fused elementwise inputs must be float32");
+  n.outputs[0]->dtype = DType::kFloat32;
+  n.outputs[0]->shape = out;
+  n.outputs[0]->shape_known = true;
+  return Status();
+}
+
+double flops_fused_elementwise(const Node& n) {
+  return static_cast<double>(n.outputs[0]->shape.numel()) * static_cast<double>(n.attr_ints("sides").size());
+}
+
 }  // namespace tessera

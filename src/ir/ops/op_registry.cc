@@ -92,6 +92,7 @@ constexpr OpDef kOps[] = {
     {"LSTM", 3, 8, infer_lstm, flops_rnn},
     // Internal ops, made by compiler lowering (never in ONNX files).
     {"TesseraFusedConv", 2, 4, infer_fused_conv, flops_conv},
+    {"TesseraFusedElementwise", 1, 8, infer_fused_elementwise, flops_fused_elementwise},
     {"TesseraFusedGemm", 2, 4, infer_fused_gemm, flops_gemm},
     {"TesseraLstmCell", 4, 5, infer_lstm_cell, flops_lstm_cell},
     {"TesseraRnnProj", 2, 3, infer_rnn_proj, flops_rnn_proj},

@@ -1,9 +1,11 @@
 // Elementwise rKernels: unary math and activations, binary arithmetic and
 // comparisons with numpy broadcasting, Where, Cast, Clip and copies. An rTask
 // is a contiguous range of output elements.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "base/strings.h"
 #include "ir/dtype.h"
@@ -438,6 +440,134 @@ Result<std::unique_ptr<ROp>> make_passthrough(const Node& n, const KernelParams&
   return std::unique_ptr<ROp>(new PassthroughOp(static_cast<size_t>(in->shape.numel()) * dtype_size(in->dtype), mask, p));
 }
 
+// ---------------------------------------------- fused elementwise chain ---
+
+// TesseraFusedElementwise (made by the compiler's fusion pass): a chain of
+// float elementwise ops applied to a block of output elements held in a
+// local buffer, so intermediate tensors never go to memory. Input 0 starts
+// the chain; step i applies ops[i] to the running value and, for binary
+// ops, input sides[i] (-1: none), as the left operand when left[i] is 1.
+// Every input broadcasts to the output. Each op is the unfused rKernel's
+// own arithmetic, so results are bitwise those of the unfused chain.
+struct FusedStep {
+  bool unary = true;
+  Unary u = Unary::kRelu;
+  Binary b = Binary::kAdd;
+  bool clip = false;
+  int side = -1;
+  bool left = false;
+  UnaryAttrs a;
+};
+
+template <Binary kOp>
+void fused_binary(float* r, const float* s, int64_t ss, bool left, int64_t n) {
+  if (left) binary_run<kOp>(s, ss, r, int64_t{1}, r, n);
+  else binary_run<kOp>(r, int64_t{1}, s, ss, r, n);
+}
+
+class FusedElementwiseOp : public ROp {
+ public:
+  static constexpr int64_t kBlock = 512;
+  FusedElementwiseOp(BroadcastPlan plan, std::vector<FusedStep> steps, const KernelParams& p)
+      : plan_(std::move(plan)), steps_(std::move(steps)) {
+    tasks_ = choose_tasks(plan_.numel, kGrain, p);
+  }
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t b, e;
+    task_range(plan_.numel, tasks_, task, &b, &e);
+    float* out = static_cast<float*>(args.out[0]);
+    for_each_run(plan_, b, e, [&](int64_t o, const int64_t* offs, int64_t len, const int64_t* st) {
+      for (int64_t j = 0; j < len; j += kBlock) {
+        const int64_t n = std::min(kBlock, len - j);
+        float r[kBlock];
+        const float* in0 = static_cast<const float*>(args.in[0]) + offs[0] + j * st[0];
+        if (st[0] == 1) std::memcpy(r, in0, static_cast<size_t>(n) * sizeof(float));
+        else std::fill(r, r + n, *in0);
+        for (const FusedStep& f : steps_) {
+          if (f.clip) {
+            for (int64_t i = 0; i < n; ++i) r[i] = r[i] < f.a.alpha ? f.a.alpha : (r[i] > f.a.beta ? f.a.beta : r[i]);
+          } else if (f.unary) {
+            unary_loop(f.u, r, r, n, f.a);
+          } else {
+            const float* s = static_cast<const float*>(args.in[f.side]) + offs[f.side] + j * st[f.side];
+            switch (f.b) {
+              case Binary::kAdd: fused_binary<Binary::kAdd>(r, s, st[f.side], f.left, n); break;
+              case Binary::kSub: fused_binary<Binary::kSub>(r, s, st[f.side], f.left, n); break;
+              case Binary::kMul: fused_binary<Binary::kMul>(r, s, st[f.side], f.left, n); break;
+              case Binary::kDiv: fused_binary<Binary::kDiv>(r, s, st[f.side], f.left, n); break;
+              case Binary::kMin: fused_binary<Binary::kMin>(r, s, st[f.side], f.left, n); break;
+              case Binary::kMax: fused_binary<Binary::kMax>(r, s, st[f.side], f.left, n); break;
+              default: break;
+            }
+          }
+        }
+        std::memcpy(out + o + j, r, static_cast<size_t>(n) * sizeof(float));
+      }
+    });
+  }
+
+ private:
+  BroadcastPlan plan_;
+  std::vector<FusedStep> steps_;
+};
+
+// The ops a fused chain may hold, by ONNX name.
+bool fused_op_parse(const std::string& name, FusedStep* f) {
+  static const std::pair<const char*, Unary> kUnary[] = {
+      {"Abs", Unary::kAbs}, {"Neg", Unary::kNeg}, {"Sqrt", Unary::kSqrt}, {"Reciprocal", Unary::kReciprocal},
+      {"Exp", Unary::kExp}, {"Log", Unary::kLog}, {"Erf", Unary::kErf}, {"Tanh", Unary::kTanh},
+      {"Sigmoid", Unary::kSigmoid}, {"Relu", Unary::kRelu}, {"LeakyRelu", Unary::kLeakyRelu}, {"Elu", Unary::kElu},
+      {"HardSigmoid", Unary::kHardSigmoid}, {"HardSwish", Unary::kHardSwish}, {"Softplus", Unary::kSoftplus}};
+  static const std::pair<const char*, Binary> kBinary[] = {{"Add", Binary::kAdd}, {"Sub", Binary::kSub},
+                                                           {"Mul", Binary::kMul}, {"Div", Binary::kDiv},
+                                                           {"Min", Binary::kMin}, {"Max", Binary::kMax}};
+  for (const auto& [n, u] : kUnary)
+    if (name == n) {
+      f->unary = true;
+      f->u = u;
+      return true;
+    }
+  for (const auto& [n, b] : kBinary)
+    if (name == n) {
+      f->unary = false;
+      f->b = b;
+      return true;
+    }
+  if (name == "Clip") {
+    f->clip = true;
+    return true;
+  }
+  return false;
+}
+
+Result<std::unique_ptr<ROp>> make_fused_elementwise(const Node& n, const KernelParams& p) {
+  if (n.inputs.size() > static_cast<size_t>(kMaxBroadcastInputs))
+    return invalid_argument(str_cat(n.label(), ": more than ", kMaxBroadcastInputs, " inputs"));
+  for (const Value* v : n.inputs)
+    if (v == nullptr || v->dtype != DType::kFloat32)
+      return invalid_argument(str_cat(n.label(), ": fused elementwise inputs must be float32"));
+  const Attribute* ops = n.has_attr("ops") ? &n.attrs.at("ops") : nullptr;
+  std::vector<int64_t> sides = n.attr_ints("sides"), left = n.attr_ints("left");
+  std::vector<float> alphas = n.attr_floats("alphas"), betas = n.attr_floats("betas");
+  const size_t k = ops ? ops->strings.size() : 0;
+  if (k == 0 || sides.size() != k || left.size() != k || alphas.size() != k || betas.size() != k)
+    return invalid_argument(str_cat(n.label(), ": malformed fused program"));
+  std::vector<FusedStep> steps(k);
+  for (size_t i = 0; i < k; ++i) {
+    FusedStep& f = steps[i];
+    if (!fused_op_parse(ops->strings[i], &f))
+      return invalid_argument(str_cat(n.label(), ": op '", ops->strings[i], "' cannot be fused"));
+    f.side = static_cast<int>(sides[i]);
+    f.left = left[i] != 0;
+    f.a.alpha = alphas[i];
+    f.a.beta = betas[i];
+    const bool binary = !f.unary && !f.clip;
+    if (binary != (f.side >= 0) || f.side >= static_cast<int>(n.inputs.size()) || f.side < -1)
+      return invalid_argument(str_cat(n.label(), ": fused step ", i, " names input ", f.side));
+  }
+  return std::unique_ptr<ROp>(new FusedElementwiseOp(plan_for(n), std::move(steps), p));
+}
+
 const RKernel kKernels[] = {
     {"Abs", "abs", "|x|", make_unary<Unary::kAbs>},
     {"Neg", "neg", "-x", make_unary<Unary::kNeg>},
@@ -472,6 +602,8 @@ const RKernel kKernels[] = {
     {"Clip", "clip", "", make_clip},
     {"Identity", "copy", "", make_passthrough},
     {"Dropout", "copy", "inference: identity", make_passthrough},
+    {"TesseraFusedElementwise", "fused_elementwise", "a chain of elementwise ops per block of outputs in cache",
+     make_fused_elementwise},
 };
 
 }  // namespace
