@@ -11,11 +11,17 @@
 // previous one's output and all of the same output shape, become one
 // TesseraFusedElementwise that runs the whole chain on a block of outputs
 // in a local buffer (GELU's Div-Erf-Add-Mul-Mul, scale-and-shift chains).
+//
+// Attention: MatMul(Q, Kt) -> Div or Mul by a constant scalar -> Add of a
+// mask -> Softmax over the last axis -> MatMul(., V), each step the only
+// reader of the last, becomes one TesseraAttention whose rTasks keep their
+// block of the score matrix in scratch.
 #include <algorithm>
 #include <limits>
 
 #include "base/strings.h"
 #include "compiler/program.h"
+#include "ir/ops/op_registry.h"
 
 namespace tessera {
 namespace {
@@ -225,6 +231,86 @@ Result<int> fuse_elementwise_chains(Graph& g) {
     f->attrs["left"] = left;
     f->attrs["alphas"] = alphas;
     f->attrs["betas"] = betas;
+    ++fused;
+  }
+  if (fused == 0) return 0;
+  g.compact();
+  TESSERA_RETURN_IF_ERROR(g.sort_topologically());
+  return fused;
+}
+
+namespace {
+
+bool same_batch(const Shape& a, const Shape& b) {
+  if (a.rank() != b.rank() || a.rank() < 2) return false;
+  for (int i = 0; i < a.rank() - 2; ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+Result<int> fuse_attention(Graph& g) {
+  int fused = 0;
+  const size_t original = g.nodes().size();
+  for (size_t i = 0; i < original; ++i) {
+    Node* mm1 = g.nodes()[i].get();
+    if (mm1->dead || mm1->op_type != "MatMul" || mm1->inputs.size() != 2) continue;
+    Value* q = mm1->inputs[0];
+    Value* kt = mm1->inputs[1];
+    Value* cur = mm1->outputs[0];
+    if (cur->dtype != DType::kFloat32 || q->dtype != DType::kFloat32 || kt->dtype != DType::kFloat32 ||
+        !same_batch(q->shape, cur->shape) || !same_batch(kt->shape, cur->shape))
+      continue;
+    const int rank = cur->shape.rank();
+    std::vector<Node*> absorbed;
+    Value* scale = nullptr;
+    std::string scale_op = "Div";
+    Node* c = sole_consumer(g, cur);
+    if (c != nullptr && (c->op_type == "Div" || c->op_type == "Mul") && c->inputs.size() == 2) {
+      const bool left = c->inputs[0] == cur;
+      Value* other = left ? c->inputs[1] : c->inputs[0];
+      if ((left || c->op_type == "Mul") && other != cur && other->is_constant() &&
+          other->dtype == DType::kFloat32 && other->shape.numel() == 1 && c->outputs[0]->shape == cur->shape) {
+        scale = other;
+        scale_op = c->op_type;
+        absorbed.push_back(c);
+        cur = c->outputs[0];
+        c = sole_consumer(g, cur);
+      }
+    }
+    Value* mask = nullptr;
+    if (c != nullptr && c->op_type == "Add" && c->inputs.size() == 2 && c->outputs[0]->shape == cur->shape) {
+      Value* other = c->inputs[0] == cur ? c->inputs[1] : c->inputs[0];
+      auto b = broadcast_shapes(cur->shape, other->shape);
+      if (other != cur && other->dtype == DType::kFloat32 && b.ok() && *b == cur->shape) {
+        mask = other;
+        absorbed.push_back(c);
+        cur = c->outputs[0];
+        c = sole_consumer(g, cur);
+      }
+    }
+    if (c == nullptr || c->op_type != "Softmax" || c->inputs[0] != cur) continue;
+    int64_t axis = c->attr_int("axis", c->opset >= 13 ? -1 : 1);
+    if (axis < 0) axis += rank;
+    if (axis != rank - 1) continue;
+    Node* mm2 = sole_consumer(g, c->outputs[0]);
+    if (mm2 == nullptr || mm2->op_type != "MatMul" || mm2->inputs[0] != c->outputs[0]) continue;
+    Value* v = mm2->inputs[1];
+    if (v->dtype != DType::kFloat32 || !same_batch(v->shape, cur->shape) || v->shape[rank - 2] != cur->shape[rank - 1])
+      continue;
+    absorbed.push_back(c);
+    absorbed.push_back(mm2);
+    mm1->dead = true;
+    for (Node* a : absorbed) a->dead = true;
+    std::vector<Value*> inputs = {q, kt, v, scale, mask};
+    while (inputs.back() == nullptr) inputs.pop_back();
+    Node* f = g.add_node_producing("TesseraAttention", mm1->name, inputs, {mm2->outputs[0]});
+    f->opset = mm1->opset;
+    Attribute a;
+    a.kind = Attribute::Kind::kString;
+    a.s = scale_op;
+    f->attrs["scale_op"] = a;
     ++fused;
   }
   if (fused == 0) return 0;

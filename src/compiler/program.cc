@@ -93,6 +93,7 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   p->stats.dead_removed = st.dead_removed;
   if (options.fuse) {
     TESSERA_ASSIGN_OR_RETURN(p->stats.fused, fuse_epilogues(*g));
+    TESSERA_ASSIGN_OR_RETURN(p->stats.attention_fused, fuse_attention(*g));
     TESSERA_ASSIGN_OR_RETURN(p->stats.chains_fused, fuse_elementwise_chains(*g));
   }
   if (options.lower_recurrent) {

@@ -74,6 +74,7 @@ struct CompileStats {
   int recurrent_lowered = 0;
   int fused = 0;          // Conv/Gemm epilogues fused
   int chains_fused = 0;   // elementwise chains fused
+  int attention_fused = 0;  // attention patterns fused
   int64_t rtasks = 0;
   double compile_ms = 0;
 };
@@ -107,6 +108,9 @@ Result<std::unique_ptr<Program>> compile_onnx(const std::string& path, const Com
 // Fuses Conv/Gemm + residual Add + activation into TesseraFusedConv /
 // TesseraFusedGemm (fuse.cc); returns how many were fused.
 Result<int> fuse_epilogues(Graph& g);
+// Fuses MatMul -> scale -> mask -> Softmax -> MatMul into TesseraAttention
+// (fuse.cc); returns how many were fused.
+Result<int> fuse_attention(Graph& g);
 // Fuses chains of float elementwise ops into TesseraFusedElementwise
 // (fuse.cc); returns how many chains were fused.
 Result<int> fuse_elementwise_chains(Graph& g);

@@ -10,7 +10,7 @@ namespace {
 
 bool heavy(const std::string& op) {
   return op == "Conv" || op == "ConvTranspose" || op == "MatMul" || op == "Gemm" || op == "TesseraFusedConv" ||
-         op == "TesseraFusedGemm" || op == "TesseraFusedElementwise" || op == "TesseraLstmCell" ||
+         op == "TesseraFusedGemm" || op == "TesseraFusedElementwise" || op == "TesseraAttention" || op == "TesseraLstmCell" ||
          op == "TesseraRnnProj";
 }
 

@@ -230,4 +230,57 @@ Status infer_fused_gemm(Node& n) {
   return check_epilogue(n);
 }
 
+// TesseraAttention (made by the compiler's fusion pass):
+// Softmax(Q x Kt {/ or *} scale + mask, last axis) x V, with Q [..., S, D],
+// Kt [..., D, T], V [..., T, Dv], the same leading dims on all three, an
+// optional scalar scale (input 3; "scale_op" says Div or Mul) and an
+// optional mask (input 4) that broadcasts to [..., S, T].
+Status infer_attention(Node& n) {
+  const Value* q = n.inputs[0];
+  const Value* kt = n.inputs[1];
+  const Value* v = n.inputs[2];
+  if (q->dtype != DType::kFloat32 || kt->dtype != DType::kFloat32 || v->dtype != DType::kFloat32)
+    return invalid_argument("attention inputs must be float32");
+  const int r = q->shape.rank();
+  if (r < 2 || kt->shape.rank() != r || v->shape.rank() != r)
+    return invalid_argument("attention Q, K and V must have the same rank, at least 2");
+  for (int i = 0; i < r - 2; ++i)
+    if (kt->shape[i] != q->shape[i] || v->shape[i] != q->shape[i])
+      return invalid_argument(str_cat("attention batch dims differ: Q ", q->shape.to_string(), ", K ",
+                                      kt->shape.to_string(), ", V ", v->shape.to_string()));
+  if (q->shape[r - 1] != kt->shape[r - 2] || kt->shape[r - 1] != v->shape[r - 2])
+    return invalid_argument(str_cat("attention inner dims do not match: Q ", q->shape.to_string(), ", K ",
+                                    kt->shape.to_string(), ", V ", v->shape.to_string()));
+  if (const Value* sc = n.input(3))
+    if (sc->dtype != DType::kFloat32 || sc->shape.numel() != 1 || !sc->is_constant())
+      return invalid_argument("attention scale must be a constant float scalar");
+  std::string op = n.attr_string("scale_op", "Div");
+  if (op != "Div" && op != "Mul") return invalid_argument(str_cat("attention scale_op '", op, "'"));
+  std::vector<int64_t> scores = q->shape.dims;
+  scores[r - 1] = kt->shape[r - 1];
+  if (const Value* m = n.input(4)) {
+    if (m->dtype != DType::kFloat32) return invalid_argument("attention mask must be float32");
+    TESSERA_ASSIGN_OR_RETURN(Shape b, broadcast_shapes(Shape(scores), m->shape));
+    if (!(b == Shape(scores)))
+      return invalid_argument(str_cat("attention mask ", m->shape.to_string(), " does not broadcast to the scores ",
+                                      Shape(scores).to_string()));
+  }
+  std::vector<int64_t> out = q->shape.dims;
+  out[r - 1] = v->shape[r - 1];
+  n.outputs[0]->dtype = DType::kFloat32;
+  n.outputs[0]->shape = Shape(out);
+  n.outputs[0]->shape_known = true;
+  return Status();
+}
+
+double flops_attention(const Node& n) {
+  const Shape& q = n.inputs[0]->shape;
+  const Shape& kt = n.inputs[1]->shape;
+  const Shape& v = n.inputs[2]->shape;
+  const int r = q.rank();
+  double rows = static_cast<double>(q.numel() / std::max<int64_t>(q[r - 1], 1));
+  double t = static_cast<double>(kt[r - 1]);
+  return rows * t * (2.0 * static_cast<double>(q[r - 1]) + 2.0 * static_cast<double>(v[r - 1]) + 5.0);
+}
+
 }  // namespace tessera

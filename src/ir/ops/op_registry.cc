@@ -91,6 +91,7 @@ constexpr OpDef kOps[] = {
     {"GRU", 3, 6, infer_gru, flops_rnn},
     {"LSTM", 3, 8, infer_lstm, flops_rnn},
     // Internal ops, made by compiler lowering (never in ONNX files).
+    {"TesseraAttention", 3, 5, infer_attention, flops_attention},
     {"TesseraFusedConv", 2, 4, infer_fused_conv, flops_conv},
     {"TesseraFusedElementwise", 1, 8, infer_fused_elementwise, flops_fused_elementwise},
     {"TesseraFusedGemm", 2, 4, infer_fused_gemm, flops_gemm},

@@ -3,9 +3,11 @@
 // (or planes) normalized independently.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 #include <limits>
 
 #include "base/strings.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernel.h"
 
 namespace tessera {
@@ -207,12 +209,131 @@ Result<std::unique_ptr<ROp>> make_softmax(const Node& n, const KernelParams& p) 
                                             dims_product(x.dims, axis + 1, x.rank()), p));
 }
 
+// ------------------------------------------------------------ Attention ---
+
+// TesseraAttention: an rTask is a block of query rows of one or more batch
+// entries. Per batch entry in its range: scores = Q rows x Kt into scratch
+// (one sgemm), scale, mask and softmax each row there (the unfused ops'
+// arithmetic, in their order), then out rows = P x V (one sgemm). The
+// [S, T] score matrix never goes to memory.
+class AttentionOp : public ROp {
+ public:
+  AttentionOp(int64_t batch, int64_t s, int64_t d, int64_t t, int64_t dv, int scale_op, float scale,
+              std::vector<int64_t> mask_batch, int64_t mask_row, int64_t mask_col, bool has_mask,
+              const KernelParams& p)
+      : batch_(batch), s_(s), d_(d), t_(t), dv_(dv), scale_op_(scale_op), scale_(scale),
+        mask_batch_(std::move(mask_batch)), mask_row_(mask_row), mask_col_(mask_col), has_mask_(has_mask) {
+    const int64_t per_row = std::max<int64_t>(1, 2 * t * (d + dv));
+    tasks_ = choose_tasks(batch * s, std::max<int64_t>(1, (int64_t{1} << 20) / per_row), p);
+    const int64_t rows = std::min(s, (batch * s + tasks_ - 1) / tasks_);
+    scratch_bytes_ = static_cast<size_t>(rows * t) * sizeof(float);
+  }
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t b, e;
+    task_range(batch_ * s_, tasks_, task, &b, &e);
+    const float* q = static_cast<const float*>(args.in[0]);
+    const float* kt = static_cast<const float*>(args.in[1]);
+    const float* v = static_cast<const float*>(args.in[2]);
+    const float* mask = has_mask_ ? static_cast<const float*>(args.in[4]) : nullptr;
+    float* y = static_cast<float*>(args.out[0]);
+    float* sc = static_cast<float*>(args.scratch);
+    for (int64_t line = b; line < e;) {
+      const int64_t bi = line / s_, r0 = line % s_;
+      const int64_t r1 = std::min(s_, r0 + (e - line));
+      const int64_t rows = r1 - r0;
+      sgemm(false, false, rows, t_, d_, 1.f, q + (bi * s_ + r0) * d_, d_, kt + bi * d_ * t_, t_, 0.f, sc, t_);
+      for (int64_t i = 0; i < rows; ++i) {
+        float* row = sc + i * t_;
+        if (scale_op_ == 1)
+          for (int64_t k = 0; k < t_; ++k) row[k] = row[k] / scale_;
+        else if (scale_op_ == 2)
+          for (int64_t k = 0; k < t_; ++k) row[k] = row[k] * scale_;
+        if (mask != nullptr) {
+          const float* m = mask + mask_batch_[bi] + (r0 + i) * mask_row_;
+          if (mask_col_ == 1)
+            for (int64_t k = 0; k < t_; ++k) row[k] = row[k] + m[k];
+          else
+            for (int64_t k = 0; k < t_; ++k) row[k] = row[k] + m[0];
+        }
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t k = 0; k < t_; ++k) mx = std::max(mx, row[k]);
+        float sum = 0;
+        for (int64_t k = 0; k < t_; ++k) {
+          float ev = std::exp(row[k] - mx);
+          row[k] = ev;
+          sum += ev;
+        }
+        float inv = 1.f / sum;
+        for (int64_t k = 0; k < t_; ++k) row[k] *= inv;
+      }
+      sgemm(false, false, rows, dv_, t_, 1.f, sc, t_, v + bi * t_ * dv_, dv_, 0.f, y + (bi * s_ + r0) * dv_, dv_);
+      line += rows;
+    }
+  }
+
+ private:
+  int64_t batch_, s_, d_, t_, dv_;
+  int scale_op_;  // 0 none, 1 divide, 2 multiply
+  float scale_;
+  std::vector<int64_t> mask_batch_;  // mask offset of each batch entry
+  int64_t mask_row_, mask_col_;
+  bool has_mask_;
+};
+
+Result<std::unique_ptr<ROp>> make_attention(const Node& n, const KernelParams& p) {
+  const Shape& q = n.inputs[0]->shape;
+  const Shape& kt = n.inputs[1]->shape;
+  const Shape& v = n.inputs[2]->shape;
+  const int r = q.rank();
+  if (r < 2) return invalid_argument(str_cat(n.label(), ": attention needs rank 2 or more"));
+  const int64_t batch = dims_product(q.dims, 0, r - 2);
+  int scale_op = 0;
+  float scale = 1.f;
+  if (const Value* s = n.input(3)) {
+    if (!s->is_constant() || s->shape.numel() != 1) return invalid_argument(str_cat(n.label(), ": scale"));
+    scale = s->constant->data<float>()[0];
+    scale_op = n.attr_string("scale_op", "Div") == "Div" ? 1 : 2;
+  }
+  // The mask's element strides over the scores' dims [batch..., S, T]
+  // (0 where it broadcasts), and each batch entry's offset.
+  std::vector<int64_t> mask_batch(static_cast<size_t>(batch), 0);
+  int64_t mrow = 0, mcol = 0;
+  const Value* m = n.input(4);
+  if (m != nullptr) {
+    std::vector<int64_t> dims(q.dims.begin(), q.dims.end());
+    dims[r - 1] = kt[r - 1];
+    std::vector<int64_t> md = m->shape.dims;
+    if (static_cast<int>(md.size()) > r) return invalid_argument(str_cat(n.label(), ": mask rank"));
+    md.insert(md.begin(), static_cast<size_t>(r) - md.size(), 1);
+    std::vector<int64_t> stride(r, 0);
+    int64_t acc = 1;
+    for (int i = r - 1; i >= 0; --i) {
+      if (md[i] != 1 && md[i] != dims[i]) return invalid_argument(str_cat(n.label(), ": mask does not broadcast"));
+      stride[i] = md[i] == 1 ? 0 : acc;
+      acc *= md[i];
+    }
+    mrow = stride[r - 2];
+    mcol = stride[r - 1];
+    for (int64_t bi = 0; bi < batch; ++bi) {
+      int64_t rest = bi, off = 0;
+      for (int i = r - 3; i >= 0; --i) {
+        off += (rest % dims[i]) * stride[i];
+        rest /= dims[i];
+      }
+      mask_batch[static_cast<size_t>(bi)] = off;
+    }
+  }
+  return std::unique_ptr<ROp>(new AttentionOp(batch, q[r - 2], q[r - 1], kt[r - 1], v[r - 1], scale_op, scale,
+                                              std::move(mask_batch), mrow, mcol, m != nullptr, p));
+}
+
 const RKernel kKernels[] = {
     {"BatchNormalization", "batch_norm.planes", "inference: per-channel scale and shift", make_batch_norm},
     {"InstanceNormalization", "instance_norm.planes", "", make_instance_norm},
     {"LayerNormalization", "layer_norm.rows", "", make_layer_norm},
     {"Softmax", "softmax.lines", "", make_softmax},
     {"LogSoftmax", "log_softmax.lines", "", make_softmax},
+    {"TesseraAttention", "attention.rows", "MatMul, scale, mask, Softmax, MatMul per block of query rows", make_attention},
 };
 
 }  // namespace
