@@ -70,6 +70,7 @@ void save_cache(const std::string& path, const std::map<std::string, double>& m)
     std::ofstream out(tmp);
     if (!out) return;  // a cache that cannot be written is not an error
     out << "# tessera profile cache: <rKernel instance> TAB <µs per rTask>\n";
+    out.precision(17);  // round-trips every double: a reloaded cost equals the measured one
     for (const auto& [k, v] : m) out << k << "\t" << v << "\n";
   }
   fs::rename(tmp, path, ec);

@@ -29,6 +29,9 @@ namespace {
 // kMinTasks rTasks so every vEU gets some.
 constexpr double kFlopsPerTask = 1 << 23;
 constexpr double kDepthwiseFlopsPerTask = 1 << 18;
+constexpr int64_t kDwBlock = 16;  // depthwise outputs accumulated together
+constexpr int kDwGroup = 4;       // blocks in flight
+typedef float DwVec __attribute__((vector_size(kDwBlock * sizeof(float))));
 constexpr int64_t kMinPixelBlock = 32;
 constexpr int64_t kMinTasks = 2;
 
@@ -92,6 +95,13 @@ class ConvOp : public ROp {
       ob_ = 1;
       pb_ = target > outer ? std::clamp<int64_t>((target + outer - 1) / outer, 1, c.oh) : 1;  // row blocks
       tasks_ = cb_ * pb_;
+      // A zero-padded copy of the input rows a task reads: the tap loops
+      // then run over whole output rows with no bounds.
+      // Columns: enough for output rows rounded up to whole vector blocks.
+      hp_ = (c.oh - 1) * c.sh + (c.kh - 1) * c.dh + 1;
+      const int64_t ow_pad = (c.ow + kDwBlock - 1) / kDwBlock * kDwBlock;
+      wp_ = (ow_pad - 1) * c.sw + (c.kw - 1) * c.dw + 1;
+      scratch_bytes_ = static_cast<size_t>((hp_ + 1) * wp_ + 1) * sizeof(float);
       return;
     } else {
       // Pixel blocks (of at least 8 pixels) first, each rTask computing all
@@ -119,7 +129,7 @@ class ConvOp : public ROp {
       task_range(c_.batch * c_.group, cb_, task / pb_, &c0, &c1);
       task_range(c_.oh, pb_, task % pb_, &r0, &r1);
       for (int64_t o = c0; o < c1; ++o) {
-        depthwise(x, w, bias, y, o / c_.group, o % c_.group, r0, r1);
+        depthwise(x, w, bias, y, static_cast<float*>(args.scratch), o / c_.group, o % c_.group, r0, r1);
         if (!epi_.empty()) {
           const int64_t off = o * pixels_ + r0 * c_.ow;  // planes are [n][c] = o in order
           epi_.apply(y + off, epi_.residual ? static_cast<const float*>(args.in[3]) + off : nullptr,
@@ -205,33 +215,92 @@ class ConvOp : public ROp {
     }
   }
 
-  void depthwise(const float* x, const float* w, const float* bias, float* y, int64_t n, int64_t c, int64_t r0,
-                 int64_t r1) const {
+  // Output rows [r0, r1) of plane (n, c): the input rows they read are
+  // copied into `pad` with their zero padding, then each tap (ky, kx) adds
+  // w * input to a whole output row in one unit- or fixed-stride pass. The
+  // taps are added in (ky, kx) order; a tap over the padding adds w * 0.
+  void depthwise(const float* x, const float* w, const float* bias, float* y, float* pad, int64_t n, int64_t c,
+                 int64_t r0, int64_t r1) const {
     const float* xc = x + (n * c_.cin + c) * c_.ih * c_.iw;
     const float* wc = w + c * c_.kh * c_.kw;
     float* yc = y + (n * c_.cout + c) * pixels_;
     const float b = bias ? bias[c] : 0.f;
+    const int64_t y_lo = r0 * c_.sh, y_hi = (r1 - 1) * c_.sh + (c_.kh - 1) * c_.dh + 1;  // padded rows read
+    const int64_t x_lo = std::min<int64_t>(c_.pw, wp_), x_hi = std::clamp<int64_t>(c_.pw + c_.iw, x_lo, wp_);
+    // Stride 2 (dilation 1): each padded row is stored as its even columns
+    // then its odd ones, so that every tap reads a contiguous run.
+    const bool split = c_.sw == 2 && c_.dw == 1;
+    const int64_t half = (wp_ + 1) / 2;
+    float* line = pad + hp_ * wp_;  // one unsplit row, when splitting
+    for (int64_t py = y_lo; py < y_hi; ++py) {
+      float* dst = split ? line : pad + py * wp_;
+      const int64_t iy = py - c_.ph;
+      if (iy < 0 || iy >= c_.ih) {
+        std::fill(dst, dst + wp_, 0.f);
+      } else {
+        std::fill(dst, dst + x_lo, 0.f);
+        std::memcpy(dst + x_lo, xc + iy * c_.iw + (x_lo - c_.pw), static_cast<size_t>(x_hi - x_lo) * sizeof(float));
+        std::fill(dst + x_hi, dst + wp_, 0.f);
+      }
+      if (split) {
+        float* even = pad + py * wp_;
+        float* odd = even + half;
+        for (int64_t k = 0; k < half; ++k) even[k] = line[2 * k];
+        for (int64_t k = 0; 2 * k + 1 < wp_; ++k) odd[k] = line[2 * k + 1];
+      }
+    }
+    // Blocks of kDwBlock outputs, each accumulated in a vector register
+    // over all taps, kDwGroup blocks at once to hide the add latency: one
+    // load and one multiply-add per tap and block, no remainder loops.
+    const int64_t ow = c_.ow;
+    const int64_t sw = split ? 1 : c_.sw;
     for (int64_t oy = r0; oy < r1; ++oy) {
-      float* row = yc + oy * c_.ow;
-      for (int64_t ox = 0; ox < c_.ow; ++ox) row[ox] = b;
-      for (int64_t ky = 0; ky < c_.kh; ++ky) {
-        int64_t iy = oy * c_.sh - c_.ph + ky * c_.dh;
-        if (iy < 0 || iy >= c_.ih) continue;
-        const float* xr = xc + iy * c_.iw;
-        for (int64_t kx = 0; kx < c_.kw; ++kx) {
-          const float wv = wc[ky * c_.kw + kx];
-          const int64_t off = kx * c_.dw - c_.pw;
-          // Output columns whose input column is inside the row.
-          int64_t lo = off >= 0 ? 0 : (-off + c_.sw - 1) / c_.sw;
-          const int64_t lim = c_.iw - 1 - off;
-          int64_t hi = lim < 0 ? 0 : std::min<int64_t>(c_.ow, lim / c_.sw + 1);
-          if (c_.sw == 1) {
-            for (int64_t ox = lo; ox < hi; ++ox) row[ox] += wv * xr[ox + off];
-          } else {
-            for (int64_t ox = lo; ox < hi; ++ox) row[ox] += wv * xr[ox * c_.sw + off];
-          }
+      float* out = yc + oy * ow;
+      const float* base = pad + oy * c_.sh * wp_;
+      for (int64_t ox0 = 0; ox0 < ow; ox0 += kDwGroup * kDwBlock) {
+        const int64_t left = ow - ox0;
+        const int blocks = static_cast<int>(std::min<int64_t>(kDwGroup, (left + kDwBlock - 1) / kDwBlock));
+        switch (blocks) {
+          case 4: dw_blocks<4>(base, wc, b, ox0, sw, split, half, std::min<int64_t>(left, 4 * kDwBlock), out); break;
+          case 3: dw_blocks<3>(base, wc, b, ox0, sw, split, half, left, out); break;
+          case 2: dw_blocks<2>(base, wc, b, ox0, sw, split, half, left, out); break;
+          default: dw_blocks<1>(base, wc, b, ox0, sw, split, half, left, out); break;
         }
       }
+    }
+  }
+
+  // kNb blocks of kDwBlock outputs from column ox0 of one output row (of
+  // which `count` are real), each accumulated in a vector register over
+  // all taps; several blocks in flight hide the add latency.
+  template <int kNb>
+  void dw_blocks(const float* base, const float* wc, float b, int64_t ox0, int64_t sw, bool split, int64_t half,
+                 int64_t count, float* out) const {
+    DwVec acc[kNb];
+    for (int g = 0; g < kNb; ++g)
+      for (int64_t j = 0; j < kDwBlock; ++j) acc[g][j] = b;
+    for (int64_t ky = 0; ky < c_.kh; ++ky) {
+      const float* rowp = base + ky * c_.dh * wp_;
+      for (int64_t kx = 0; kx < c_.kw; ++kx) {
+        // Column ox * sw + kx * dw of the padded row (split: column 2 * ox + kx).
+        const float* sp = (split ? (kx % 2 == 0 ? rowp : rowp + half) + kx / 2 : rowp + kx * c_.dw) + ox0 * sw;
+        const float wv = wc[ky * c_.kw + kx];
+        for (int g = 0; g < kNb; ++g) {
+          DwVec v;
+          if (sw == 1) {
+            std::memcpy(&v, sp + g * kDwBlock, sizeof v);
+          } else {
+            for (int64_t j = 0; j < kDwBlock; ++j) v[j] = sp[(g * kDwBlock + j) * sw];
+          }
+          acc[g] += wv * v;
+        }
+      }
+    }
+    if (count >= kNb * kDwBlock) {
+      std::memcpy(out + ox0, acc, sizeof acc);
+    } else {
+      const float* a = reinterpret_cast<const float*>(acc);
+      for (int64_t j = 0; j < count; ++j) out[ox0 + j] = a[j];
     }
   }
 
@@ -242,6 +311,7 @@ class ConvOp : public ROp {
   int64_t cin_g_, cout_g_, pixels_, kdim_;
   int64_t ob_ = 1, pb_ = 1;  // blocks of output channels and of pixels (rows for depthwise)
   int64_t cb_ = 1;           // depthwise: blocks of (image, channel) planes
+  int64_t hp_ = 0, wp_ = 0;  // depthwise: the padded input plane
 };
 
 Result<std::unique_ptr<ROp>> make_conv(const Node& n, const KernelParams& p) {

@@ -38,6 +38,7 @@ void unary_loop(Unary op, const T* x, T* y, int64_t n, const UnaryAttrs& a) {
     default: break;
   }
   if constexpr (std::is_same_v<T, float>) {
+    const float alpha = a.alpha, beta = a.beta;  // locals: loads through `a` could alias y
     switch (op) {
       case Unary::kSqrt: for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]); return;
       case Unary::kReciprocal: for (int64_t i = 0; i < n; ++i) y[i] = 1.f / x[i]; return;
@@ -48,12 +49,12 @@ void unary_loop(Unary op, const T* x, T* y, int64_t n, const UnaryAttrs& a) {
       case Unary::kSigmoid:
         for (int64_t i = 0; i < n; ++i) y[i] = fast_sigmoid(x[i]);
         return;
-      case Unary::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= 0 ? x[i] : a.alpha * x[i]; return;
+      case Unary::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= 0 ? x[i] : alpha * x[i]; return;
       case Unary::kElu:
-        for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= 0 ? x[i] : a.alpha * (std::exp(x[i]) - 1.f);
+        for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= 0 ? x[i] : alpha * (std::exp(x[i]) - 1.f);
         return;
       case Unary::kHardSigmoid:
-        for (int64_t i = 0; i < n; ++i) y[i] = std::fmax(0.f, std::fmin(1.f, a.alpha * x[i] + a.beta));
+        for (int64_t i = 0; i < n; ++i) y[i] = std::fmax(0.f, std::fmin(1.f, alpha * x[i] + beta));
         return;
       case Unary::kHardSwish:
         for (int64_t i = 0; i < n; ++i) y[i] = x[i] * std::fmax(0.f, std::fmin(1.f, x[i] / 6.f + 0.5f));
@@ -485,7 +486,8 @@ class FusedElementwiseOp : public ROp {
         else std::fill(r, r + n, *in0);
         for (const FusedStep& f : steps_) {
           if (f.clip) {
-            for (int64_t i = 0; i < n; ++i) r[i] = r[i] < f.a.alpha ? f.a.alpha : (r[i] > f.a.beta ? f.a.beta : r[i]);
+            const float lo = f.a.alpha, hi = f.a.beta;
+            for (int64_t i = 0; i < n; ++i) r[i] = r[i] < lo ? lo : (r[i] > hi ? hi : r[i]);
           } else if (f.unary) {
             unary_loop(f.u, r, r, n, f.a);
           } else {

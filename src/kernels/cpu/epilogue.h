@@ -47,19 +47,22 @@ struct Epilogue {
 
   // y[0, n) = act(y + res) (res may be null when there is no residual).
   void apply(float* __restrict y, const float* __restrict res, int64_t n) const {
+    // Parameters in locals: loads through `this` inside the loops could
+    // alias y, which would keep them from vectorizing.
+    const float a = alpha, b = beta;
     if (residual)
       for (int64_t i = 0; i < n; ++i) y[i] = y[i] + res[i];
     switch (act) {
       case Act::kNone: return;
       case Act::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] > 0 ? y[i] : 0.f; return;
       case Act::kClip:
-        for (int64_t i = 0; i < n; ++i) y[i] = y[i] < alpha ? alpha : (y[i] > beta ? beta : y[i]);
+        for (int64_t i = 0; i < n; ++i) y[i] = y[i] < a ? a : (y[i] > b ? b : y[i]);
         return;
-      case Act::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] >= 0 ? y[i] : alpha * y[i]; return;
+      case Act::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] >= 0 ? y[i] : a * y[i]; return;
       case Act::kSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = fast_sigmoid(y[i]); return;
       case Act::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = fast_tanh(y[i]); return;
       case Act::kHardSigmoid:
-        for (int64_t i = 0; i < n; ++i) y[i] = std::fmax(0.f, std::fmin(1.f, alpha * y[i] + beta));
+        for (int64_t i = 0; i < n; ++i) y[i] = std::fmax(0.f, std::fmin(1.f, a * y[i] + b));
         return;
       case Act::kHardSwish:
         for (int64_t i = 0; i < n; ++i) y[i] = y[i] * std::fmax(0.f, std::fmin(1.f, y[i] / 6.f + 0.5f));
