@@ -1,8 +1,10 @@
 // Fusion passes.
 //
-// Epilogues: Conv or Gemm, then (optionally) an Add of a same-shape tensor
-// (a residual), then (optionally) an activation, become one
-// TesseraFusedConv / TesseraFusedGemm whose rTasks apply the Add and the
+// Epilogues: Conv, Gemm or MatMul (then, for MatMul, optionally an Add of
+// a constant bias per output column), then optionally an Add of a
+// same-shape tensor (a residual), then optionally an activation, become one
+// TesseraFusedConv / TesseraFusedGemm / TesseraFusedMatMul whose rTasks
+// apply the Adds and the
 // activation to their own output tile while it is in cache
 // (kernels/cpu/epilogue.h). Each fused op saves one or two full passes
 // (read and write) over the tensor, and one or two steps of the Plan.
@@ -78,12 +80,26 @@ Result<int> fuse_epilogues(Graph& g) {
   const size_t original = g.nodes().size();
   for (size_t i = 0; i < original; ++i) {
     Node& n = *g.nodes()[i];
-    if (n.dead || (n.op_type != "Conv" && n.op_type != "Gemm") || n.outputs.size() != 1) continue;
+    const bool matmul = n.op_type == "MatMul";
+    if (n.dead || (n.op_type != "Conv" && n.op_type != "Gemm" && !matmul) || n.outputs.size() != 1) continue;
     Value* y = n.outputs[0];
     if (y->dtype != DType::kFloat32) continue;
+    if (matmul && (n.inputs[0]->shape.rank() < 2 || n.inputs[1]->shape.rank() < 2)) continue;
     std::vector<Node*> absorbed;
     Value* residual = nullptr;
+    Value* bias = matmul ? nullptr : n.input(2);
     Node* c = sole_consumer(g, y);
+    // MatMul: first its bias, a constant with one value per output column.
+    if (matmul && c != nullptr && c->op_type == "Add" && c->inputs.size() == 2 && c->outputs[0]->shape == y->shape) {
+      Value* other = c->inputs[0] == y ? c->inputs[1] : c->inputs[0];
+      if (other != y && other->is_constant() && other->dtype == DType::kFloat32 && other->shape.rank() == 1 &&
+          other->shape[0] == y->shape[y->shape.rank() - 1]) {
+        bias = other;
+        absorbed.push_back(c);
+        y = c->outputs[0];
+        c = sole_consumer(g, y);
+      }
+    }
     if (c != nullptr && c->op_type == "Add" && c->inputs.size() == 2 && c->outputs.size() == 1) {
       Value* other = c->inputs[0] == y ? c->inputs[1] : c->inputs[0];
       if (other != y && other->dtype == DType::kFloat32 && other->shape == y->shape &&
@@ -103,10 +119,11 @@ Result<int> fuse_epilogues(Graph& g) {
     if (absorbed.empty()) continue;
     n.dead = true;
     for (Node* a : absorbed) a->dead = true;
-    std::vector<Value*> inputs = {n.input(0), n.input(1), n.input(2)};
+    std::vector<Value*> inputs = {n.input(0), n.input(1), bias};
     if (residual != nullptr) inputs.push_back(residual);
     while (!inputs.empty() && inputs.back() == nullptr) inputs.pop_back();
-    Node* f = g.add_node_producing(n.op_type == "Conv" ? "TesseraFusedConv" : "TesseraFusedGemm", n.name, inputs, {y});
+    const char* type = n.op_type == "Conv" ? "TesseraFusedConv" : matmul ? "TesseraFusedMatMul" : "TesseraFusedGemm";
+    Node* f = g.add_node_producing(type, n.name, inputs, {y});
     f->attrs = n.attrs;
     f->opset = n.opset;
     Attribute a;

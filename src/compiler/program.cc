@@ -92,8 +92,9 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   p->stats.folded = st.folded_removed;
   p->stats.dead_removed = st.dead_removed;
   if (options.fuse) {
-    TESSERA_ASSIGN_OR_RETURN(p->stats.fused, fuse_epilogues(*g));
+    // Attention first: an epilogue could take its mask Add as a residual.
     TESSERA_ASSIGN_OR_RETURN(p->stats.attention_fused, fuse_attention(*g));
+    TESSERA_ASSIGN_OR_RETURN(p->stats.fused, fuse_epilogues(*g));
     TESSERA_ASSIGN_OR_RETURN(p->stats.chains_fused, fuse_elementwise_chains(*g));
   }
   if (options.lower_recurrent) {

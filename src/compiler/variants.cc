@@ -9,9 +9,12 @@ namespace tessera {
 namespace {
 
 bool heavy(const std::string& op) {
-  return op == "Conv" || op == "ConvTranspose" || op == "MatMul" || op == "Gemm" || op == "TesseraFusedConv" ||
-         op == "TesseraFusedGemm" || op == "TesseraFusedElementwise" || op == "TesseraAttention" || op == "TesseraLstmCell" ||
-         op == "TesseraRnnProj";
+  static const char* kHeavy[] = {"Conv", "ConvTranspose", "MatMul", "Gemm", "TesseraFusedConv", "TesseraFusedGemm",
+                                 "TesseraFusedMatMul", "TesseraFusedElementwise", "TesseraAttention",
+                                 "TesseraLstmCell", "TesseraRnnProj"};
+  for (const char* h : kHeavy)
+    if (op == h) return true;
+  return false;
 }
 
 // The critical-path search tries alternatives for at most this many of the

@@ -164,7 +164,8 @@ TEST(Fusion, BitwiseEqualToUnfusedOnTheZoo) {
       else if (st.node->op_type == "TesseraAttention")  // + scale, mask, Softmax, second MatMul
         absorbed += 2 + (st.node->input(3) != nullptr) + (st.node->input(4) != nullptr);
       else if (st.node->op_type.rfind("TesseraFused", 0) == 0)
-        absorbed += (st.node->input(3) != nullptr) + (st.node->attr_string("activation", "none") != "none");
+        absorbed += (st.node->input(3) != nullptr) + (st.node->attr_string("activation", "none") != "none") +
+                    (st.node->op_type == "TesseraFusedMatMul" && st.node->input(2) != nullptr);  // its bias Add
     }
     EXPECT_EQ((*plain)->steps.size() - (*fused)->steps.size(), absorbed) << model;
     expect_bitwise(run_outputs(std::move(*fused), Executor::kSequential, inputs),
@@ -190,13 +191,17 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
     return a;
   };
   for (const char* act : {"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"}) {
-    for (int variant = 0; variant < 3; ++variant) {  // conv, conv + residual, gemm + residual
+    for (int variant = 0; variant < 4; ++variant) {  // conv, conv + residual, gemm + residual, matmul + bias + residual
       auto build = [&](uint32_t seed) {
         rng.seed(seed);
         auto g = std::make_unique<Graph>();
-        Value* x = g->add_input("x", DType::kFloat32, variant == 2 ? Shape{5, 12} : Shape{1, 4, 9, 7});
+        Value* x = g->add_input("x", DType::kFloat32, variant == 2 ? Shape{5, 12} : variant == 3 ? Shape{2, 5, 12}
+                                                                                                   : Shape{1, 4, 9, 7});
         Node* op;
-        if (variant == 2) {
+        if (variant == 3) {
+          op = g->add_node("MatMul", "matmul", {x, g->add_constant("w", random(Shape{12, 10}))}, 1);
+          op = g->add_node("Add", "bias", {g->add_constant("b", random(Shape{10})), op->outputs[0]}, 1);
+        } else if (variant == 2) {
           op = g->add_node("Gemm", "gemm", {x, g->add_constant("w", random(Shape{12, 10})),
                                             g->add_constant("b", random(Shape{10}))}, 1);
         } else {
@@ -209,7 +214,8 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
         }
         Value* y = op->outputs[0];
         if (variant > 0) {
-          Value* r = g->add_input("r", DType::kFloat32, variant == 2 ? Shape{5, 10} : Shape{1, 6, 9, 7});
+          Value* r = g->add_input("r", DType::kFloat32, variant == 2 ? Shape{5, 10} : variant == 3 ? Shape{2, 5, 10}
+                                                                                                   : Shape{1, 6, 9, 7});
           y = g->add_node("Add", "add", {r, y}, 1)->outputs[0];
         }
         std::vector<Value*> ins = {y};
@@ -225,8 +231,8 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
       };
       std::map<std::string, Tensor> inputs;
       rng.seed(99);
-      inputs["x"] = random(variant == 2 ? Shape{5, 12} : Shape{1, 4, 9, 7});
-      inputs["r"] = random(variant == 2 ? Shape{5, 10} : Shape{1, 6, 9, 7});
+      inputs["x"] = random(variant == 2 ? Shape{5, 12} : variant == 3 ? Shape{2, 5, 12} : Shape{1, 4, 9, 7});
+      inputs["r"] = random(variant == 2 ? Shape{5, 10} : variant == 3 ? Shape{2, 5, 10} : Shape{1, 6, 9, 7});
       if (variant == 0) inputs.erase("r");
       CompileOptions co;
       co.fuse = false;

@@ -24,6 +24,7 @@ Status infer_fused_conv(Node& n);
 Status infer_attention(Node& n);
 double flops_attention(const Node& n);
 Status infer_fused_gemm(Node& n);
+Status infer_fused_matmul(Node& n);
 Status infer_fused_elementwise(Node& n);
 double flops_fused_elementwise(const Node& n);
 Status infer_einsum(Node& n);

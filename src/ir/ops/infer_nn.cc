@@ -230,6 +230,19 @@ Status infer_fused_gemm(Node& n) {
   return check_epilogue(n);
 }
 
+// TesseraFusedMatMul: MatMul(A, B) + bias (input 2, one value per output
+// column) + residual (input 3), then the activation.
+Status infer_fused_matmul(Node& n) {
+  TESSERA_RETURN_IF_ERROR(infer_matmul(n));
+  const Value* y = n.outputs[0];
+  if (const Value* b = n.input(2))
+    if (b->dtype != DType::kFloat32 || b->shape.rank() != 1 || y->shape.rank() < 1 ||
+        b->shape[0] != y->shape[y->shape.rank() - 1])
+      return invalid_argument(str_cat("bias ", b->shape.to_string(), " is not one value per column of ",
+                                      y->shape.to_string()));
+  return check_epilogue(n);
+}
+
 // TesseraAttention (made by the compiler's fusion pass):
 // Softmax(Q x Kt {/ or *} scale + mask, last axis) x V, with Q [..., S, D],
 // Kt [..., D, T], V [..., T, Dv], the same leading dims on all three, an

@@ -95,6 +95,7 @@ constexpr OpDef kOps[] = {
     {"TesseraFusedConv", 2, 4, infer_fused_conv, flops_conv},
     {"TesseraFusedElementwise", 1, 8, infer_fused_elementwise, flops_fused_elementwise},
     {"TesseraFusedGemm", 2, 4, infer_fused_gemm, flops_gemm},
+    {"TesseraFusedMatMul", 2, 4, infer_fused_matmul, flops_matmul},
     {"TesseraLstmCell", 4, 5, infer_lstm_cell, flops_lstm_cell},
     {"TesseraRnnProj", 2, 3, infer_rnn_proj, flops_rnn_proj},
 };

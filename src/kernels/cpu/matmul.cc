@@ -49,8 +49,9 @@ Grid make_grid(int64_t batch, int64_t m, int64_t n, int64_t k, const KernelParam
 
 class MatMulOp : public ROp {
  public:
-  MatMulOp(Grid grid, int64_t k, std::vector<int64_t> a_off, std::vector<int64_t> b_off)
-      : g_(grid), k_(k), a_off_(std::move(a_off)), b_off_(std::move(b_off)) {
+  MatMulOp(Grid grid, int64_t k, std::vector<int64_t> a_off, std::vector<int64_t> b_off, bool has_bias,
+           const Epilogue& epi)
+      : g_(grid), k_(k), a_off_(std::move(a_off)), b_off_(std::move(b_off)), has_bias_(has_bias), epi_(epi) {
     tasks_ = g_.tasks();
   }
   void run(int64_t task, const TaskArgs& args) const override {
@@ -58,14 +59,29 @@ class MatMulOp : public ROp {
     g_.tile(task, &bi, &m0, &m1, &n0, &n1);
     const float* a = static_cast<const float*>(args.in[0]) + a_off_[bi] + m0 * k_;
     const float* b = static_cast<const float*>(args.in[1]) + b_off_[bi] + n0;
-    float* c = static_cast<float*>(args.out[0]) + bi * g_.m * g_.n + m0 * g_.n + n0;
+    const int64_t at = bi * g_.m * g_.n + m0 * g_.n + n0;
+    float* c = static_cast<float*>(args.out[0]) + at;
     sgemm(false, false, m1 - m0, n1 - n0, k_, 1.f, a, k_, b, g_.n, 0.f, c, g_.n);
+    if (!has_bias_ && epi_.empty()) return;
+    // TesseraFusedMatMul: the bias Add (bias + y, as the unfused Add), then
+    // the residual and activation, on this tile's rows.
+    const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) + n0 : nullptr;
+    const float* res = epi_.residual ? static_cast<const float*>(args.in[3]) + at : nullptr;
+    const int64_t w = n1 - n0;
+    for (int64_t i = 0; i < m1 - m0; ++i) {
+      float* __restrict row = c + i * g_.n;
+      if (bias != nullptr)
+        for (int64_t j = 0; j < w; ++j) row[j] = bias[j] + row[j];
+      epi_.apply(row, res ? res + i * g_.n : nullptr, w);
+    }
   }
 
  private:
   Grid g_;
   int64_t k_;
   std::vector<int64_t> a_off_, b_off_;  // element offset of each batch entry
+  bool has_bias_;
+  Epilogue epi_;
 };
 
 // Offsets of each broadcast batch entry into an operand with batch dims
@@ -109,8 +125,9 @@ Result<std::unique_ptr<ROp>> make_matmul(const Node& n, const KernelParams& p) {
   }
   int64_t batch = dims_product(out_batch, 0, static_cast<int>(out_batch.size()));
   Grid g = make_grid(batch, m, nn, k, p);
+  TESSERA_ASSIGN_OR_RETURN(Epilogue epi, Epilogue::from_node(n));
   return std::unique_ptr<ROp>(new MatMulOp(g, k, batch_offsets(out_batch, ab, m * k),
-                                           batch_offsets(out_batch, bb, k * nn)));
+                                           batch_offsets(out_batch, bb, k * nn), n.input(2) != nullptr, epi));
 }
 
 // ----------------------------------------------------------------- Gemm ---
@@ -308,6 +325,8 @@ Result<std::unique_ptr<ROp>> make_einsum(const Node& n, const KernelParams&) {
 
 const RKernel kKernels[] = {
     {"MatMul", "matmul.gemm_tiles", "batched, broadcast; tiles of rows x cols, one sgemm each", make_matmul},
+    {"TesseraFusedMatMul", "matmul.gemm_tiles+epilogue", "MatMul with its bias Add, residual Add and activation fused",
+     make_matmul},
     {"Gemm", "gemm.tiles", "tiles of rows x cols with fused bias", make_gemm},
     {"TesseraFusedGemm", "gemm.tiles+epilogue", "Gemm with its residual Add and activation fused into each tile",
      make_gemm},
