@@ -28,7 +28,7 @@ const cli::Command kCompile = {
         {"--shape", "NAME=DIMS", "bind a dynamic input's shape, e.g. x=1x3x224x224", true},
         {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them"},
         {"--no-variants", "", "every op in its rKernel's own tiling (no choice among variants)"},
-        {"--no-fuse", "", "keep Conv/Gemm epilogues and elementwise chains as separate ops"},
+        {"--no-fuse", "", "no fusion: Conv/Gemm/MatMul epilogues, attention and elementwise chains stay separate ops"},
         {"--lower-recurrent", "", "split forward LSTMs into one rOperator per time step"},
         {"--quiet", "", "no summary on stderr"},
     },

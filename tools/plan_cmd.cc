@@ -31,7 +31,7 @@ const cli::Command kPlan = {
         {"--list", "", "print every vEU's instruction list"},
         {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them"},
         {"--no-variants", "", "every op in its rKernel's own tiling (no choice among variants)"},
-        {"--no-fuse", "", "keep Conv/Gemm epilogues and elementwise chains as separate ops"},
+        {"--no-fuse", "", "no fusion: Conv/Gemm/MatMul epilogues, attention and elementwise chains stay separate ops"},
         {"--lower-recurrent", "", "split forward LSTMs into one rOperator per time step (experimental)"},
     },
     "examples:\n  tessera plan build/zoo/nasnet_like.onnx --veus 2 --svg plan.svg\n"

@@ -39,7 +39,7 @@ const cli::Command kRun = {
         {"--policy", "NAME", "plan executor's scheduling policy: auto | wavefront | critical-path (default auto)"},
         {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them (profile cache)"},
         {"--no-variants", "", "every op in its rKernel's own tiling (no choice among variants)"},
-        {"--no-fuse", "", "keep Conv/Gemm epilogues and elementwise chains as separate ops"},
+        {"--no-fuse", "", "no fusion: Conv/Gemm/MatMul epilogues, attention and elementwise chains stay separate ops"},
         {"--lower-recurrent", "", "split forward LSTMs into one rOperator per time step (experimental: slower today)"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
