@@ -175,6 +175,17 @@ TEST_F(Forged, StoredShapeDisagreesWithInference) {
   expect_refused("but the graph gives");
 }
 
+// Found by fuzz_executable_load: pads near 2^62 overflowed int64 in the
+// window arithmetic (UBSan); now a clear error.
+TEST_F(Forged, HugePadsAreAnErrorNotAnOverflow) {
+  Node* conv = nullptr;
+  for (auto& n : p_->graph->nodes())
+    if (n->has_attr("pads")) conv = n.get();
+  ASSERT_NE(conv, nullptr);
+  for (int64_t& v : conv->attrs["pads"].ints) v = int64_t{7022836102411059206};
+  expect_refused("above");
+}
+
 TEST_F(Forged, UnknownOpType) {
   p_->graph->nodes()[0]->op_type = "Frobnicate";
   expect_refused("unknown op type");

@@ -187,9 +187,15 @@ Result<WindowGeometry> window_geometry(const Node& n, const Shape& input, const 
   if (static_cast<int>(g.strides.size()) != g.spatial || static_cast<int>(g.dilations.size()) != g.spatial ||
       static_cast<int>(pads.size()) != 2 * g.spatial)
     return invalid_argument("strides, dilations or pads do not match the number of spatial dims");
+  // Bounds that keep every extent below computable in int64 (a real model
+  // is far inside them; a forged one gets an error, not an overflow).
+  constexpr int64_t kMaxExtent = int64_t{1} << 30;
   for (int i = 0; i < g.spatial; ++i) {
     if (g.strides[i] < 1 || g.dilations[i] < 1 || g.kernel[i] < 1 || pads[i] < 0 || pads[i + g.spatial] < 0)
       return invalid_argument("strides, dilations and kernel must be >= 1 and pads >= 0");
+    if (g.strides[i] > kMaxExtent || g.dilations[i] > kMaxExtent || g.kernel[i] > kMaxExtent ||
+        pads[i] > kMaxExtent || pads[i + g.spatial] > kMaxExtent || input.dims[2 + i] > kMaxExtent)
+      return invalid_argument(str_cat("strides, dilations, kernel, pads or input extent above ", kMaxExtent));
   }
   std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
   bool ceil_mode = n.attr_int("ceil_mode", 0) != 0;
@@ -240,6 +246,11 @@ Result<WindowGeometry> conv_transpose_geometry(const Node& n, const Shape& input
   for (int i = 0; i < g.spatial; ++i) {
     if (g.strides[i] < 1 || g.dilations[i] < 1 || pads[i] < 0 || pads[i + g.spatial] < 0)
       return invalid_argument("strides and dilations must be >= 1 and pads >= 0");
+    constexpr int64_t kMaxExtent = int64_t{1} << 30;  // as in window_geometry: no int64 overflow below
+    if (g.strides[i] > kMaxExtent || g.dilations[i] > kMaxExtent || kernel[i] < 1 || kernel[i] > kMaxExtent ||
+        pads[i] > kMaxExtent || pads[i + g.spatial] > kMaxExtent || out_pad[i] < 0 || out_pad[i] > kMaxExtent ||
+        input.dims[2 + i] > kMaxExtent)
+      return invalid_argument(str_cat("strides, dilations, kernel, pads or input extent outside 0 to ", kMaxExtent));
     int64_t in = input.dims[2 + i];
     int64_t k_eff = (kernel[i] - 1) * g.dilations[i] + 1;
     int64_t full = g.strides[i] * (in - 1) + out_pad[i] + k_eff;
