@@ -28,6 +28,15 @@
 namespace tessera {
 namespace {
 
+// After a pass marked `fused` groups dead and appended their fused nodes:
+// drops the dead and restores topological order.
+Result<int> finish(Graph& g, int fused) {
+  if (fused == 0) return 0;
+  g.compact();
+  TESSERA_RETURN_IF_ERROR(g.sort_topologically());
+  return fused;
+}
+
 // The one live node reading `v` (once), or nullptr.
 Node* sole_consumer(const Graph& g, const Value* v) {
   if (v->is_output) return nullptr;
@@ -138,10 +147,7 @@ Result<int> fuse_epilogues(Graph& g) {
     f->attrs["activation_beta"] = fa;
     ++fused;
   }
-  if (fused == 0) return 0;
-  g.compact();
-  TESSERA_RETURN_IF_ERROR(g.sort_topologically());
-  return fused;
+  return finish(g, fused);
 }
 
 namespace {
@@ -250,10 +256,7 @@ Result<int> fuse_elementwise_chains(Graph& g) {
     f->attrs["betas"] = betas;
     ++fused;
   }
-  if (fused == 0) return 0;
-  g.compact();
-  TESSERA_RETURN_IF_ERROR(g.sort_topologically());
-  return fused;
+  return finish(g, fused);
 }
 
 namespace {
@@ -330,10 +333,7 @@ Result<int> fuse_attention(Graph& g) {
     f->attrs["scale_op"] = a;
     ++fused;
   }
-  if (fused == 0) return 0;
-  g.compact();
-  TESSERA_RETURN_IF_ERROR(g.sort_topologically());
-  return fused;
+  return finish(g, fused);
 }
 
 }  // namespace tessera

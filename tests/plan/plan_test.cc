@@ -174,16 +174,20 @@ TEST(Fusion, BitwiseEqualToUnfusedOnTheZoo) {
   std::printf("fused epilogues and chains across the zoo: %d\n", total);
 }
 
+// A float tensor of shape `s`, uniform in [lo, hi).
+Tensor uniform_tensor(std::mt19937& rng, float lo, float hi, Shape s) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  Tensor t(DType::kFloat32, std::move(s));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
 // Every activation the epilogue implements, after a Conv (with and without
-// a residual) and after a Gemm: fused bitwise equal to unfused.
+// a residual), a Gemm with a residual and a MatMul with bias and residual:
+// fused bitwise equal to unfused.
 TEST(Fusion, EveryActivationBitwiseEqual) {
   std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-2.f, 2.f);
-  auto random = [&](Shape s) {
-    Tensor t(DType::kFloat32, s);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
-    return t;
-  };
+  auto random = [&](Shape s) { return uniform_tensor(rng, -2.f, 2.f, std::move(s)); };
   auto fattr = [](float v) {
     Attribute a;
     a.kind = Attribute::Kind::kFloat;
@@ -320,12 +324,7 @@ TEST(Fusion, RandomElementwiseChainsBitwiseEqual) {
 // one rOperator, equal to the unfused ops within rel-L2 1e-6.
 TEST(Fusion, AttentionPatterns) {
   std::mt19937 rng(3);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  auto random = [&](Shape s) {
-    Tensor t(DType::kFloat32, s);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
-    return t;
-  };
+  auto random = [&](Shape s) { return uniform_tensor(rng, -1.f, 1.f, std::move(s)); };
   struct Case {
     std::vector<int64_t> batch;
     int64_t s, d, t, dv;
