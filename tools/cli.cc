@@ -109,6 +109,40 @@ Status parse_shape_flags(const Args& args, std::map<std::string, Shape>* out) {
   return Status();
 }
 
+std::vector<OptionSpec> compile_option_specs() {
+  return {
+      {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them (profile cache)"},
+      {"--no-variants", "", "every op in its rKernel's own tiling (no choice among variants)"},
+      {"--no-fuse", "", "no fusion: Conv/Gemm/MatMul epilogues, attention and elementwise chains stay separate ops"},
+      {"--no-lower-recurrent", "", "keep forward LSTMs and GRUs whole instead of one rOperator per time step"},
+      {"--recurrent-chunk", "N",
+       "project a stacked recurrent layer's input every N steps so layers overlap as a wavefront\n"
+       "                          (default 0: the whole sequence at once, after the layer below)"},
+  };
+}
+
+std::vector<OptionSpec> with_compile_options(std::vector<OptionSpec> options) {
+  for (OptionSpec& o : compile_option_specs()) options.push_back(std::move(o));
+  return options;
+}
+
+Status apply_compile_flags(const Args& args, CompileOptions* co) {
+  co->profile = !args.has("--no-profile");
+  co->variants = !args.has("--no-variants");
+  co->fuse = !args.has("--no-fuse");
+  co->lower_recurrent = !args.has("--no-lower-recurrent");
+  TESSERA_ASSIGN_OR_RETURN(co->recurrent_chunk, args.get_int("--recurrent-chunk", 0, 0, 1 << 20));
+  if (args.has("--recurrent-chunk") && !co->lower_recurrent)
+    return invalid_argument("--recurrent-chunk needs the recurrent lowering (drop --no-lower-recurrent)");
+  return Status();
+}
+
+std::string first_compile_flag(const Args& args) {
+  for (const OptionSpec& o : compile_option_specs())
+    if (args.has(o.name)) return o.name;
+  return "";
+}
+
 int fail(const Status& st) {
   std::fprintf(stderr, "tessera: error: %s\n", st.message().c_str());
   return 1;

@@ -11,6 +11,10 @@
 #include "ir/shape.h"
 #include "tessera/status.h"
 
+namespace tessera {
+struct CompileOptions;
+}
+
 namespace tessera::cli {
 
 struct OptionSpec {
@@ -53,6 +57,17 @@ int start(const Command& cmd, int argc, char** argv, size_t positional, const ch
 
 // Collects every --shape NAME=DIMS into `out`; errors name the bad flag.
 Status parse_shape_flags(const Args& args, std::map<std::string, Shape>* out);
+
+// The options of every command that compiles a model: --no-profile,
+// --no-variants, --no-fuse, --no-lower-recurrent, --recurrent-chunk.
+std::vector<OptionSpec> compile_option_specs();
+// `options` followed by compile_option_specs().
+std::vector<OptionSpec> with_compile_options(std::vector<OptionSpec> options);
+// Applies those options to `co` (errors name the bad flag).
+Status apply_compile_flags(const Args& args, CompileOptions* co);
+// The first of those options given, or "": they have no effect on a
+// compiled Executable.
+std::string first_compile_flag(const Args& args);
 
 // Prints "tessera: error: <message>" to stderr and returns 1 (2 for usage).
 int fail(const Status& st);

@@ -21,17 +21,13 @@ const cli::Command kCompile = {
     "Compile an ONNX model into an Executable: the bound graph, rKernel table, Plan, memory plan and\n"
     "weights in one file (docs/formats/executable.md). `tessera run MODEL.tsx` runs it without the\n"
     "ONNX file and without compiling again; the weights are mapped, not copied.",
-    {
+    cli::with_compile_options({
         {"--output", "FILE", "the Executable to write (required)"},
         {"--veus", "N", "vEUs the Plan is built for (default: one per core)"},
         {"--policy", "NAME", "scheduling policy: auto | wavefront | critical-path (default auto)"},
         {"--shape", "NAME=DIMS", "bind a dynamic input's shape, e.g. x=1x3x224x224", true},
-        {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them"},
-        {"--no-variants", "", "every op in its rKernel's own tiling (no choice among variants)"},
-        {"--no-fuse", "", "no fusion: Conv/Gemm/MatMul epilogues, attention and elementwise chains stay separate ops"},
-        {"--lower-recurrent", "", "split forward LSTMs into one rOperator per time step"},
         {"--quiet", "", "no summary on stderr"},
-    },
+    }),
     "examples:\n"
     "  tessera compile build/zoo/resnet18.onnx -o resnet18.tsx\n"
     "  tessera run resnet18.tsx --iters 20\n"
@@ -57,10 +53,7 @@ int compile_main(int argc, char** argv) {
   co.build_plan = true;
   co.schedule.policy = policy;
   co.schedule.veus = *veus > 0 ? static_cast<int>(*veus) : cpu_topology().cores;
-  co.profile = !a.has("--no-profile");
-  co.lower_recurrent = a.has("--lower-recurrent");
-  co.variants = !a.has("--no-variants");
-  co.fuse = !a.has("--no-fuse");
+  if (Status st = cli::apply_compile_flags(a, &co); !st.ok()) return cli::usage_error(kCompile, st.message());
   co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kCompile, st.message());
   auto program = compile_onnx(model, co);

@@ -23,17 +23,13 @@ const cli::Command kPlan = {
     "plan",
     "tessera plan MODEL.onnx|MODEL.tsx [options]",
     "Compile a model into a Plan (rTasks scheduled onto vEUs) and show it.",
-    {
+    cli::with_compile_options({
         {"--veus", "N", "vEUs to schedule onto (default: one per core, from hwloc)"},
         {"--policy", "NAME", "auto | wavefront | critical-path (default auto)"},
         {"--shape", "NAME=DIMS", "bind a dynamic input's shape", true},
         {"--svg", "FILE", "draw the predicted schedule as a Gantt chart (vEU x time, coloured by op, waits as lines)"},
         {"--list", "", "print every vEU's instruction list"},
-        {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them"},
-        {"--no-variants", "", "every op in its rKernel's own tiling (no choice among variants)"},
-        {"--no-fuse", "", "no fusion: Conv/Gemm/MatMul epilogues, attention and elementwise chains stay separate ops"},
-        {"--lower-recurrent", "", "split forward LSTMs into one rOperator per time step (experimental)"},
-    },
+    }),
     "examples:\n  tessera plan build/zoo/nasnet_like.onnx --veus 2 --svg plan.svg\n"
     "  tessera plan build/zoo/add_chains8.onnx --policy wavefront --list\n"};
 
@@ -125,18 +121,16 @@ int plan_main(int argc, char** argv) {
     return cli::usage_error(kPlan, str_cat("--policy must be auto, wavefront or critical-path, got '",
                                            a.get("--policy"), "'"));
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kPlan, st.message());
-  co.profile = !a.has("--no-profile");
-  co.lower_recurrent = a.has("--lower-recurrent");
-  co.variants = !a.has("--no-variants");
-  co.fuse = !a.has("--no-fuse");
+  if (Status st = cli::apply_compile_flags(a, &co); !st.ok()) return cli::usage_error(kPlan, st.message());
   co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
   Result<std::unique_ptr<Program>> program = failed_precondition("");
   if (is_executable_file(a.positional[0])) {
-    for (const char* opt :
-         {"--veus", "--policy", "--shape", "--no-profile", "--lower-recurrent", "--no-variants", "--no-fuse"})
-      if (a.has(opt))
-        return cli::usage_error(kPlan, str_cat(opt, " applies when compiling; ", a.positional[0],
-                                               " is a compiled Executable"));
+    std::string opt = cli::first_compile_flag(a);
+    for (const char* o : {"--veus", "--policy", "--shape"})
+      if (a.has(o)) opt = o;
+    if (!opt.empty())
+      return cli::usage_error(kPlan, str_cat(opt, " applies when compiling; ", a.positional[0],
+                                             " is a compiled Executable"));
     program = load_executable(a.positional[0]);
   } else {
     program = compile_onnx(a.positional[0], co);

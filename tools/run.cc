@@ -28,7 +28,7 @@ const cli::Command kRun = {
     "tessera run MODEL.onnx|MODEL.tsx [options]",
     "Compile an ONNX model (or load an Executable written by `tessera compile`) and run it on the\n"
     "local CPU; print latency and outputs.",
-    {
+    cli::with_compile_options({
         {"--input", "NAME=FILE", "input from a .npy file; or FILE.npz holding inputs by name", true},
         {"--shape", "NAME=DIMS", "bind a dynamic input's shape, e.g. x=1x3x224x224", true},
         {"--output-dir", "DIR", "write each output to DIR/<name>.npy"},
@@ -37,15 +37,11 @@ const cli::Command kRun = {
         {"--threads", "N", "vEUs / worker threads, including the caller (default: all cores)"},
         {"--executor", "NAME", "plan | two-layer | sequential (default plan)"},
         {"--policy", "NAME", "plan executor's scheduling policy: auto | wavefront | critical-path (default auto)"},
-        {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them (profile cache)"},
-        {"--no-variants", "", "every op in its rKernel's own tiling (no choice among variants)"},
-        {"--no-fuse", "", "no fusion: Conv/Gemm/MatMul epilogues, attention and elementwise chains stay separate ops"},
-        {"--lower-recurrent", "", "split forward LSTMs into one rOperator per time step (experimental: slower today)"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
         {"--json", "", "print one JSON object on stdout at the end"},
         {"--quiet", "", "no human-readable text on stderr"},
-    },
+    }),
     "Inputs not given are filled with seeded random values: floats uniform in [-1, 1),\n"
     "integers uniform in [0, 16), bools fair coins.\n\n"
     "examples:\n"
@@ -176,16 +172,16 @@ int run_main(int argc, char** argv) {
   if (a.has("--trace") && so.executor != Executor::kPlan) return cli::usage_error(kRun, "--trace needs the plan executor");
 
   CompileOptions co;
+  if (Status st = cli::apply_compile_flags(a, &co); !st.ok()) return cli::usage_error(kRun, st.message());
   if (so.executor == Executor::kPlan) {
     co.build_plan = true;
     co.schedule.policy = policy;
     co.schedule.veus = so.threads > 0 ? so.threads : cpu_topology().cores;  // one vEU per core
-    co.profile = !a.has("--no-profile");
-    co.lower_recurrent = a.has("--lower-recurrent");
-    co.variants = !a.has("--no-variants");
     co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
+  } else {
+    co.profile = false;  // the profile costs a Plan's rTasks
+    co.variants = false;
   }
-  co.fuse = !a.has("--no-fuse");
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kRun, st.message());
 
   // Inputs.
@@ -220,10 +216,11 @@ int run_main(int argc, char** argv) {
   if (executable) {
     // An Executable is compiled already: its Plan fixes the executor, the
     // vEU count, the policy and the shapes.
-    for (const char* opt : {"--shape", "--policy", "--no-profile", "--lower-recurrent", "--no-variants",
-                            "--no-fuse"})
-      if (a.has(opt))
-        return cli::usage_error(kRun, str_cat(opt, " applies when compiling; ", model, " is a compiled Executable"));
+    std::string opt = cli::first_compile_flag(a);
+    for (const char* o : {"--shape", "--policy"})
+      if (a.has(o)) opt = o;
+    if (!opt.empty())
+      return cli::usage_error(kRun, str_cat(opt, " applies when compiling; ", model, " is a compiled Executable"));
     if (so.executor != Executor::kPlan)
       return cli::usage_error(kRun, str_cat(model, " is an Executable: it runs on the plan executor only"));
     auto loaded = load_executable(model);

@@ -1,15 +1,21 @@
-// Lowering of LSTM to one rOperator per time step, so that the scheduler
-// can run stacked layers as a diagonal wavefront: layer l+1's step t
-// depends only on layer l's step t and its own step t-1 (the LSTM-TC case
-// in the Rammer paper).
+// Lowering of LSTM and GRU layers to one rOperator per time step, so that
+// the scheduler can overlap stacked layers as a diagonal wavefront: layer
+// l+1's steps depend only on layer l's steps and their own predecessors
+// (the LSTM-TC case in the Rammer paper).
 //
-// A forward LSTM (no sequence_lens, peepholes or clip; layout 0) becomes:
-//   - if its input X is the (squeezed) Y of an LSTM lowered before it: one
-//     TesseraLstmCell per step reading that layer's h_t directly;
-//   - otherwise: one TesseraRnnProj computing X W^T + b for every step in
-//     one GEMM, and one TesseraLstmCell per step reading its row;
-//   - Y = Concat of the steps' h_t; Y_h and Y_c = Reshapes of the last
-//     step's h and c. These reuse the LSTM's output values, so consumers and
+// A forward LSTM (no sequence_lens, peepholes, clip or input_forget) or
+// GRU (linear_before_reset = 1, as PyTorch exports it), layout 0, with
+// constant weights, becomes:
+//   - TesseraRnnProj nodes: the input projection X W^T + biases as GEMMs.
+//     If X is the (squeezed) Y of a layer lowered before it, the projection
+//     reads that layer's h_t directly: one per chunk of `chunk` steps, so
+//     layer l+1 starts once layer l has done one chunk (0: one projection
+//     of all steps once layer l is done). Otherwise one projection of all
+//     of X;
+//   - one TesseraLstmCell / TesseraGruCell per step: h_prev R^T on R packed
+//     in panels (kernels/cpu/rnn_cell.h), then the gate math;
+//   - Y = Concat of the steps' h_t; Y_h (and Y_c) = Reshapes of the last
+//     step's state. These reuse the layer's output values, so consumers and
 //     graph outputs are untouched; a Y only the next layer read goes dead.
 // Other recurrent nodes keep their whole-sequence rKernel.
 #include <algorithm>
@@ -20,55 +26,40 @@
 #include "compiler/program.h"
 #include "ir/ops/op_registry.h"
 #include "kernels/cpu/kernel.h"
+#include "kernels/cpu/rnn_cell.h"
 
 namespace tessera {
 namespace {
 
+// Longer sequences keep the whole-sequence rKernel: a Program of one op
+// per step would be too large to schedule.
+constexpr int64_t kMaxLoweredSteps = 4096;
+
 bool lowerable(const Node& n) {
-  if (n.op_type != "LSTM") return false;
+  const bool lstm = n.op_type == "LSTM";
+  if (!lstm && n.op_type != "GRU") return false;
   if (n.attr_string("direction", "forward") != "forward" || n.attr_int("layout", 0) != 0) return false;
-  if (n.has_attr("clip") || n.attr_int("input_forget", 0) != 0) return false;
-  if (n.input(4) != nullptr || n.input(7) != nullptr) return false;  // sequence_lens, peepholes
+  if (n.has_attr("clip") || n.has_attr("activations")) return false;
+  if (lstm && (n.attr_int("input_forget", 0) != 0 || n.input(7) != nullptr)) return false;  // peepholes
+  if (!lstm && n.attr_int("linear_before_reset", 0) == 0) return false;
+  if (n.input(4) != nullptr) return false;  // sequence_lens
   const Shape& x = n.inputs[0]->shape;
   if (!n.inputs[1]->is_constant() || !n.inputs[2]->is_constant()) return false;  // weights are packed at compile time
   if (n.input(3) != nullptr && !n.inputs[3]->is_constant()) return false;
-  return x.rank() == 3 && x[0] >= 1 && x[1] >= 1;
+  return x.rank() == 3 && x[0] >= 1 && x[0] <= kMaxLoweredSteps && x[1] >= 1 && n.inputs[1]->shape[0] == 1;
 }
 
-// The packed order of a layer's gate rows for `blocks` blocks of hidden
-// units (cut as task_range cuts them, so the cell's rTask k finds its block
-// at rows 4*u0 .. 4*u1): block by block, gate by gate (i, o, f, c), unit by
-// unit. Calls fn(packed_row, original_row) for every row.
-template <typename Fn>
-void for_each_packed_row(int64_t hidden, int64_t blocks, Fn&& fn) {
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    int64_t u0, u1;
-    task_range(hidden, blocks, blk, &u0, &u1);
-    const int64_t nu = u1 - u0;
-    for (int gate = 0; gate < 4; ++gate)
-      for (int64_t j = 0; j < nu; ++j) fn(4 * u0 + gate * nu + j, gate * hidden + u0 + j);
+// The projection's bias [G*H]: Wb + Rb, except for the GRU's h gate, whose
+// Rb the reset gate scales inside the cell.
+Tensor projection_bias(const Value* b, int64_t gates, int64_t hidden, bool lstm) {
+  const int64_t gh = gates * hidden;
+  Tensor out(DType::kFloat32, Shape{gh});
+  float* o = out.data<float>();
+  for (int64_t j = 0; j < gh; ++j) {
+    if (b == nullptr) { o[j] = 0.f; continue; }
+    const float* bb = b->constant->data<float>();
+    o[j] = bb[j] + (lstm || j < 2 * hidden ? bb[gh + j] : 0.f);
   }
-}
-
-// Rows [W row | R row] (or just the R row when with_w is false).
-Tensor pack_weights(const Tensor& w, const Tensor& r, int64_t hidden, int64_t blocks, bool with_w) {
-  const int64_t in = with_w ? w.shape()[2] : 0;
-  const int64_t k = in + hidden;
-  Tensor out(DType::kFloat32, Shape{4 * hidden, k});
-  for_each_packed_row(hidden, blocks, [&](int64_t dst_row, int64_t src) {
-    float* dst = out.data<float>() + dst_row * k;
-    if (with_w) std::memcpy(dst, w.data<float>() + src * in, static_cast<size_t>(in) * sizeof(float));
-    std::memcpy(dst + in, r.data<float>() + src * hidden, static_cast<size_t>(hidden) * sizeof(float));
-  });
-  return out;
-}
-
-// Wb + Rb in the same order.
-Tensor pack_bias(const Tensor& b, int64_t hidden, int64_t blocks) {
-  Tensor out(DType::kFloat32, Shape{4 * hidden});
-  for_each_packed_row(hidden, blocks, [&](int64_t dst_row, int64_t src) {
-    out.data<float>()[dst_row] = b.data<float>()[src] + b.data<float>()[4 * hidden + src];
-  });
   return out;
 }
 
@@ -81,66 +72,75 @@ Attribute int_attr(int64_t v) {
 
 }  // namespace
 
-// Returns the number of LSTM nodes lowered.
-Result<int> lower_recurrent(Graph& g) {
-  // Y value of a lowered LSTM -> its per-step h values.
+// Returns the number of recurrent nodes lowered.
+Result<int> lower_recurrent(Graph& g, int64_t chunk_steps) {
+  // Y value of a lowered layer -> its per-step h values.
   std::map<const Value*, std::vector<Value*>> steps_of;
   int lowered = 0;
   const size_t count = g.nodes().size();
   for (size_t idx = 0; idx < count; ++idx) {
     Node& n = *g.nodes()[idx];
     if (n.dead || !lowerable(n)) continue;
+    const bool lstm = n.op_type == "LSTM";
+    const int64_t gates = lstm ? 4 : 3;
     const Shape& xs = n.inputs[0]->shape;
     const int64_t seq = xs[0], batch = xs[1];
     const int64_t hidden = n.inputs[2]->shape[2];
     Value* w = n.inputs[1];
-    Value* r = n.inputs[2];
     Value* b = n.input(3);
     Value* h = n.input(5);
-    Value* c = n.input(6);
-    // Is X the squeezed Y of a lowered LSTM?
+    Value* c = lstm ? n.input(6) : nullptr;
+    // Is X the squeezed Y of a lowered layer?
     const std::vector<Value*>* chained = nullptr;
     Value* x = n.inputs[0];
     if (x->producer && x->producer->op_type == "Squeeze" && !x->producer->dead) {
       auto it = steps_of.find(x->producer->inputs[0]);
       if (it != steps_of.end() && static_cast<int64_t>(it->second.size()) == seq) chained = &it->second;
     }
-    Value* proj = nullptr;
     const std::string base = n.name;
-    if (chained == nullptr) {
-      Node* p = g.add_node("TesseraRnnProj", str_cat(base, "/proj"), b ? std::vector<Value*>{x, w, b}
-                                                                      : std::vector<Value*>{x, w}, 1);
-      TESSERA_RETURN_IF_ERROR(op_infer(*p));
-      proj = p->outputs[0];
+    Value* bias = g.add_constant(str_cat(base, "/proj_bias"), projection_bias(b, gates, hidden, lstm));
+    Value* rp = g.add_constant(str_cat(base, "/packed_r"),
+                               pack_rnn_recurrence(n.inputs[2]->constant->data<float>(), gates, hidden));
+    Value* rb = nullptr;
+    if (!lstm && b != nullptr) {
+      Tensor t(DType::kFloat32, Shape{hidden});
+      std::memcpy(t.data<float>(), b->constant->data<float>() + 5 * hidden, static_cast<size_t>(hidden) * sizeof(float));
+      rb = g.add_constant(str_cat(base, "/rb_h"), std::move(t));
     }
-    // Blocks of hidden units per step: each a GEMM of >= 64 units.
-    const int64_t blocks = std::clamp<int64_t>(hidden / 64, 1, 8);
-    Value* wp = g.add_constant(str_cat(base, "/packed_weights"),
-                               pack_weights(*w->constant, *r->constant, hidden, blocks, chained != nullptr));
-    Value* bp = chained && b ? g.add_constant(str_cat(base, "/packed_bias"), pack_bias(*b->constant, hidden, blocks))
-                             : nullptr;
+    // Projections: one of all of X, or one per chunk of the chained steps.
+    const int64_t chunk = chained && chunk_steps > 0 ? std::min(chunk_steps, seq) : seq;
+    std::vector<Value*> proj;
+    for (int64_t t0 = 0; t0 < seq; t0 += chunk) {
+      std::vector<Value*> ins = {w, bias};
+      if (chained) ins.insert(ins.end(), chained->begin() + t0, chained->begin() + std::min(seq, t0 + chunk));
+      else ins.push_back(x);
+      Node* p = g.add_node("TesseraRnnProj", chained ? str_cat(base, "/proj", t0) : str_cat(base, "/proj"), ins, 1);
+      p->opset = n.opset;
+      TESSERA_RETURN_IF_ERROR(op_infer(*p));
+      proj.push_back(p->outputs[0]);
+    }
     std::vector<Value*> hs;
     Value* h_prev = h;
     Value* c_prev = c;
     for (int64_t t = 0; t < seq; ++t) {
-      Value* xin = chained ? (*chained)[static_cast<size_t>(t)] : proj;
-      std::vector<Value*> ins = {xin, h_prev, c_prev, wp};
-      if (bp) ins.push_back(bp);
-      Node* cell = g.add_node("TesseraLstmCell", str_cat(base, "/step", t), ins, 2);
+      Value* xin = proj[static_cast<size_t>(t / chunk)];
+      std::vector<Value*> ins = lstm ? std::vector<Value*>{xin, h_prev, c_prev, rp}
+                                     : std::vector<Value*>{xin, h_prev, rp, rb};
+      Node* cell = g.add_node(lstm ? "TesseraLstmCell" : "TesseraGruCell", str_cat(base, "/step", t), ins,
+                              lstm ? 2 : 1);
       cell->attrs["hidden_size"] = int_attr(hidden);
       cell->attrs["batch"] = int_attr(batch);
-      cell->attrs["step"] = int_attr(chained ? -1 : t);
-      cell->attrs["blocks"] = int_attr(blocks);
+      cell->attrs["step"] = int_attr(t % chunk);
       cell->opset = n.opset;
       TESSERA_RETURN_IF_ERROR(op_infer(*cell));
       hs.push_back(cell->outputs[0]);
       h_prev = cell->outputs[0];
-      c_prev = cell->outputs[1];
+      if (lstm) c_prev = cell->outputs[1];
     }
-    // Outputs: reuse the LSTM's values.
+    // Outputs: reuse the layer's values.
     n.dead = true;
     std::vector<Value*> outs = n.outputs;
-    if (!outs.empty()) {
+    if (!outs.empty() && outs[0] != nullptr) {
       Node* cat = g.add_node_producing("Concat", str_cat(base, "/Y"), hs, {outs[0]});
       cat->attrs["axis"] = int_attr(0);
       TESSERA_RETURN_IF_ERROR(op_infer(*cat));
@@ -148,11 +148,11 @@ Result<int> lower_recurrent(Graph& g) {
     }
     Value* state_shape = g.add_constant(str_cat(base, "/state_shape"),
                                         Tensor::from_int64s({1, batch, hidden}, Shape{3}));
-    if (outs.size() > 1) {
+    if (outs.size() > 1 && outs[1] != nullptr) {
       Node* yh = g.add_node_producing("Reshape", str_cat(base, "/Y_h"), {h_prev, state_shape}, {outs[1]});
       TESSERA_RETURN_IF_ERROR(op_infer(*yh));
     }
-    if (outs.size() > 2) {
+    if (outs.size() > 2 && outs[2] != nullptr) {
       Node* yc = g.add_node_producing("Reshape", str_cat(base, "/Y_c"), {c_prev, state_shape}, {outs[2]});
       TESSERA_RETURN_IF_ERROR(op_infer(*yc));
     }

@@ -98,7 +98,7 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
     TESSERA_ASSIGN_OR_RETURN(p->stats.chains_fused, fuse_elementwise_chains(*g));
   }
   if (options.lower_recurrent) {
-    TESSERA_ASSIGN_OR_RETURN(p->stats.recurrent_lowered, lower_recurrent(*g));
+    TESSERA_ASSIGN_OR_RETURN(p->stats.recurrent_lowered, lower_recurrent(*g, options.recurrent_chunk));
   }
   TESSERA_RETURN_IF_ERROR(verify_graph(*g));
   std::vector<const Node*> order;

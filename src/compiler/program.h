@@ -36,10 +36,16 @@ struct CompileOptions {
   // rather than with the analytic model.
   bool profile = false;
   ProfileOptions profile_options;
-  // Lower forward LSTMs to one rOperator per time step (wavefronts across
-  // stacked layers). Opt-in: on LSTM-TC it measures slower than the
-  // whole-sequence rKernel today (bench/RESULTS.md).
-  bool lower_recurrent = false;
+  // Lower forward LSTMs and GRUs to one rOperator per time step
+  // (compiler/lower_rnn.cc); off: the whole-sequence rKernel, one rTask
+  // per (direction, batch entry).
+  bool lower_recurrent = true;
+  // With lowering: project a stacked layer's input every this many steps,
+  // so that the layers overlap as a diagonal wavefront. 0 projects each
+  // layer's whole input at once, after the layer below, so a vEU's part of
+  // R stays in its cache for the whole layer (faster on LSTM-TC here:
+  // docs/architecture.md, "Lowering recurrent layers").
+  int64_t recurrent_chunk = 0;
   // Offer heavy ops in several tilings and let the policy choose
   // (compiler/variants.h); off: every op in its kernel's own grain.
   bool variants = true;
@@ -115,9 +121,10 @@ Result<int> fuse_attention(Graph& g);
 // (fuse.cc); returns how many chains were fused.
 Result<int> fuse_elementwise_chains(Graph& g);
 
-// Lowers forward LSTMs to per-step rOperators (lower_rnn.cc); returns how
-// many were lowered.
-Result<int> lower_recurrent(Graph& g);
+// Lowers forward LSTMs and GRUs to per-step rOperators (lower_rnn.cc),
+// projecting a stacked layer's input every `chunk` steps (0: all at once);
+// returns how many layers were lowered.
+Result<int> lower_recurrent(Graph& g, int64_t chunk);
 
 // Parses "1x3x224x224" (also "1,3,224,224"; "" or "scalar" for rank 0).
 Result<Shape> parse_dims(const std::string& text);

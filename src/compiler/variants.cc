@@ -11,7 +11,7 @@ namespace {
 bool heavy(const std::string& op) {
   static const char* kHeavy[] = {"Conv", "ConvTranspose", "MatMul", "Gemm", "TesseraFusedConv", "TesseraFusedGemm",
                                  "TesseraFusedMatMul", "TesseraFusedElementwise", "TesseraAttention",
-                                 "TesseraLstmCell", "TesseraRnnProj"};
+                                 "TesseraLstmCell", "TesseraGruCell", "TesseraRnnProj"};
   for (const char* h : kHeavy)
     if (op == h) return true;
   return false;

@@ -23,14 +23,27 @@ inline std::string zoo(const std::string& name) {
   return (std::filesystem::path(env ? env : "build/zoo") / name).string();
 }
 
-// Compiles zoo model `name` with its inputs' shapes bound; fills `inputs`.
-inline Result<std::unique_ptr<Program>> compile_zoo(const std::string& name, const CompileOptions& base,
-                                                    std::map<std::string, Tensor>* inputs) {
-  TESSERA_ASSIGN_OR_RETURN(*inputs, npz_read(zoo(name) + ".inputs.npz"));
-  TESSERA_ASSIGN_OR_RETURN(auto g, import_onnx_file(zoo(name) + ".onnx"));
+// build/zoo-extra/<name> (the unseen-kind models), or $TESSERA_ZOO_EXTRA/<name>.
+inline std::string zoo_extra(const std::string& name) {
+  const char* env = std::getenv("TESSERA_ZOO_EXTRA");
+  return (std::filesystem::path(env ? env : "build/zoo-extra") / name).string();
+}
+
+// Compiles <path>.onnx with its inputs' shapes bound from <path>.inputs.npz;
+// fills `inputs`.
+inline Result<std::unique_ptr<Program>> compile_model(const std::string& path, const CompileOptions& base,
+                                                      std::map<std::string, Tensor>* inputs) {
+  TESSERA_ASSIGN_OR_RETURN(*inputs, npz_read(path + ".inputs.npz"));
+  TESSERA_ASSIGN_OR_RETURN(auto g, import_onnx_file(path + ".onnx"));
   CompileOptions co = base;
   for (Value* in : g->inputs()) co.input_shapes[in->name] = inputs->at(in->name).shape();
   return compile_graph(std::move(g), co);
+}
+
+// Compiles zoo model `name` with its inputs' shapes bound; fills `inputs`.
+inline Result<std::unique_ptr<Program>> compile_zoo(const std::string& name, const CompileOptions& base,
+                                                    std::map<std::string, Tensor>* inputs) {
+  return compile_model(zoo(name), base, inputs);
 }
 
 // Runs twice with a poisoned arena; returns the second run's outputs.

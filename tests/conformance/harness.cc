@@ -61,6 +61,9 @@ Result<std::vector<Tensor>> run_case(const OpCase& c, Executor executor, int64_t
   co.tasks_per_op = tasks_per_op;
   co.lower_recurrent = c.lower_recurrent;
   TESSERA_ASSIGN_OR_RETURN(auto program, compile_graph(std::move(g), co));
+  if (program->stats.recurrent_lowered != (c.lower_recurrent ? 1 : 0))
+    return internal_error(str_cat(c.op, ": ", program->stats.recurrent_lowered, " layers lowered, expected ",
+                                  c.lower_recurrent ? 1 : 0));
   SessionOptions so;
   so.executor = executor;
   so.threads = 2;

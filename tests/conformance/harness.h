@@ -31,7 +31,7 @@ struct OpCase {
   std::map<std::string, Attribute> attrs;
   int outputs = 1;
   int64_t opset = 17;
-  bool lower_recurrent = false;  // also run the per-step lowering of LSTMs
+  bool lower_recurrent = false;  // lower LSTM/GRU to per-step cells (checked to happen)
 };
 
 // Random tensors, from one generator per test so runs are reproducible given

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "base/strings.h"
 #include "ir/ops/op_registry.h"
 #include "tests/conformance/harness.h"
 
@@ -443,8 +444,14 @@ TEST_F(Nn, ArgMaxAndCumSum) {
 
 double sig(double x) { return 1 / (1 + std::exp(-x)); }
 
+// Every direction, both GRU variants, hidden sizes below and across the
+// lowered cells' 16-unit panels (37: three panels, the last partial), and
+// with B, initial_h and initial_c absent. Forward LSTMs and GRUs with
+// linear_before_reset are also run lowered to per-step cells.
 TEST_F(Nn, LstmAndGruAllDirections) {
-  const int64_t seq = 5, batch = 3, in = 4, h = 6;
+  const int64_t seq = 5, batch = 3, in = 4;
+  for (int64_t h : {6, 37})
+  for (bool absent : {false, true})
   for (std::string dir : {"forward", "reverse", "bidirectional"}) {
     int64_t dirs = dir == "bidirectional" ? 2 : 1;
     for (bool lstm : {true, false}) {
@@ -454,6 +461,8 @@ TEST_F(Nn, LstmAndGruAllDirections) {
         Tensor x = rng.floats(Shape{seq, batch, in}), w = rng.floats(Shape{dirs, G * h, in}),
                r = rng.floats(Shape{dirs, G * h, h}), b = rng.floats(Shape{dirs, 2 * G * h}),
                h0 = rng.floats(Shape{dirs, batch, h}), c0 = rng.floats(Shape{dirs, batch, h});
+        if (absent)  // the reference sees zeros; the op gets no input
+          for (Tensor* t : {&b, &h0, &c0}) std::fill(t->data<float>(), t->data<float>() + t->numel(), 0.f);
         Tensor y(DType::kFloat32, Shape{seq, dirs, batch, h}), yh(DType::kFloat32, Shape{dirs, batch, h}),
             yc(DType::kFloat32, Shape{dirs, batch, h});
         for (int64_t d = 0; d < dirs; ++d)
@@ -507,19 +516,22 @@ TEST_F(Nn, LstmAndGruAllDirections) {
               yc.data<float>()[(d * batch + bi) * h + j] = static_cast<float>(C[j]);
             }
           }
-        SCOPED_TRACE((lstm ? "LSTM " : "GRU ") + dir + " lbr=" + std::to_string(lbr));
+        SCOPED_TRACE(str_cat(lstm ? "LSTM " : "GRU ", dir, " lbr=", lbr, " h=", h, absent ? " without B and states" : ""));
         std::map<std::string, Attribute> attrs = {{"hidden_size", attr_i(h)}, {"direction", attr_s(dir)}};
+        const Tensor none;
+        const bool lowerable = dir == "forward" && (lstm || lbr);
         if (lstm) {
-          OpCase c{"LSTM", {{x}, {w, true}, {r, true}, {b, true}, {Tensor()}, {h0}, {c0}}, attrs, 3};
+          OpCase c{"LSTM", {{x}, {w, true}, {r, true}, {absent ? none : b, true}, {none}, {absent ? none : h0},
+                            {absent ? none : c0}}, attrs, 3};
           expect_matches(c, {y, yh, yc});
-          if (dir == "forward") {  // lowered to per-step cells (with projection, states, Y_h, Y_c)
-            c.lower_recurrent = true;
-            expect_matches(c, {y, yh, yc});
-          }
+          c.lower_recurrent = lowerable;  // per-step cells (with projection, states, Y_h, Y_c)
+          if (lowerable) expect_matches(c, {y, yh, yc});
         } else {
           attrs["linear_before_reset"] = attr_i(lbr);
-          OpCase c{"GRU", {{x}, {w, true}, {r, true}, {b, true}, {Tensor()}, {h0}}, attrs, 2};
+          OpCase c{"GRU", {{x}, {w, true}, {r, true}, {absent ? none : b, true}, {none}, {absent ? none : h0}}, attrs, 2};
           expect_matches(c, {y, yh});
+          c.lower_recurrent = lowerable;
+          if (lowerable) expect_matches(c, {y, yh});
         }
       }
     }

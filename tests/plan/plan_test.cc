@@ -12,6 +12,7 @@
 #include <random>
 #include <tuple>
 
+#include "base/strings.h"
 #include "ir/npy.h"
 #include "onnx/importer.h"
 #include "runtime/session.h"
@@ -22,10 +23,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+using testing_util::compile_model;
 using testing_util::compile_zoo;
 using testing_util::expect_bitwise;
 using testing_util::run_outputs;
 using testing_util::zoo;
+using testing_util::zoo_extra;
 
 std::vector<Tensor> sequential_reference(const std::string& model) {
   std::map<std::string, Tensor> inputs;
@@ -575,43 +578,65 @@ TEST(Profiler, MeasuresCachesAndFeedsThePlan) {
 namespace tessera {
 namespace {
 
-// LSTMs lowered to per-step rOperators (the stacked layers of LSTM-TC are
-// chained step by step) still match PyTorch, under every policy and random
-// schedules, and the Y/Squeeze chains between layers disappear.
+// LSTMs lowered to per-step rOperators still match PyTorch, under every
+// policy and random schedules, with each layer's input projected at once or
+// in chunks (the diagonal wavefront), and the Y/Squeeze chains between
+// layers disappear: each layer's projection reads the layer below's h_t.
 TEST(LoweredLstm, MatchesPyTorchAndChainsLayers) {
   auto expected = npz_read(zoo("lstm_tc") + ".outputs.npz");
   ASSERT_TRUE(expected.ok());
-  for (Policy policy : {Policy::kAuto, Policy::kCriticalPath, Policy::kRandom}) {
+  for (int64_t chunk : {0, 16})
+    for (Policy policy : {Policy::kAuto, Policy::kCriticalPath, Policy::kRandom}) {
+      SCOPED_TRACE(str_cat(policy_name(policy), " chunk ", chunk));
+      CompileOptions co;
+      co.build_plan = true;
+      co.recurrent_chunk = chunk;
+      co.schedule.veus = policy == Policy::kRandom ? 3 : 2;
+      co.schedule.policy = policy;
+      co.schedule.seed = 5;
+      std::map<std::string, Tensor> inputs;
+      auto p = compile_zoo("lstm_tc", co, &inputs);
+      ASSERT_TRUE(p.ok()) << p.status().to_string();
+      EXPECT_EQ((*p)->stats.recurrent_lowered, 10);
+      int cells = 0, projections = 0, squeezes = 0;
+      for (const Step& s : (*p)->steps) {
+        cells += s.node->op_type == "TesseraLstmCell";
+        projections += s.node->op_type == "TesseraRnnProj";
+        squeezes += s.node->op_type == "Squeeze";
+      }
+      EXPECT_EQ(cells, 1000);
+      EXPECT_EQ(projections, chunk == 0 ? 10 : 1 + 9 * 7) << "100 steps in chunks of 16: 7 per stacked layer";
+      EXPECT_LE(squeezes, 1) << "stacked layers read each other's h_t directly";
+      auto outs = run_outputs(std::move(*p), Executor::kPlan, inputs);
+      ASSERT_EQ(outs.size(), 1u);
+      EXPECT_LE(rel_l2(outs[0], expected->at("output")), 1e-5);
+    }
+}
+
+// A GRU (PyTorch's linear_before_reset = 1) lowered to per-step cells
+// matches PyTorch and the whole-sequence rKernel.
+TEST(LoweredGru, MatchesPyTorchAndWholeSequence) {
+  const std::string model = zoo_extra("char_lm");
+  auto expected = npz_read(model + ".outputs.npz");
+  ASSERT_TRUE(expected.ok()) << expected.status().to_string();
+  std::vector<Tensor> got[2];
+  for (bool lower : {false, true}) {
     CompileOptions co;
     co.build_plan = true;
-    co.lower_recurrent = true;
-    co.schedule.veus = policy == Policy::kRandom ? 3 : 2;
-    co.schedule.policy = policy;
-    co.schedule.seed = 5;
+    co.lower_recurrent = lower;
+    co.schedule.veus = 2;
     std::map<std::string, Tensor> inputs;
-    auto p = compile_zoo("lstm_tc", co, &inputs);
+    auto p = compile_model(model, co, &inputs);
     ASSERT_TRUE(p.ok()) << p.status().to_string();
-    EXPECT_EQ((*p)->stats.recurrent_lowered, 10);
-    int cells = 0, projections = 0, squeezes = 0;
-    for (const Step& s : (*p)->steps) {
-      cells += s.node->op_type == "TesseraLstmCell";
-      projections += s.node->op_type == "TesseraRnnProj";
-      squeezes += s.node->op_type == "Squeeze";
-    }
-    EXPECT_EQ(cells, 1000);
-    EXPECT_EQ(projections, 1) << "only the first layer's input is projected ahead";
-    EXPECT_LE(squeezes, 1) << "inner layers read each other's h_t directly";
-    auto outs = run_outputs(std::move(*p), Executor::kPlan, inputs);
-    ASSERT_EQ(outs.size(), 1u);
-    const Tensor& want = expected->at("output");
-    double err = 0, norm = 0;
-    for (int64_t i = 0; i < want.numel(); ++i) {
-      double d = outs[0].data<float>()[i] - want.data<float>()[i];
-      err += d * d;
-      norm += double(want.data<float>()[i]) * want.data<float>()[i];
-    }
-    EXPECT_LE(std::sqrt(err / norm), 1e-5) << policy_name(policy);
+    EXPECT_EQ((*p)->stats.recurrent_lowered, lower ? 1 : 0);
+    int cells = 0;
+    for (const Step& s : (*p)->steps) cells += s.node->op_type == "TesseraGruCell";
+    EXPECT_EQ(cells, lower ? 20 : 0);
+    got[lower] = run_outputs(std::move(*p), Executor::kPlan, inputs);
+    ASSERT_EQ(got[lower].size(), 1u);
+    EXPECT_LE(rel_l2(got[lower][0], expected->begin()->second), 1e-5) << (lower ? "lowered" : "whole sequence");
   }
+  EXPECT_LE(rel_l2(got[1][0], got[0][0]), 1e-6);
 }
 
 }  // namespace

@@ -40,7 +40,7 @@ Status infer_pool(Node& n);
 Status infer_global_pool(Node& n);
 Status infer_lstm(Node& n);
 Status infer_gru(Node& n);
-Status infer_lstm_cell(Node& n);
+Status infer_rnn_cell(Node& n);
 Status infer_rnn_proj(Node& n);
 
 // infer_layout.cc
@@ -73,7 +73,7 @@ double flops_conv(const Node& n);
 double flops_conv_transpose(const Node& n);
 double flops_pool(const Node& n);
 double flops_rnn(const Node& n);
-double flops_lstm_cell(const Node& n);
+double flops_rnn_cell(const Node& n);
 double flops_rnn_proj(const Node& n);
 
 // Einsum equation parsed into per-operand letter strings.

@@ -136,39 +136,74 @@ Status infer_gru(Node& n) {
   return Status();
 }
 
-// TesseraLstmCell: one time step of a forward LSTM, made by the compiler.
-// Inputs: x, h_prev, c_prev (absent states are zeros), Wp, bp (optional).
-// Attributes: hidden_size H, batch, step, blocks. Wp is the layer's weights
-// packed for `blocks` blocks of hidden units (lower_rnn.cc): block k's four
-// gate rows are contiguous. With step >= 0, x is the projection of every
-// step ([seq, batch, 4H], biases included), the cell reads row `step`, and
-// Wp = packed R [4H, H]. With step = -1, x is this step's input (batch x I
-// values, e.g. the previous layer's h), Wp = packed [W | R] [4H, I + H] and
-// bp the packed Wb + Rb. Outputs: h [1, 1, batch, H], c [batch, H].
-Status infer_lstm_cell(Node& n) {
-  int64_t h = n.attr_int("hidden_size", 0), b = n.attr_int("batch", 0);
-  if (h <= 0 || b <= 0) return invalid_argument("hidden_size and batch must be positive");
+// TesseraLstmCell / TesseraGruCell: one time step of a forward LSTM or GRU
+// (linear_before_reset = 1), made by the compiler (lower_rnn.cc).
+// Inputs, LSTM: xp, h_prev, c_prev, Rp; GRU: xp, h_prev, Rp, Rb_h (absent
+// states are zeros; Rb_h is optional). xp [rows, G*H] is a projection of
+// the layer's inputs with biases folded in; the cell reads rows
+// step * batch .. step * batch + batch - 1. Rp is R packed in panels
+// [ceil(H / kRnnPanelUnits), H, G * kRnnPanelUnits] (kernels/cpu/rnn_cell.h).
+// Attributes: hidden_size H, batch, step. Outputs: h [1, 1, batch, H] and,
+// for the LSTM, c [batch, H].
+Status infer_rnn_cell(Node& n) {
+  const bool lstm = n.op_type == "TesseraLstmCell";
+  const int64_t gates = lstm ? 4 : 3;
+  const int64_t h = n.attr_int("hidden_size", 0), b = n.attr_int("batch", 0), step = n.attr_int("step", -1);
+  constexpr int64_t kMax = int64_t{1} << 24;  // keeps every product below in int64
+  if (h <= 0 || b <= 0 || h > kMax || b > kMax || step < 0 || step > kMax)
+    return invalid_argument(str_cat("hidden_size ", h, ", batch ", b, " or step ", step, " out of range"));
+  for (Value* v : n.inputs)
+    if (v != nullptr && v->dtype != DType::kFloat32) return invalid_argument(str_cat(v->name, " is not float32"));
+  const Value* xp = n.input(0);
+  const Value* rp = n.input(lstm ? 3 : 2);
+  if (xp == nullptr || rp == nullptr) return invalid_argument("the projection and packed R are required");
+  if (xp->shape.rank() != 2 || xp->shape[1] != gates * h || xp->shape[0] < (step + 1) * b)
+    return invalid_argument(str_cat("projection ", xp->name, " has shape ", xp->shape.to_string(), ", too small for step ",
+                                    step, " of batch ", b, " and ", gates, "x", h, " gates"));
+  const Shape want_rp{(h + kRnnPanelUnits - 1) / kRnnPanelUnits, h, gates * kRnnPanelUnits};
+  if (rp->shape != want_rp)
+    return invalid_argument(str_cat("packed R ", rp->name, " has shape ", rp->shape.to_string(), ", expected ",
+                                    want_rp.to_string()));
+  const std::pair<size_t, int64_t> sized[] = {{1, b * h}, {2, lstm ? b * h : -1}, {3, lstm ? -1 : h}};
+  for (auto [i, numel] : sized)
+    if (numel >= 0 && n.input(i) != nullptr && n.input(i)->shape.numel() != numel)
+      return invalid_argument(str_cat(n.input(i)->name, " has shape ", n.input(i)->shape.to_string(), ", expected ",
+                                      numel, " values"));
   set_output(n, 0, DType::kFloat32, Shape{1, 1, b, h});
-  set_output(n, 1, DType::kFloat32, Shape{b, h});
+  if (lstm) set_output(n, 1, DType::kFloat32, Shape{b, h});
   return Status();
 }
 
-// TesseraRnnProj: X [seq, batch, I] x W[0]^T (+ Wb + Rb) -> [seq, batch, G*H].
+// TesseraRnnProj: W [1, G*H, I], bias [G*H], then the inputs x_0..x_n-1,
+// equal in size, each a whole number of rows of I values (one X
+// [seq, batch, I], or steps of the previous layer). Output: the rows
+// stacked in order times W[0]^T plus bias, [rows, G*H].
 Status infer_rnn_proj(Node& n) {
-  const Shape& x = n.inputs[0]->shape;
-  const Shape& w = n.inputs[1]->shape;
-  if (x.rank() != 3 || w.rank() != 3 || w[2] != x[2]) return invalid_argument("bad projection shapes");
-  set_output(n, 0, DType::kFloat32, Shape{x[0], x[1], w[1]});
+  for (Value* v : n.inputs) {
+    if (v == nullptr) return invalid_argument("every input is required");
+    if (v->dtype != DType::kFloat32) return invalid_argument(str_cat(v->name, " is not float32"));
+  }
+  const Shape& w = n.inputs[0]->shape;
+  if (w.rank() != 3 || w[0] != 1 || w[1] < 1 || w[2] < 1)
+    return invalid_argument(str_cat("W has shape ", w.to_string(), ", expected [1, G*H, I]"));
+  if (n.inputs[1]->shape.numel() != w[1])
+    return invalid_argument(str_cat("bias has shape ", n.inputs[1]->shape.to_string(), ", expected ", w[1], " values"));
+  const int64_t numel = n.inputs[2]->shape.numel();
+  for (size_t i = 2; i < n.inputs.size(); ++i)
+    if (n.inputs[i]->shape.numel() != numel || numel % w[2] != 0)
+      return invalid_argument(str_cat(n.inputs[i]->name, " has shape ", n.inputs[i]->shape.to_string(),
+                                      ", not a whole number of rows of ", w[2], " like every other input"));
+  set_output(n, 0, DType::kFloat32, Shape{static_cast<int64_t>(n.inputs.size() - 2) * (numel / w[2]), w[1]});
   return Status();
 }
 
-double flops_lstm_cell(const Node& n) {
-  const Shape& w = n.inputs[3]->shape;
-  return 2.0 * static_cast<double>(n.attr_int("batch", 1)) * static_cast<double>(w.numel());
+double flops_rnn_cell(const Node& n) {
+  const Shape& rp = n.inputs[n.op_type == "TesseraLstmCell" ? 3 : 2]->shape;
+  return 2.0 * static_cast<double>(n.attr_int("batch", 1)) * static_cast<double>(rp.numel());
 }
 
 double flops_rnn_proj(const Node& n) {
-  return 2.0 * static_cast<double>(n.inputs[0]->shape.numel()) * static_cast<double>(n.inputs[1]->shape[1]);
+  return 2.0 * static_cast<double>(n.outputs[0]->shape.numel()) * static_cast<double>(n.inputs[0]->shape[2]);
 }
 
 double flops_conv(const Node& n) {

@@ -96,8 +96,9 @@ constexpr OpDef kOps[] = {
     {"TesseraFusedElementwise", 1, 8, infer_fused_elementwise, flops_fused_elementwise},
     {"TesseraFusedGemm", 2, 4, infer_fused_gemm, flops_gemm},
     {"TesseraFusedMatMul", 2, 4, infer_fused_matmul, flops_matmul},
-    {"TesseraLstmCell", 4, 5, infer_lstm_cell, flops_lstm_cell},
-    {"TesseraRnnProj", 2, 3, infer_rnn_proj, flops_rnn_proj},
+    {"TesseraLstmCell", 1, 4, infer_rnn_cell, flops_rnn_cell},
+    {"TesseraGruCell", 1, 4, infer_rnn_cell, flops_rnn_cell},
+    {"TesseraRnnProj", 3, 1 << 20, infer_rnn_proj, flops_rnn_proj},
 };
 
 }  // namespace

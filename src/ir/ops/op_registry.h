@@ -21,6 +21,11 @@ namespace tessera {
 // from malformed models or wrong --shape values, and are refused by name.
 inline constexpr int64_t kMaxValueBytes = int64_t{4} << 30;
 
+// Hidden units per panel of the packed recurrence weights that the lowered
+// recurrent cells (TesseraLstmCell, TesseraGruCell) take; the layout is in
+// kernels/cpu/rnn_cell.h.
+inline constexpr int64_t kRnnPanelUnits = 16;
+
 struct OpDef {
   std::string_view type;
   int min_inputs;

@@ -13,6 +13,7 @@
 #include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernel.h"
+#include "kernels/cpu/rnn_cell.h"
 
 namespace tessera {
 namespace {
@@ -148,122 +149,204 @@ std::span<const RKernel> rnn_kernels() { return kKernels; }
 
 }  // namespace tessera
 
-// --------------------------------------------- lowered LSTM (one step) ---
+
+// ------------------------------------ lowered LSTM and GRU (one step) ---
 
 namespace tessera {
-namespace {
 
-// One time step of a forward LSTM. An rTask is one block of hidden units:
-// one GEMM of [x_t, h_prev] (or h_prev alone, when x was projected ahead)
-// against the block's packed gate rows, then the cell update.
-class LstmCellOp : public ROp {
- public:
-  LstmCellOp(int64_t batch, int64_t hidden, int64_t k, int64_t input, int64_t step, int64_t blocks, bool has_h,
-             bool has_c, bool has_b)
-      : batch_(batch), h_(hidden), k_(k), in_(input), step_(step), has_h_(has_h), has_c_(has_c), has_b_(has_b) {
-    tasks_ = blocks;
-    const int64_t nu = (hidden + blocks - 1) / blocks;
-    scratch_bytes_ = static_cast<size_t>(batch * (k + 4 * nu)) * sizeof(float);
-  }
-
-  void run(int64_t task, const TaskArgs& args) const override {
-    int64_t u0, u1;
-    task_range(h_, tasks_, task, &u0, &u1);
-    const int64_t nu = u1 - u0;
-    if (nu <= 0) return;
-    const float* x = static_cast<const float*>(args.in[0]);
-    const float* hp = has_h_ ? static_cast<const float*>(args.in[1]) : nullptr;
-    const float* cp = has_c_ ? static_cast<const float*>(args.in[2]) : nullptr;
-    const float* wp = static_cast<const float*>(args.in[3]) + 4 * u0 * k_;
-    const float* bp = has_b_ ? static_cast<const float*>(args.in[4]) + 4 * u0 : nullptr;
-    float* hy = static_cast<float*>(args.out[0]);
-    float* cy = static_cast<float*>(args.out[1]);
-    float* z = static_cast<float*>(args.scratch);  // [batch, k]
-    float* g = z + batch_ * k_;                       // [batch, 4 * nu], gate-major
-    const bool projected = step_ >= 0;
-    for (int64_t b = 0; b < batch_; ++b) {
-      float* zb = z + b * k_;
-      int64_t off = 0;
-      if (!projected) {
-        std::memcpy(zb, x + b * in_, static_cast<size_t>(in_) * sizeof(float));
-        off = in_;
-      }
-      if (hp != nullptr) std::memcpy(zb + off, hp + b * h_, static_cast<size_t>(h_) * sizeof(float));
-      else std::memset(zb + off, 0, static_cast<size_t>(h_) * sizeof(float));
-    }
-    sgemm(false, true, batch_, 4 * nu, k_, 1.f, z, k_, wp, k_, 0.f, g, 4 * nu);
-    for (int64_t b = 0; b < batch_; ++b) {
-      float* gb = g + b * 4 * nu;
-      if (projected) {
-        const float* pr = x + (step_ * batch_ + b) * 4 * h_;
-        for (int gate = 0; gate < 4; ++gate)
-          for (int64_t j = 0; j < nu; ++j) gb[gate * nu + j] += pr[gate * h_ + u0 + j];
-      } else if (bp != nullptr) {
-        for (int64_t j = 0; j < 4 * nu; ++j) gb[j] += bp[j];
-      }
-      for (int64_t j = 0; j < nu; ++j) {
-        float i = fast_sigmoid(gb[j]), o = fast_sigmoid(gb[nu + j]), f = fast_sigmoid(gb[2 * nu + j]);
-        float cc = fast_tanh(gb[3 * nu + j]);
-        float c = i * cc + (cp != nullptr ? f * cp[b * h_ + u0 + j] : 0.f);
-        cy[b * h_ + u0 + j] = c;
-        hy[b * h_ + u0 + j] = o * fast_tanh(c);
-      }
-    }
-  }
-
- private:
-  int64_t batch_, h_, k_, in_, step_;
-  bool has_h_, has_c_, has_b_;
-};
-
-Result<std::unique_ptr<ROp>> make_lstm_cell(const Node& n, const KernelParams&) {
-  int64_t step = n.attr_int("step", 0), hidden = n.attr_int("hidden_size", 1), batch = n.attr_int("batch", 1);
-  int64_t blocks = n.attr_int("blocks", 1);
-  const Shape& wp = n.inputs[3]->shape;
-  if (wp.rank() != 2 || wp[0] != 4 * hidden || blocks < 1 || blocks > hidden)
-    return invalid_argument(str_cat(n.label(), ": packed weights have shape ", wp.to_string()));
-  int64_t input = step >= 0 ? 0 : wp[1] - hidden;
-  if (step < 0 && n.inputs[0]->shape.numel() != batch * input)
-    return invalid_argument(str_cat(n.label(), ": step input has ", n.inputs[0]->shape.numel(), " values"));
-  return std::unique_ptr<ROp>(new LstmCellOp(batch, hidden, wp[1], input, step, blocks, n.input(1) != nullptr,
-                                             n.input(2) != nullptr, n.input(4) != nullptr));
+Tensor pack_rnn_recurrence(const float* r, int64_t gates, int64_t hidden) {
+  const int64_t panels = rnn_panels(hidden), width = gates * kRnnPanelUnits;
+  Tensor out(DType::kFloat32, Shape{panels, hidden, width});
+  float* o = out.data<float>();
+  for (int64_t p = 0; p < panels; ++p)
+    for (int64_t k = 0; k < hidden; ++k)
+      for (int64_t g = 0; g < gates; ++g)
+        for (int64_t j = 0; j < kRnnPanelUnits; ++j) {
+          const int64_t u = p * kRnnPanelUnits + j;
+          o[(p * hidden + k) * width + g * kRnnPanelUnits + j] = u < hidden ? r[(g * hidden + u) * hidden + k] : 0.f;
+        }
+  return out;
 }
 
-// X [seq, batch, I] x W[0]^T + Wb + Rb: rTasks are row blocks of the
-// [seq * batch, G*H] result.
-class RnnProjOp : public ROp {
- public:
-  RnnProjOp(int64_t rows, int64_t in, int64_t cols, bool has_b, const KernelParams& p)
-      : rows_(rows), in_(in), cols_(cols), has_b_(has_b) {
-    tasks_ = choose_tasks(rows, std::max<int64_t>(1, (1 << 21) / std::max<int64_t>(2 * in * cols, 1)), p);
+namespace {
+
+// acc[W] = sum over i < k of h[i] * panel row i: the sums stay in
+// registers while the panel streams through once.
+template <int64_t W>
+inline void panel_gemv(const float* __restrict panel, const float* __restrict h, int64_t k, float* __restrict acc) {
+  float a[W] = {};
+  for (int64_t i = 0; i < k; ++i) {
+    const float hi = h[i];
+    const float* row = panel + i * W;
+    for (int64_t j = 0; j < W; ++j) a[j] += hi * row[j];
   }
+  for (int64_t j = 0; j < W; ++j) acc[j] = a[j];
+}
+
+// The gate math of a panel: sums = h_prev R^T, pre = the projection, gate
+// blocks of `u` units. Out of line with run-time trip counts so that GCC
+// vectorizes them (a fixed 16 unrolls them fully and they stay scalar).
+__attribute__((noinline)) void lstm_gates(const float* __restrict sums, const float* __restrict pre,
+                                          const float* __restrict c_prev, float* __restrict h, float* __restrict c,
+                                          int64_t u) {
+  for (int64_t j = 0; j < u; ++j) {
+    const float i = fast_sigmoid(sums[j] + pre[j]), o = fast_sigmoid(sums[u + j] + pre[u + j]);
+    const float f = fast_sigmoid(sums[2 * u + j] + pre[2 * u + j]);
+    const float cc = fast_tanh(sums[3 * u + j] + pre[3 * u + j]);
+    const float cj = i * cc + f * c_prev[j];
+    c[j] = cj;
+    h[j] = o * fast_tanh(cj);
+  }
+}
+
+__attribute__((noinline)) void gru_gates(const float* __restrict sums, const float* __restrict pre,
+                                         const float* __restrict h_prev, const float* __restrict rb_h,
+                                         float* __restrict h, int64_t u) {
+  for (int64_t j = 0; j < u; ++j) {
+    const float z = fast_sigmoid(sums[j] + pre[j]), r = fast_sigmoid(sums[u + j] + pre[u + j]);
+    const float hh = fast_tanh(pre[2 * u + j] + r * (sums[2 * u + j] + rb_h[j]));
+    h[j] = (1.f - z) * hh + z * h_prev[j];
+  }
+}
+
+// Panels of one rTask: a grain of 8 panels (128 hidden units) cuts a
+// 256-unit layer in two, one half of R per vEU.
+constexpr int64_t kCellGrainPanels = 8;
+
+// One time step of a forward LSTM (gates i, o, f, c) or GRU
+// (linear_before_reset = 1; gates z, r, h). Inputs, LSTM: xp, h_prev,
+// c_prev, Rp; GRU: xp, h_prev, Rp, Rb_h. xp holds the step's input
+// projection (biases folded in, except the GRU's Rb_h, which the reset
+// gate scales) at rows step * batch + b. An rTask is a range of panels
+// (rnn_cell.h): one pass over its part of R, then the cell update of its
+// units.
+class RnnCellOp : public ROp {
+ public:
+  RnnCellOp(bool lstm, int64_t batch, int64_t hidden, int64_t step, bool has_h, bool has_c, bool has_rb,
+            const KernelParams& p)
+      : lstm_(lstm), batch_(batch), h_(hidden), step_(step), has_h_(has_h), has_c_(has_c), has_rb_(has_rb) {
+    tasks_ = choose_tasks(rnn_panels(hidden), kCellGrainPanels, p);
+  }
+
   void run(int64_t task, const TaskArgs& args) const override {
-    int64_t r0, r1;
-    task_range(rows_, tasks_, task, &r0, &r1);
-    if (r1 <= r0) return;
-    const float* x = static_cast<const float*>(args.in[0]);
-    const float* w = static_cast<const float*>(args.in[1]);
-    const float* b = has_b_ ? static_cast<const float*>(args.in[2]) : nullptr;
-    float* y = static_cast<float*>(args.out[0]);
-    sgemm(false, true, r1 - r0, cols_, in_, 1.f, x + r0 * in_, in_, w, in_, 0.f, y + r0 * cols_, cols_);
-    if (b != nullptr)
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t j = 0; j < cols_; ++j) y[r * cols_ + j] += b[j] + b[cols_ + j];
+    if (lstm_) run_gates<4>(task, args);
+    else run_gates<3>(task, args);
   }
 
  private:
-  int64_t rows_, in_, cols_;
-  bool has_b_;
+  template <int64_t G>
+  void run_gates(int64_t task, const TaskArgs& args) const {
+    constexpr int64_t kW = G * kRnnPanelUnits;
+    int64_t p0, p1;
+    task_range(rnn_panels(h_), tasks_, task, &p0, &p1);
+    const int64_t H = h_;
+    const float* xp = static_cast<const float*>(args.in[0]);
+    const float* hp = has_h_ ? static_cast<const float*>(args.in[1]) : nullptr;
+    const float* cp = lstm_ && has_c_ ? static_cast<const float*>(args.in[2]) : nullptr;
+    const float* rp = static_cast<const float*>(args.in[lstm_ ? 3 : 2]);
+    const float* rb = !lstm_ && has_rb_ ? static_cast<const float*>(args.in[3]) : nullptr;
+    float* hy = static_cast<float*>(args.out[0]);
+    float* cy = lstm_ ? static_cast<float*>(args.out[1]) : nullptr;
+    alignas(64) float acc[kW];
+    for (int64_t b = 0; b < batch_; ++b) {
+      const float* hb = hp != nullptr ? hp + b * H : nullptr;
+      const float* xb = xp + (step_ * batch_ + b) * G * H;
+      for (int64_t p = p0; p < p1; ++p) {
+        if (hb != nullptr) panel_gemv<kW>(rp + p * H * kW, hb, H, acc);
+        else std::fill(acc, acc + kW, 0.f);
+        // Gate math on whole panels; units past H are computed on zeros
+        // and not stored.
+        const int64_t u0 = p * kRnnPanelUnits, n = std::min(kRnnPanelUnits, H - u0);
+        constexpr int64_t U = kRnnPanelUnits;
+        alignas(64) float pre[kW], prev[U], hout[U], cout[U];
+        for (int64_t g = 0; g < G; ++g) {
+          std::fill(pre + g * U + n, pre + (g + 1) * U, 0.f);
+          std::copy(xb + g * H + u0, xb + g * H + u0 + n, pre + g * U);
+        }
+        std::fill(prev + n, prev + U, 0.f);
+        const float* state = G == 4 ? (cp != nullptr ? cp + b * H : nullptr) : hb;
+        if (state != nullptr) std::copy(state + u0, state + u0 + n, prev);
+        else std::fill(prev, prev + n, 0.f);
+        if constexpr (G == 4) {
+          lstm_gates(acc, pre, prev, hout, cout, U);
+          std::copy(cout, cout + n, cy + b * H + u0);
+        } else {
+          alignas(64) float rbh[U];
+          std::fill(rbh + n, rbh + U, 0.f);
+          if (rb != nullptr) std::copy(rb + u0, rb + u0 + n, rbh);
+          else std::fill(rbh, rbh + n, 0.f);
+          gru_gates(acc, pre, prev, rbh, hout, U);
+        }
+        std::copy(hout, hout + n, hy + b * H + u0);
+      }
+    }
+  }
+
+  bool lstm_;
+  int64_t batch_, h_, step_;
+  bool has_h_, has_c_, has_rb_;
+};
+
+Result<std::unique_ptr<ROp>> make_rnn_cell(const Node& n, const KernelParams& p) {
+  const bool lstm = n.op_type == "TesseraLstmCell";
+  // Shapes were checked by infer_rnn_cell.
+  return std::unique_ptr<ROp>(new RnnCellOp(lstm, n.attr_int("batch", 1), n.attr_int("hidden_size", 1),
+                                            n.attr_int("step", 0), n.input(1) != nullptr,
+                                            lstm && n.input(2) != nullptr, !lstm && n.input(3) != nullptr, p));
+}
+
+// The input projection of a run of steps: [rows, I] x W[0]^T + bias, where
+// the rows are those of one X [seq, batch, I] or of several step inputs
+// (each [.., batch, I], e.g. the previous layer's h_t) stacked in order.
+// rTasks are blocks of output columns (multiples of 16), so W is read once
+// however few the rows; with several inputs a task first gathers the rows.
+class RnnProjOp : public ROp {
+ public:
+  RnnProjOp(int64_t parts, int64_t part_rows, int64_t in, int64_t cols, const KernelParams& p)
+      : parts_(parts), part_rows_(part_rows), in_(in), cols_(cols) {
+    const int64_t rows = parts * part_rows, units = (cols + kColUnit - 1) / kColUnit;
+    const int64_t unit_flops = 2 * rows * in * kColUnit;
+    tasks_ = choose_tasks(units, std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(unit_flops, 1)), p);
+    if (parts > 1) scratch_bytes_ = static_cast<size_t>(rows * in) * sizeof(float);
+  }
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t u0, u1;
+    task_range((cols_ + kColUnit - 1) / kColUnit, tasks_, task, &u0, &u1);
+    const int64_t c0 = u0 * kColUnit, c1 = std::min(cols_, u1 * kColUnit);
+    if (c1 <= c0) return;
+    const int64_t rows = parts_ * part_rows_;
+    const float* w = static_cast<const float*>(args.in[0]);
+    const float* b = static_cast<const float*>(args.in[1]);
+    float* y = static_cast<float*>(args.out[0]);
+    const float* a = static_cast<const float*>(args.in[2]);
+    if (parts_ > 1) {
+      float* gathered = static_cast<float*>(args.scratch);
+      for (int64_t part = 0; part < parts_; ++part)
+        std::memcpy(gathered + part * part_rows_ * in_, args.in[2 + part],
+                    static_cast<size_t>(part_rows_ * in_) * sizeof(float));
+      a = gathered;
+    }
+    sgemm(false, true, rows, c1 - c0, in_, 1.f, a, in_, w + c0 * in_, in_, 0.f, y + c0, cols_);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = c0; j < c1; ++j) y[r * cols_ + j] += b[j];
+  }
+
+ private:
+  static constexpr int64_t kColUnit = 16;
+  int64_t parts_, part_rows_, in_, cols_;
 };
 
 Result<std::unique_ptr<ROp>> make_rnn_proj(const Node& n, const KernelParams& p) {
-  const Shape& x = n.inputs[0]->shape;
-  return std::unique_ptr<ROp>(new RnnProjOp(x[0] * x[1], x[2], n.inputs[1]->shape[1], n.input(2) != nullptr, p));
+  // Shapes were checked by infer_rnn_proj.
+  const int64_t in = n.inputs[0]->shape[2], parts = static_cast<int64_t>(n.inputs.size()) - 2;
+  return std::unique_ptr<ROp>(
+      new RnnProjOp(parts, n.inputs[2]->shape.numel() / in, in, n.inputs[0]->shape[1], p));
 }
 
 const RKernel kLoweredKernels[] = {
-    {"TesseraLstmCell", "lstm_cell.units", "one time step; rTasks are blocks of hidden units", make_lstm_cell},
-    {"TesseraRnnProj", "rnn_proj.rows", "input projection of every step, one GEMM tiled by rows", make_rnn_proj},
+    {"TesseraLstmCell", "rnn_cell.panels", "one LSTM time step; rTasks are panels of hidden units", make_rnn_cell},
+    {"TesseraGruCell", "rnn_cell.panels", "one GRU time step; rTasks are panels of hidden units", make_rnn_cell},
+    {"TesseraRnnProj", "rnn_proj.rows", "input projection of a run of steps, one GEMM tiled by columns", make_rnn_proj},
 };
 
 }  // namespace

@@ -1,0 +1,27 @@
+// The layout of a recurrent layer's weights for the lowered per-step
+// rOperators (TesseraLstmCell, TesseraGruCell; src/compiler/lower_rnn.cc).
+//
+// A step's recurrent product h_prev R^T ([batch, H] x [H, G*H], G = 4 LSTM
+// gates i, o, f, c or 3 GRU gates z, r, h) is cut into panels of
+// kRnnPanelUnits hidden units. Panel p holds, for every k < H, the row
+//   [gate 0 of units 16p..16p+15 | gate 1 of them | ... | gate G-1]
+// of G * 16 floats: an rTask (a range of panels) streams its panels once,
+// front to back, keeping G * 16 sums in registers, and ends with all the
+// gates of its units, so the cell update needs nothing from other rTasks.
+// Units past H (the last panel of an H that is not a multiple of 16) are
+// zero. Shape [panels, H, G * 16].
+#pragma once
+
+#include <cstdint>
+
+#include "ir/ops/op_registry.h"
+#include "ir/tensor.h"
+
+namespace tessera {
+
+inline int64_t rnn_panels(int64_t hidden) { return (hidden + kRnnPanelUnits - 1) / kRnnPanelUnits; }
+
+// Packs one direction's R ([G*H, H] row-major, ONNX gate order).
+Tensor pack_rnn_recurrence(const float* r, int64_t gates, int64_t hidden);
+
+}  // namespace tessera
