@@ -142,6 +142,12 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
       {1, 16, 12, 12, 16, 3, 3, 16, {1, 1}, {1, 1}, {1, 1, 1, 1}},   // depthwise
       {1, 16, 13, 13, 16, 5, 5, 16, {2, 2}, {1, 1}, {2, 2, 2, 2}},   // depthwise strided
       {1, 8, 9, 9, 16, 3, 3, 8, {1, 1}, {2, 2}, {2, 2, 2, 2}},       // depthwise multiplier 2, dilated
+      // Depthwise outputs narrower than 16 run 16 channels per vector; a
+      // batch of 2 with 20 channels ends each image on a partial group.
+      {2, 20, 9, 9, 20, 3, 3, 20, {1, 1}, {2, 2}, {2, 1, 0, 2}},     // depthwise by channels, dilated, asymmetric
+      {1, 8, 20, 21, 8, 3, 3, 8, {1, 1}, {1, 1}, {1, 1, 1, 1}},      // depthwise by rows (21 wide)
+      {1, 8, 33, 34, 8, 3, 3, 8, {2, 2}, {1, 1}, {1, 1, 1, 1}},      // depthwise by rows, stride 2 (17 wide)
+      {1, 4, 400, 12, 4, 3, 3, 4, {1, 1}, {1, 1}, {1, 1, 1, 1}},     // narrow but too tall for by-channels
       {1, 32, 7, 7, 48, 1, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},      // pointwise
       {1, 6, 8, 8, 4, 1, 1, 1, {2, 2}, {1, 1}, {0, 0, 0, 0}},        // strided 1x1
       {1, 5, 10, 9, 7, 3, 3, 1, {2, 2}, {1, 1}, {0, 0, 0, 0}, "SAME_UPPER"},

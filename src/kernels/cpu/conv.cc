@@ -32,6 +32,12 @@ constexpr double kDepthwiseFlopsPerTask = 1 << 18;
 constexpr int64_t kDwBlock = 16;  // depthwise outputs accumulated together
 constexpr int kDwGroup = 4;       // blocks in flight
 typedef float DwVec __attribute__((vector_size(kDwBlock * sizeof(float))));
+// Depthwise convs whose output rows are narrower than this (7x7 and 14x14
+// maps of late layers) vectorize across channels instead of along rows:
+// 16 channels interleaved, one vector per pixel. Their padded planes must
+// fit in kDwChannelsMaxPixels.
+constexpr int64_t kDwNarrow = 16;
+constexpr int64_t kDwChannelsMaxPixels = 4096;
 constexpr int64_t kMinPixelBlock = 32;
 constexpr int64_t kMinTasks = 2;
 
@@ -67,7 +73,7 @@ Result<Conv2d> conv2d_from(const WindowGeometry& g, const Shape& x, int64_t cout
 
 class ConvOp : public ROp {
  public:
-  enum class Path { kIm2col, kPointwise, kDepthwise };
+  enum class Path { kIm2col, kPointwise, kDepthwise, kDepthwiseChannels };
 
   ConvOp(const Conv2d& c, bool has_bias, const Epilogue& epi, const KernelParams& p)
       : c_(c), has_bias_(has_bias), epi_(epi) {
@@ -91,6 +97,18 @@ class ConvOp : public ROp {
       // there are more rTasks wanted than planes; then row blocks.
       if (p.tasks <= 0)
         target = std::clamp<int64_t>(static_cast<int64_t>(flops / kDepthwiseFlopsPerTask), 1, kMaxDefaultTasks);
+      hp_ = (c.oh - 1) * c.sh + (c.kh - 1) * c.dh + 1;
+      const int64_t wq = (c.ow - 1) * c.sw + (c.kw - 1) * c.dw + 1;
+      if (c.ow < kDwNarrow && hp_ * wq <= kDwChannelsMaxPixels) {
+        // rTasks are blocks of 16-channel groups (per image), whole planes.
+        path_ = Path::kDepthwiseChannels;
+        wp_ = wq;
+        groups_per_image_ = (c.group + kDwBlock - 1) / kDwBlock;
+        cb_ = std::clamp<int64_t>(target, 1, c.batch * groups_per_image_);
+        tasks_ = cb_;
+        scratch_bytes_ = static_cast<size_t>((hp_ * wp_ + c.kh * c.kw) * kDwBlock) * sizeof(float);
+        return;
+      }
       cb_ = std::min(outer, target);
       ob_ = 1;
       pb_ = target > outer ? std::clamp<int64_t>((target + outer - 1) / outer, 1, c.oh) : 1;  // row blocks
@@ -124,6 +142,20 @@ class ConvOp : public ROp {
     const float* w = static_cast<const float*>(args.in[1]);
     const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) : nullptr;
     float* y = static_cast<float*>(args.out[0]);
+    if (path_ == Path::kDepthwiseChannels) {
+      int64_t g0, g1;
+      task_range(c_.batch * groups_per_image_, cb_, task, &g0, &g1);
+      for (int64_t gi = g0; gi < g1; ++gi) {
+        const int64_t n = gi / groups_per_image_, ch0 = gi % groups_per_image_ * kDwBlock;
+        const int64_t m = std::min(kDwBlock, c_.group - ch0);
+        depthwise_channels(x, w, bias, y, static_cast<float*>(args.scratch), n, ch0, m);
+        if (!epi_.empty()) {
+          const int64_t off = (n * c_.cout + ch0) * pixels_;
+          epi_.apply(y + off, epi_.residual ? static_cast<const float*>(args.in[3]) + off : nullptr, m * pixels_);
+        }
+      }
+      return;
+    }
     if (path_ == Path::kDepthwise) {
       int64_t c0, c1, r0, r1;
       task_range(c_.batch * c_.group, cb_, task / pb_, &c0, &c1);
@@ -270,6 +302,52 @@ class ConvOp : public ROp {
     }
   }
 
+  // Channels [ch0, ch0 + m) (m <= 16) of image n, whole planes: the
+  // padded input goes to `pad` interleaved, [hp][wp][16], the weights to
+  // [kh][kw][16]; then every output pixel is one vector of 16 channels
+  // accumulated over the taps in (ky, kx) order, four pixels at a time to
+  // hide the add latency. Lanes past m compute on zeros and are dropped.
+  void depthwise_channels(const float* x, const float* w, const float* bias, float* y, float* pad, int64_t n,
+                          int64_t ch0, int64_t m) const {
+    constexpr int64_t L = kDwBlock;
+    float* wt = pad + hp_ * wp_ * L;
+    const int64_t taps = c_.kh * c_.kw;
+    std::fill(pad, wt + taps * L, 0.f);
+    for (int64_t j = 0; j < m; ++j) {
+      const float* xc = x + (n * c_.cin + ch0 + j) * c_.ih * c_.iw;
+      for (int64_t iy = std::max<int64_t>(0, -c_.ph); iy < c_.ih && iy + c_.ph < hp_; ++iy)
+        for (int64_t ix = std::max<int64_t>(0, -c_.pw); ix < c_.iw && ix + c_.pw < wp_; ++ix)
+          pad[((iy + c_.ph) * wp_ + ix + c_.pw) * L + j] = xc[iy * c_.iw + ix];
+      for (int64_t t = 0; t < taps; ++t) wt[t * L + j] = w[(ch0 + j) * taps + t];
+    }
+    DwVec b;
+    for (int64_t j = 0; j < L; ++j) b[j] = bias != nullptr && j < m ? bias[ch0 + j] : 0.f;
+    float* yc = y + (n * c_.cout + ch0) * pixels_;
+    const int64_t ow = c_.ow;
+    for (int64_t oy = 0; oy < c_.oh; ++oy) {
+      for (int64_t ox0 = 0; ox0 < ow; ox0 += 4) {
+        const int np = static_cast<int>(std::min<int64_t>(4, ow - ox0));
+        DwVec acc[4] = {b, b, b, b};
+        for (int64_t ky = 0; ky < c_.kh; ++ky) {
+          const float* row = pad + (oy * c_.sh + ky * c_.dh) * wp_ * L;
+          for (int64_t kx = 0; kx < c_.kw; ++kx) {
+            DwVec wv;
+            std::memcpy(&wv, wt + (ky * c_.kw + kx) * L, sizeof wv);
+            const float* px = row + (ox0 * c_.sw + kx * c_.dw) * L;
+            for (int q = 0; q < 4; ++q) {
+              if (q >= np) break;
+              DwVec v;
+              std::memcpy(&v, px + q * c_.sw * L, sizeof v);
+              acc[q] += wv * v;
+            }
+          }
+        }
+        for (int q = 0; q < np; ++q)
+          for (int64_t j = 0; j < m; ++j) yc[j * pixels_ + oy * ow + ox0 + q] = acc[q][j];
+      }
+    }
+  }
+
   // kNb blocks of kDwBlock outputs from column ox0 of one output row (of
   // which `count` are real), each accumulated in a vector register over
   // all taps; several blocks in flight hide the add latency.
@@ -312,6 +390,7 @@ class ConvOp : public ROp {
   int64_t ob_ = 1, pb_ = 1;  // blocks of output channels and of pixels (rows for depthwise)
   int64_t cb_ = 1;           // depthwise: blocks of (image, channel) planes
   int64_t hp_ = 0, wp_ = 0;  // depthwise: the padded input plane
+  int64_t groups_per_image_ = 1;  // depthwise by channels: 16-channel groups
 };
 
 Result<std::unique_ptr<ROp>> make_conv(const Node& n, const KernelParams& p) {
