@@ -102,6 +102,8 @@ assert j[\"plan\"][\"veus\"]==2 and j[\"plan\"][\"policy\"] in (\"wavefront\",\"
 '"
 expect_fail "trace needs plan" 2 "--trace needs the plan executor" $T run $ZOO/mlp.onnx --executor sequential --trace $TMP/x.json
 expect_fail "bad policy" 2 "--policy must be" $T run $ZOO/mlp.onnx --policy fastest
+expect_fail "bad recurrent chunk" 2 "--recurrent-chunk must be between 0" $T run $ZOO/mlp.onnx --recurrent-chunk -1
+expect_fail "chunk without lowering" 2 "needs the recurrent lowering" $T run $ZOO/mlp.onnx --recurrent-chunk 4 --no-lower-recurrent
 
 # tessera compile -> MODEL.tsx; tessera run MODEL.tsx gives the outputs
 # tessera run MODEL.onnx gives, without the ONNX file.
@@ -117,6 +119,7 @@ expect_fail "tsx: compile needs -o" 2 "-o FILE" $T compile $ZOO/mlp.onnx
 expect_fail "tsx: other executor" 2 "runs on the plan executor only" $T run $TMP/bert.tsx --executor sequential
 expect_fail "tsx: vEU count fixed" 2 "compiled for 2 vEUs" $T run $TMP/bert.tsx --threads 3
 expect_fail "tsx: shapes fixed" 2 "applies when compiling" $T run $TMP/bert.tsx --shape input_ids=1x8
+expect_fail "tsx: lowering fixed" 2 "--no-lower-recurrent applies when compiling" $T run $TMP/bert.tsx --no-lower-recurrent
 expect_fail "tsx: truncated" 1 "truncated" bash -c "head -c 5000 $TMP/bert.tsx > $TMP/cut.tsx; $T run $TMP/cut.tsx"
 expect_fail "tsx: bad version" 1 "format version 7" bash -c "cp $TMP/bert.tsx $TMP/v.tsx; printf '\\x07' | dd of=$TMP/v.tsx bs=1 seek=8 conv=notrunc status=none; $T run $TMP/v.tsx"
 
