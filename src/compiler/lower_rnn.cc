@@ -25,7 +25,6 @@
 #include "base/strings.h"
 #include "compiler/program.h"
 #include "ir/ops/op_registry.h"
-#include "kernels/cpu/kernel.h"
 #include "kernels/cpu/rnn_cell.h"
 
 namespace tessera {
@@ -55,11 +54,9 @@ Tensor projection_bias(const Value* b, int64_t gates, int64_t hidden, bool lstm)
   const int64_t gh = gates * hidden;
   Tensor out(DType::kFloat32, Shape{gh});
   float* o = out.data<float>();
-  for (int64_t j = 0; j < gh; ++j) {
-    if (b == nullptr) { o[j] = 0.f; continue; }
-    const float* bb = b->constant->data<float>();
-    o[j] = bb[j] + (lstm || j < 2 * hidden ? bb[gh + j] : 0.f);
-  }
+  const float* bb = b != nullptr ? b->constant->data<float>() : nullptr;
+  for (int64_t j = 0; j < gh; ++j)
+    o[j] = bb == nullptr ? 0.f : bb[j] + (lstm || j < 2 * hidden ? bb[gh + j] : 0.f);
   return out;
 }
 
