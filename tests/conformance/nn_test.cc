@@ -148,6 +148,15 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
       {1, 8, 20, 21, 8, 3, 3, 8, {1, 1}, {1, 1}, {1, 1, 1, 1}},      // depthwise by rows (21 wide)
       {1, 8, 33, 34, 8, 3, 3, 8, {2, 2}, {1, 1}, {1, 1, 1, 1}},      // depthwise by rows, stride 2 (17 wide)
       {1, 4, 400, 12, 4, 3, 3, 4, {1, 1}, {1, 1}, {1, 1, 1, 1}},     // narrow but too tall for by-channels
+      // Wide rows read straight from the input with masked loads (stride 1
+      // with any dilation, stride 2 undilated): tiles of rows x 16-column
+      // blocks, with partial blocks, leftover rows and leftover blocks.
+      {1, 6, 11, 70, 6, 3, 3, 6, {1, 1}, {1, 1}, {1, 1, 1, 1}},      // 5 blocks, 11 rows
+      {2, 5, 15, 45, 5, 5, 5, 5, {2, 2}, {1, 1}, {2, 1, 2, 3}},      // 5x5 stride 2, asymmetric pads
+      {1, 4, 10, 36, 4, 4, 4, 4, {2, 2}, {1, 1}, {1, 1, 2, 2}},      // even kernel width, stride 2
+      {1, 3, 10, 40, 3, 3, 3, 3, {1, 1}, {2, 3}, {2, 3, 2, 3}},      // dilated (2, 3)
+      {1, 4, 12, 50, 4, 3, 3, 4, {3, 3}, {1, 1}, {1, 1, 1, 1}},      // stride 3: padded-copy path
+      {1, 4, 12, 50, 4, 3, 3, 4, {2, 2}, {2, 2}, {2, 2, 2, 2}},      // stride 2 dilated: padded-copy path
       {1, 32, 7, 7, 48, 1, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},      // pointwise
       {1, 6, 8, 8, 4, 1, 1, 1, {2, 2}, {1, 1}, {0, 0, 0, 0}},        // strided 1x1
       {1, 5, 10, 9, 7, 3, 3, 1, {2, 2}, {1, 1}, {0, 0, 0, 0}, "SAME_UPPER"},

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <tuple>
 
@@ -198,12 +199,18 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
     return a;
   };
   for (const char* act : {"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"}) {
-    for (int variant = 0; variant < 4; ++variant) {  // conv, conv + residual, gemm + residual, matmul + bias + residual
+    // conv, conv + residual, gemm + residual, matmul + bias + residual, and
+    // depthwise convs wide enough for the by-rows path (stride 1 and 2),
+    // whose input holds a NaN: the fused clamp must treat it as the
+    // unfused activation does.
+    for (int variant = 0; variant < 6; ++variant) {
+      const bool dw = variant >= 4, residual = variant >= 1 && variant <= 3;
+      const Shape xs = variant == 2 ? Shape{5, 12} : variant == 3 ? Shape{2, 5, 12} : dw ? Shape{1, 4, 9, 40}
+                                                                                     : Shape{1, 4, 9, 7};
       auto build = [&](uint32_t seed) {
         rng.seed(seed);
         auto g = std::make_unique<Graph>();
-        Value* x = g->add_input("x", DType::kFloat32, variant == 2 ? Shape{5, 12} : variant == 3 ? Shape{2, 5, 12}
-                                                                                                   : Shape{1, 4, 9, 7});
+        Value* x = g->add_input("x", DType::kFloat32, xs);
         Node* op;
         if (variant == 3) {
           op = g->add_node("MatMul", "matmul", {x, g->add_constant("w", random(Shape{12, 10}))}, 1);
@@ -212,15 +219,24 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
           op = g->add_node("Gemm", "gemm", {x, g->add_constant("w", random(Shape{12, 10})),
                                             g->add_constant("b", random(Shape{10}))}, 1);
         } else {
-          op = g->add_node("Conv", "conv", {x, g->add_constant("w", random(Shape{6, 4, 3, 3})),
-                                            g->add_constant("b", random(Shape{6}))}, 1);
-          Attribute pads;
-          pads.kind = Attribute::Kind::kInts;
-          pads.ints = {1, 1, 1, 1};
-          op->attrs["pads"] = pads;
+          const int64_t m = dw ? 4 : 6;
+          op = g->add_node("Conv", "conv", {x, g->add_constant("w", random(Shape{m, dw ? 1 : 4, 3, 3})),
+                                            g->add_constant("b", random(Shape{m}))}, 1);
+          Attribute ints;
+          ints.kind = Attribute::Kind::kInts;
+          ints.ints = {1, 1, 1, 1};
+          op->attrs["pads"] = ints;
+          if (dw) {
+            Attribute group;
+            group.kind = Attribute::Kind::kInt;
+            group.i = 4;
+            op->attrs["group"] = group;
+            ints.ints = {variant - 3, variant - 3};
+            op->attrs["strides"] = ints;
+          }
         }
         Value* y = op->outputs[0];
-        if (variant > 0) {
+        if (residual) {
           Value* r = g->add_input("r", DType::kFloat32, variant == 2 ? Shape{5, 10} : variant == 3 ? Shape{2, 5, 10}
                                                                                                    : Shape{1, 6, 9, 7});
           y = g->add_node("Add", "add", {r, y}, 1)->outputs[0];
@@ -238,9 +254,10 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
       };
       std::map<std::string, Tensor> inputs;
       rng.seed(99);
-      inputs["x"] = random(variant == 2 ? Shape{5, 12} : variant == 3 ? Shape{2, 5, 12} : Shape{1, 4, 9, 7});
+      inputs["x"] = random(xs);
+      if (dw) inputs["x"].data<float>()[2 * 40 + 17] = std::numeric_limits<float>::quiet_NaN();
       inputs["r"] = random(variant == 2 ? Shape{5, 10} : variant == 3 ? Shape{2, 5, 10} : Shape{1, 6, 9, 7});
-      if (variant == 0) inputs.erase("r");
+      if (!residual) inputs.erase("r");
       CompileOptions co;
       co.fuse = false;
       auto plain = compile_graph(build(1), co);

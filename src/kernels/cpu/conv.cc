@@ -13,6 +13,11 @@
 // (col2im), so tasks never write the same element.
 #include <algorithm>
 #include <cstring>
+#include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "base/strings.h"
 #include "ir/ops/op_registry.h"
@@ -71,6 +76,178 @@ Result<Conv2d> conv2d_from(const WindowGeometry& g, const Shape& x, int64_t cout
   return c;
 }
 
+#if defined(__AVX512F__)
+// Depthwise rows read straight from the input plane (stride 1 with any
+// dilation, or stride 2 with dilation 1), no padded copy: every load is
+// masked to the input columns inside the row, so the padding reads as
+// zeros, and a row above or below the plane reads a zero row. An output
+// tile is R rows x B blocks of 16 columns, its R*B accumulators held in
+// registers over all taps; taps are added in (ky, kx) order. Stride 2
+// loads 32 consecutive inputs and splits them into the even columns (tap
+// kx) and the odd ones (tap kx + 1).
+class DwDirect {
+ public:
+  static constexpr int64_t kLanes = 16;
+
+  // False when the geometry is not one of these forms.
+  bool init(const Conv2d& c) {
+    if (!(c.sw == 1 || (c.sw == 2 && c.dw == 1))) return false;
+    c_ = c;
+    nblk_ = (c.ow + kLanes - 1) / kLanes;
+    const int64_t per = c.sw == 1 ? c.kw : (c.kw + 1) / 2;  // loads (pairs for stride 2) per block and row
+    for (int64_t blk = 0; blk < nblk_; ++blk) {
+      for (int64_t t = 0; t < per; ++t) {
+        const int64_t ix0 = c.sw * blk * kLanes - c.pw + (c.sw == 1 ? t * c.dw : 2 * t);
+        const int lanes = c.sw == 1 ? 16 : 32;
+        uint32_t m = 0;
+        for (int j = 0; j < lanes; ++j)
+          if (ix0 + j >= 0 && ix0 + j < c.iw) m |= 1u << j;
+        mask_.push_back(m);
+      }
+    }
+    per_ = per;
+    return true;
+  }
+
+  // Output rows [r0, r1) of one plane; `zero` holds iw zeros.
+  void rows(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t r0, int64_t r1) const {
+    if (!clamp_) return rows_as<false>(xc, wc, b, zero, yc, r0, r1);
+    rows_as<true>(xc, wc, b, zero, yc, r0, r1);
+  }
+
+  // Whether rows() also applies `epi` (Relu or Clip, no residual), each
+  // output clamped while it is still in a register.
+  bool fuse(const Epilogue& epi) {
+    if (epi.residual) return false;
+    if (epi.act == Epilogue::Act::kRelu) {
+      clamp_ = true, relu_ = true, lo_ = 0.f, hi_ = std::numeric_limits<float>::infinity();
+    } else if (epi.act == Epilogue::Act::kClip) {
+      clamp_ = true, lo_ = epi.alpha, hi_ = epi.beta;
+    }
+    return clamp_;
+  }
+
+ private:
+  template <bool kClamp>
+  void rows_as(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t r0, int64_t r1) const {
+    const int64_t bw = std::min<int64_t>(4, nblk_);
+    const int64_t rt = bw >= 3 ? 2 : bw == 2 ? 4 : 8;  // rows per tile: R * B near 8 accumulators
+    int64_t oy = r0;
+    for (; oy + rt <= r1; oy += rt) row_tiles<kClamp>(xc, wc, b, zero, yc, oy, rt);
+    for (; oy < r1; ++oy) row_tiles<kClamp>(xc, wc, b, zero, yc, oy, 1);
+  }
+
+  template <bool kClamp>
+  void row_tiles(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t oy,
+                 int64_t r) const {
+    for (int64_t blk = 0; blk < nblk_; blk += 4) {
+      const int64_t nb = std::min<int64_t>(4, nblk_ - blk);
+      if (c_.sw == 1) dispatch<1, kClamp>(nb, r, xc, wc, b, zero, yc, oy, blk);
+      else dispatch<2, kClamp>(nb, r, xc, wc, b, zero, yc, oy, blk);
+    }
+  }
+
+  template <int S, bool kClamp>
+  void dispatch(int64_t nb, int64_t r, const float* xc, const float* wc, float b, const float* zero, float* yc,
+                int64_t oy, int64_t blk) const {
+#define TESSERA_DW_TILE(NB, R) \
+  if (nb == NB && r == R) return tile<S, NB, R, kClamp>(xc, wc, b, zero, yc, oy, blk);
+    TESSERA_DW_TILE(4, 2) TESSERA_DW_TILE(3, 2) TESSERA_DW_TILE(2, 4) TESSERA_DW_TILE(1, 8)
+    TESSERA_DW_TILE(4, 1) TESSERA_DW_TILE(3, 1) TESSERA_DW_TILE(2, 1) TESSERA_DW_TILE(1, 1)
+#undef TESSERA_DW_TILE
+    // A tile narrower than the row's first (the last blocks of a row):
+    // its row count is the first's, one row at a time.
+    for (int64_t i = 0; i < r; ++i) dispatch<S, kClamp>(nb, 1, xc, wc, b, zero, yc, oy + i, blk);
+  }
+
+  template <int S, int B, int R, bool kClamp>
+  void tile(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t oy0, int64_t blk0) const {
+    // Geometry in locals, so that nothing is reloaded through `this` and
+    // the accumulators stay in registers.
+    const int64_t kh = c_.kh, kw = c_.kw, ih = c_.ih, iw = c_.iw, sh = c_.sh, dh = c_.dh, ph = c_.ph;
+    const int64_t pw = c_.pw, dw = c_.dw, per = per_;
+    const uint32_t* masks = mask_.data() + blk0 * per;
+    __m512 acc[R][B];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int j = 0; j < B; ++j) acc[r][j] = _mm512_set1_ps(b);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (int64_t ky = 0; ky < kh; ++ky) {
+      const float* row[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const int64_t iy = (oy0 + r) * sh - ph + ky * dh;
+        row[r] = (iy >= 0 && iy < ih ? xc + iy * iw : zero) + S * blk0 * kLanes - pw;
+      }
+      const float* wk = wc + ky * kw;
+      for (int64_t t = 0; t < per; ++t) {
+        if constexpr (S == 1) {
+          const __m512 w = _mm512_set1_ps(wk[t]);
+          const int64_t off = t * dw;
+#pragma GCC unroll 4
+          for (int j = 0; j < B; ++j) {
+            const __mmask16 m = static_cast<__mmask16>(masks[j * per + t]);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r)
+              acc[r][j] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m, row[r] + off + j * kLanes), acc[r][j]);
+          }
+        } else {
+          const int64_t kx = 2 * t;
+          const bool pair = kx + 1 < kw;
+          const __m512 w0 = _mm512_set1_ps(wk[kx]);
+          const __m512 w1 = _mm512_set1_ps(pair ? wk[kx + 1] : 0.f);
+#pragma GCC unroll 4
+          for (int j = 0; j < B; ++j) {
+            const uint32_t m = masks[j * per + t];
+            const __mmask16 lo_m = static_cast<__mmask16>(m), hi_m = static_cast<__mmask16>(m >> 16);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+              const float* src = row[r] + kx + 2 * j * kLanes;
+              const __m512 lo = _mm512_maskz_loadu_ps(lo_m, src);
+              const __m512 hi = _mm512_maskz_loadu_ps(hi_m, src + kLanes);
+              acc[r][j] = _mm512_fmadd_ps(w0, _mm512_permutex2var_ps(lo, even, hi), acc[r][j]);
+              if (pair) acc[r][j] = _mm512_fmadd_ps(w1, _mm512_permutex2var_ps(lo, odd, hi), acc[r][j]);
+            }
+          }
+        }
+      }
+    }
+    const int64_t ow = c_.ow;
+    if constexpr (kClamp) {
+      // The unfused ops' expressions (epilogue.h), lane by lane: Relu maps
+      // NaN to 0, Clip keeps it.
+      const __m512 lo = _mm512_set1_ps(lo_), hi = _mm512_set1_ps(hi_), z = _mm512_setzero_ps();
+      const bool relu = relu_;
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+        for (int j = 0; j < B; ++j) {
+          const __m512 v = acc[r][j];
+          acc[r][j] = relu ? (v > z ? v : z) : (v < lo ? lo : (v > hi ? hi : v));
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      float* out = yc + (oy0 + r) * ow;
+#pragma GCC unroll 4
+      for (int j = 0; j < B; ++j) {
+        const int64_t ox = (blk0 + j) * kLanes, count = std::min<int64_t>(kLanes, ow - ox);
+        if (count == kLanes) _mm512_storeu_ps(out + ox, acc[r][j]);
+        else _mm512_mask_storeu_ps(out + ox, static_cast<__mmask16>((1u << count) - 1), acc[r][j]);
+      }
+    }
+  }
+
+  Conv2d c_{};
+  int64_t nblk_ = 0, per_ = 0;
+  bool clamp_ = false, relu_ = false;  // the fused epilogue
+  float lo_ = 0, hi_ = 0;
+  std::vector<uint32_t> mask_;  // [block][tap or tap pair]: input columns inside the row
+};
+#endif
+
 class ConvOp : public ROp {
  public:
   enum class Path { kIm2col, kPointwise, kDepthwise, kDepthwiseChannels };
@@ -120,6 +297,14 @@ class ConvOp : public ROp {
       const int64_t ow_pad = (c.ow + kDwBlock - 1) / kDwBlock * kDwBlock;
       wp_ = (ow_pad - 1) * c.sw + (c.kw - 1) * c.dw + 1;
       scratch_bytes_ = static_cast<size_t>((hp_ + 1) * wp_ + 1) * sizeof(float);
+#if defined(__AVX512F__)
+      if (direct_.init(c)) {  // no padded copy: scratch is one zero row
+        use_direct_ = true;
+        epi_fused_ = direct_.fuse(epi_);
+        scratch_bytes_ = static_cast<size_t>(c.iw) * sizeof(float);
+        return;
+      }
+#endif
       return;
     } else {
       // Pixel blocks (of at least 8 pixels) first, each rTask computing all
@@ -160,9 +345,23 @@ class ConvOp : public ROp {
       int64_t c0, c1, r0, r1;
       task_range(c_.batch * c_.group, cb_, task / pb_, &c0, &c1);
       task_range(c_.oh, pb_, task % pb_, &r0, &r1);
+      float* scratch = static_cast<float*>(args.scratch);
+#if defined(__AVX512F__)
+      if (use_direct_) std::fill(scratch, scratch + c_.iw, 0.f);
+#endif
       for (int64_t o = c0; o < c1; ++o) {
-        depthwise(x, w, bias, y, static_cast<float*>(args.scratch), o / c_.group, o % c_.group, r0, r1);
-        if (!epi_.empty()) {
+#if defined(__AVX512F__)
+        if (use_direct_) {
+          const int64_t n = o / c_.group, ch = o % c_.group;
+          direct_.rows(x + (n * c_.cin + ch) * c_.ih * c_.iw, w + ch * c_.kh * c_.kw, bias ? bias[ch] : 0.f, scratch,
+                       y + o * pixels_, r0, r1);
+        } else {
+          depthwise(x, w, bias, y, scratch, o / c_.group, o % c_.group, r0, r1);
+        }
+#else
+        depthwise(x, w, bias, y, scratch, o / c_.group, o % c_.group, r0, r1);
+#endif
+        if (!epi_.empty() && !epi_fused_) {
           const int64_t off = o * pixels_ + r0 * c_.ow;  // planes are [n][c] = o in order
           epi_.apply(y + off, epi_.residual ? static_cast<const float*>(args.in[3]) + off : nullptr,
                      (r1 - r0) * c_.ow);
@@ -247,7 +446,8 @@ class ConvOp : public ROp {
     }
   }
 
-  // Output rows [r0, r1) of plane (n, c): the input rows they read are
+  // Output rows [r0, r1) of plane (n, c), where DwDirect does not apply
+  // (no AVX-512, or a stride it lacks): the input rows they read are
   // copied into `pad` with their zero padding, then each tap (ky, kx) adds
   // w * input to a whole output row in one unit- or fixed-stride pass. The
   // taps are added in (ky, kx) order; a tap over the padding adds w * 0.
@@ -259,13 +459,8 @@ class ConvOp : public ROp {
     const float b = bias ? bias[c] : 0.f;
     const int64_t y_lo = r0 * c_.sh, y_hi = (r1 - 1) * c_.sh + (c_.kh - 1) * c_.dh + 1;  // padded rows read
     const int64_t x_lo = std::min<int64_t>(c_.pw, wp_), x_hi = std::clamp<int64_t>(c_.pw + c_.iw, x_lo, wp_);
-    // Stride 2 (dilation 1): each padded row is stored as its even columns
-    // then its odd ones, so that every tap reads a contiguous run.
-    const bool split = c_.sw == 2 && c_.dw == 1;
-    const int64_t half = (wp_ + 1) / 2;
-    float* line = pad + hp_ * wp_;  // one unsplit row, when splitting
     for (int64_t py = y_lo; py < y_hi; ++py) {
-      float* dst = split ? line : pad + py * wp_;
+      float* dst = pad + py * wp_;
       const int64_t iy = py - c_.ph;
       if (iy < 0 || iy >= c_.ih) {
         std::fill(dst, dst + wp_, 0.f);
@@ -274,29 +469,22 @@ class ConvOp : public ROp {
         std::memcpy(dst + x_lo, xc + iy * c_.iw + (x_lo - c_.pw), static_cast<size_t>(x_hi - x_lo) * sizeof(float));
         std::fill(dst + x_hi, dst + wp_, 0.f);
       }
-      if (split) {
-        float* even = pad + py * wp_;
-        float* odd = even + half;
-        for (int64_t k = 0; k < half; ++k) even[k] = line[2 * k];
-        for (int64_t k = 0; 2 * k + 1 < wp_; ++k) odd[k] = line[2 * k + 1];
-      }
     }
     // Blocks of kDwBlock outputs, each accumulated in a vector register
     // over all taps, kDwGroup blocks at once to hide the add latency: one
     // load and one multiply-add per tap and block, no remainder loops.
     const int64_t ow = c_.ow;
-    const int64_t sw = split ? 1 : c_.sw;
     for (int64_t oy = r0; oy < r1; ++oy) {
       float* out = yc + oy * ow;
       const float* base = pad + oy * c_.sh * wp_;
       for (int64_t ox0 = 0; ox0 < ow; ox0 += kDwGroup * kDwBlock) {
-        const int64_t left = ow - ox0;
-        const int blocks = static_cast<int>(std::min<int64_t>(kDwGroup, (left + kDwBlock - 1) / kDwBlock));
+        const int64_t left = std::min<int64_t>(ow - ox0, kDwGroup * kDwBlock);
+        const int blocks = static_cast<int>((left + kDwBlock - 1) / kDwBlock);
         switch (blocks) {
-          case 4: dw_blocks<4>(base, wc, b, ox0, sw, split, half, std::min<int64_t>(left, 4 * kDwBlock), out); break;
-          case 3: dw_blocks<3>(base, wc, b, ox0, sw, split, half, left, out); break;
-          case 2: dw_blocks<2>(base, wc, b, ox0, sw, split, half, left, out); break;
-          default: dw_blocks<1>(base, wc, b, ox0, sw, split, half, left, out); break;
+          case 4: dw_blocks<4>(base, wc, b, ox0, left, out); break;
+          case 3: dw_blocks<3>(base, wc, b, ox0, left, out); break;
+          case 2: dw_blocks<2>(base, wc, b, ox0, left, out); break;
+          default: dw_blocks<1>(base, wc, b, ox0, left, out); break;
         }
       }
     }
@@ -348,38 +536,41 @@ class ConvOp : public ROp {
     }
   }
 
+  // The first min(count, kDwBlock) lanes of v to out.
+  static void store_block(DwVec v, int64_t count, float* out) {
+    if (count >= kDwBlock) {
+      std::memcpy(out, &v, sizeof v);
+    } else {
+      for (int64_t j = 0; j < count; ++j) out[j] = v[j];
+    }
+  }
+
   // kNb blocks of kDwBlock outputs from column ox0 of one output row (of
   // which `count` are real), each accumulated in a vector register over
   // all taps; several blocks in flight hide the add latency.
   template <int kNb>
-  void dw_blocks(const float* base, const float* wc, float b, int64_t ox0, int64_t sw, bool split, int64_t half,
-                 int64_t count, float* out) const {
+  void dw_blocks(const float* base, const float* wc, float b, int64_t ox0, int64_t count, float* out) const {
     DwVec acc[kNb];
-    for (int g = 0; g < kNb; ++g)
-      for (int64_t j = 0; j < kDwBlock; ++j) acc[g][j] = b;
+#pragma GCC unroll 4
+    for (int g = 0; g < kNb; ++g) acc[g] = DwVec{} + b;
+    const int64_t sw = c_.sw;
     for (int64_t ky = 0; ky < c_.kh; ++ky) {
       const float* rowp = base + ky * c_.dh * wp_;
       for (int64_t kx = 0; kx < c_.kw; ++kx) {
-        // Column ox * sw + kx * dw of the padded row (split: column 2 * ox + kx).
-        const float* sp = (split ? (kx % 2 == 0 ? rowp : rowp + half) + kx / 2 : rowp + kx * c_.dw) + ox0 * sw;
+        const float* sp = rowp + kx * c_.dw + ox0 * sw;
         const float wv = wc[ky * c_.kw + kx];
+#pragma GCC unroll 4
         for (int g = 0; g < kNb; ++g) {
           DwVec v;
-          if (sw == 1) {
-            std::memcpy(&v, sp + g * kDwBlock, sizeof v);
-          } else {
+          if (sw == 1) std::memcpy(&v, sp + g * kDwBlock, sizeof v);
+          else
             for (int64_t j = 0; j < kDwBlock; ++j) v[j] = sp[(g * kDwBlock + j) * sw];
-          }
           acc[g] += wv * v;
         }
       }
     }
-    if (count >= kNb * kDwBlock) {
-      std::memcpy(out + ox0, acc, sizeof acc);
-    } else {
-      const float* a = reinterpret_cast<const float*>(acc);
-      for (int64_t j = 0; j < count; ++j) out[ox0 + j] = a[j];
-    }
+#pragma GCC unroll 4
+    for (int g = 0; g < kNb; ++g) store_block(acc[g], count - g * kDwBlock, out + ox0 + g * kDwBlock);
   }
 
   Conv2d c_;
@@ -391,6 +582,11 @@ class ConvOp : public ROp {
   int64_t cb_ = 1;           // depthwise: blocks of (image, channel) planes
   int64_t hp_ = 0, wp_ = 0;  // depthwise: the padded input plane
   int64_t groups_per_image_ = 1;  // depthwise by channels: 16-channel groups
+#if defined(__AVX512F__)
+  DwDirect direct_;
+  bool use_direct_ = false;
+#endif
+  bool epi_fused_ = false;  // the depthwise path applies the epilogue itself
 };
 
 Result<std::unique_ptr<ROp>> make_conv(const Node& n, const KernelParams& p) {
