@@ -142,9 +142,11 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
       {1, 16, 12, 12, 16, 3, 3, 16, {1, 1}, {1, 1}, {1, 1, 1, 1}},   // depthwise
       {1, 16, 13, 13, 16, 5, 5, 16, {2, 2}, {1, 1}, {2, 2, 2, 2}},   // depthwise strided
       {1, 8, 9, 9, 16, 3, 3, 8, {1, 1}, {2, 2}, {2, 2, 2, 2}},       // depthwise multiplier 2, dilated
-      // Depthwise outputs narrower than 16 run 16 channels per vector; a
-      // batch of 2 with 20 channels ends each image on a partial group.
-      {2, 20, 9, 9, 20, 3, 3, 20, {1, 1}, {2, 2}, {2, 1, 0, 2}},     // depthwise by channels, dilated, asymmetric
+      // Depthwise outputs narrower than 16 that the direct path does not
+      // take (or all of them without AVX-512) run 16 channels per vector;
+      // a batch of 2 with 20 channels ends each image on a partial group.
+      {2, 20, 9, 9, 20, 3, 3, 20, {1, 1}, {2, 2}, {2, 1, 0, 2}},     // dilated, asymmetric
+      {2, 20, 20, 20, 20, 3, 3, 20, {3, 3}, {1, 1}, {1, 1, 1, 1}},   // stride 3: by channels everywhere
       {1, 8, 20, 21, 8, 3, 3, 8, {1, 1}, {1, 1}, {1, 1, 1, 1}},      // depthwise by rows (21 wide)
       {1, 8, 33, 34, 8, 3, 3, 8, {2, 2}, {1, 1}, {1, 1, 1, 1}},      // depthwise by rows, stride 2 (17 wide)
       {1, 4, 400, 12, 4, 3, 3, 4, {1, 1}, {1, 1}, {1, 1, 1, 1}},     // narrow but too tall for by-channels
@@ -155,6 +157,11 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
       {2, 5, 15, 45, 5, 5, 5, 5, {2, 2}, {1, 1}, {2, 1, 2, 3}},      // 5x5 stride 2, asymmetric pads
       {1, 4, 10, 36, 4, 4, 4, 4, {2, 2}, {1, 1}, {1, 1, 2, 2}},      // even kernel width, stride 2
       {1, 3, 10, 40, 3, 3, 3, 3, {1, 1}, {2, 3}, {2, 3, 2, 3}},      // dilated (2, 3)
+      // Narrow planes at stride 1, output as wide as the input: flat runs
+      // of 16 pixels across rows.
+      {2, 5, 9, 10, 5, 3, 3, 5, {1, 1}, {1, 2}, {0, 1, 2, 3}},       // dilated, asymmetric, oh != ih
+      {1, 7, 7, 7, 7, 5, 5, 7, {1, 1}, {1, 1}, {2, 2, 2, 2}},        // 7x7, 5x5 kernel
+      {1, 3, 14, 14, 3, 3, 3, 3, {1, 1}, {1, 1}, {1, 1, 1, 1}},      // 14x14: 13 blocks (8 + 5)
       {1, 4, 12, 50, 4, 3, 3, 4, {3, 3}, {1, 1}, {1, 1, 1, 1}},      // stride 3: padded-copy path
       {1, 4, 12, 50, 4, 3, 3, 4, {2, 2}, {2, 2}, {2, 2, 2, 2}},      // stride 2 dilated: padded-copy path
       {1, 32, 7, 7, 48, 1, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},      // pointwise
