@@ -164,6 +164,14 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
       {1, 3, 14, 14, 3, 3, 3, 3, {1, 1}, {1, 1}, {1, 1, 1, 1}},      // 14x14: 13 blocks (8 + 5)
       {1, 4, 12, 50, 4, 3, 3, 4, {3, 3}, {1, 1}, {1, 1, 1, 1}},      // stride 3: padded-copy path
       {1, 4, 12, 50, 4, 3, 3, 4, {2, 2}, {2, 2}, {2, 2, 2, 2}},      // stride 2 dilated: padded-copy path
+      // Stride 1 with the output as wide as the input: im2col by masked
+      // 16-pixel blocks across rows (grouped, dilated, asymmetric pads).
+      {2, 8, 9, 10, 6, 3, 3, 2, {1, 1}, {1, 2}, {0, 1, 2, 3}},
+      {1, 48, 7, 7, 48, 3, 3, 3, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      // Column stride 2: im2col by 32 loaded inputs split to even lanes
+      // (rows of 21 and 19 outputs: a full and a partial block).
+      {1, 3, 8, 40, 4, 3, 3, 1, {2, 2}, {1, 2}, {1, 2, 1, 3}},
+      {1, 3, 20, 37, 4, 7, 7, 1, {2, 2}, {1, 1}, {3, 3, 3, 3}},
       {1, 32, 7, 7, 48, 1, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},      // pointwise
       {1, 6, 8, 8, 4, 1, 1, 1, {2, 2}, {1, 1}, {0, 0, 0, 0}},        // strided 1x1
       {1, 5, 10, 9, 7, 3, 3, 1, {2, 2}, {1, 1}, {0, 0, 0, 0}, "SAME_UPPER"},

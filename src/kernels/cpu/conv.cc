@@ -488,7 +488,13 @@ class ConvOp : public ROp {
       sgemm(false, false, o1 - o0, px, kdim_, 1.f, wg, kdim_, xg + p0, pixels_, 0.f, yg, pixels_);
     } else {
       float* col = static_cast<float*>(args.scratch);
+#if defined(__AVX512F__)
+      if (c_.sh == 1 && c_.sw == 1 && c_.ow == c_.iw) im2col_flat(xg, col, p0, p1);
+      else if (c_.sw == 2) im2col_s2(xg, col, p0, p1);
+      else im2col(xg, col, p0, p1);
+#else
       im2col(xg, col, p0, p1);
+#endif
       sgemm(false, false, o1 - o0, px, kdim_, 1.f, wg, kdim_, col, px, 0.f, yg, pixels_);
     }
     if (bias != nullptr) {
@@ -508,6 +514,81 @@ class ConvOp : public ROp {
   }
 
  private:
+#if defined(__AVX512F__)
+  // im2col for stride 1 with the output as wide as the input: output pixel
+  // p reads input pixel p + shift(tap), so a block of 16 pixels (across
+  // row ends) is one masked load per channel and tap, the mask (the lanes
+  // whose tap lies inside the plane) shared by every channel. No call per
+  // run of a row, which on 7x7 and 14x14 maps is most of the work.
+  void im2col_flat(const float* xg, float* col, int64_t p0, int64_t p1) const {
+    const int64_t px = p1 - p0, taps = c_.kh * c_.kw, plane = c_.ih * c_.iw, ow = c_.ow;
+    alignas(64) int32_t oy[16], ox[16];
+    for (int64_t b0 = p0; b0 < p1; b0 += 16) {
+      const int64_t n = std::min<int64_t>(16, p1 - b0);
+      for (int64_t j = 0; j < 16; ++j) {
+        const int64_t q = b0 + std::min(j, n - 1);
+        oy[j] = static_cast<int32_t>(q / ow);
+        ox[j] = static_cast<int32_t>(q % ow);
+      }
+      const __m512i voy = _mm512_load_si512(oy), vox = _mm512_load_si512(ox);
+      const __mmask16 tail = static_cast<__mmask16>((1u << n) - 1);
+      for (int64_t ky = 0; ky < c_.kh; ++ky) {
+        const int64_t dy = ky * c_.dh - c_.ph;
+        const __m512i iy = _mm512_add_epi32(voy, _mm512_set1_epi32(static_cast<int32_t>(dy)));
+        const __mmask16 rows = _mm512_mask_cmpge_epi32_mask(tail, iy, _mm512_setzero_si512()) &
+                               _mm512_cmplt_epi32_mask(iy, _mm512_set1_epi32(static_cast<int32_t>(c_.ih)));
+        for (int64_t kx = 0; kx < c_.kw; ++kx) {
+          const int64_t dx = kx * c_.dw - c_.pw;
+          const __m512i ix = _mm512_add_epi32(vox, _mm512_set1_epi32(static_cast<int32_t>(dx)));
+          const __mmask16 m = _mm512_mask_cmpge_epi32_mask(rows, ix, _mm512_setzero_si512()) &
+                              _mm512_cmplt_epi32_mask(ix, _mm512_set1_epi32(static_cast<int32_t>(c_.iw)));
+          const float* src = xg + b0 + dy * c_.iw + dx;
+          float* dst = col + (ky * c_.kw + kx) * px + (b0 - p0);
+          for (int64_t ci = 0; ci < cin_g_; ++ci)
+            _mm512_mask_storeu_ps(dst + ci * taps * px, tail, _mm512_maskz_loadu_ps(m, src + ci * plane));
+        }
+      }
+    }
+  }
+
+  // im2col for column stride 2: 16 outputs of a row read 32 consecutive
+  // inputs (masked to the row), split to their even lanes by one permute.
+  void im2col_s2(const float* xg, float* col, int64_t p0, int64_t p1) const {
+    const int64_t px = p1 - p0, ow = c_.ow, iw = c_.iw;
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (int64_t ci = 0; ci < cin_g_; ++ci) {
+      const float* xc = xg + ci * c_.ih * iw;
+      for (int64_t ky = 0; ky < c_.kh; ++ky) {
+        for (int64_t kx = 0; kx < c_.kw; ++kx) {
+          float* dst = col + ((ci * c_.kh + ky) * c_.kw + kx) * px;
+          const int64_t dx = kx * c_.dw - c_.pw;
+          for (int64_t pos = p0; pos < p1;) {
+            const int64_t oy = pos / ow, ox0 = pos % ow, run = std::min(ow - ox0, p1 - pos);
+            const int64_t iy = oy * c_.sh - c_.ph + ky * c_.dh;
+            float* d = dst + (pos - p0);
+            if (iy < 0 || iy >= c_.ih) {
+              std::fill(d, d + run, 0.f);
+            } else {
+              const float* row = xc + iy * iw;
+              for (int64_t j = 0; j < run; j += 16) {
+                const int64_t a = 2 * (ox0 + j) + dx;  // input column of lane 0
+                const int64_t lo = std::clamp<int64_t>(-a, 0, 32), hi = std::clamp<int64_t>(iw - a, lo, 32);
+                const uint64_t bits = ((uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1);  // lanes [lo, hi)
+                const __m512 v0 = _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits), row + a);
+                const __m512 v1 = _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits >> 16), row + a + 16);
+                const int64_t n = std::min<int64_t>(16, run - j);
+                _mm512_mask_storeu_ps(d + j, static_cast<__mmask16>((1u << n) - 1),
+                                      _mm512_permutex2var_ps(v0, even, v1));
+              }
+            }
+            pos += run;
+          }
+        }
+      }
+    }
+  }
+#endif
+
   // col[r, j] for r over (channel, ky, kx) and j over pixels [p0, p1).
   // Works a run of output pixels (within one output row) at a time: the
   // input columns a run reads are a contiguous (stride 1) or strided span,
