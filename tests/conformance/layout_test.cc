@@ -239,9 +239,11 @@ TEST_F(Layout, TriluShapeConstantOfShapeRange) {
 }
 
 TEST_F(Layout, ResizeNearestAndLinear) {
-  Tensor x = rng.floats(Shape{1, 2, 3, 4});
+  // Rows of 18 outputs: one block of 16 columns (vectorized) and a tail.
+  constexpr int64_t H = 3, W = 12, OW = 18;
+  Tensor x = rng.floats(Shape{1, 2, H, W});
   Tensor scales = Tensor::from_floats({1, 1, 2, 1.5f}, Shape{4});
-  Shape os{1, 2, 6, 6};
+  Shape os{1, 2, 6, OW};
   for (std::string ctm : {"half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"}) {
     for (std::string mode : {"nearest", "linear"}) {
       if (mode == "nearest" && ctm == "align_corners") continue;
@@ -254,22 +256,22 @@ TEST_F(Layout, ResizeNearestAndLinear) {
       };
       for (int64_t i = 0; i < y.numel(); ++i) {
         auto oi = unravel(i, os);
-        double sy = src(oi[2], 3, 6, 2.0), sx = src(oi[3], 4, 6, 1.5);
-        const float* plane = x.data<float>() + oi[1] * 12;
+        double sy = src(oi[2], H, 6, 2.0), sx = src(oi[3], W, OW, 1.5);
+        const float* plane = x.data<float>() + oi[1] * H * W;
         if (mode == "nearest") {
           auto rnd = [](double v, int64_t n) {
             double r = (v - std::floor(v) == 0.5) ? std::floor(v) : std::round(v);
             return std::clamp<int64_t>(static_cast<int64_t>(r), 0, n - 1);
           };
-          y.data<float>()[i] = plane[rnd(sy, 3) * 4 + rnd(sx, 4)];
+          y.data<float>()[i] = plane[rnd(sy, H) * W + rnd(sx, W)];
         } else {
-          sy = std::clamp(sy, 0.0, 2.0);
-          sx = std::clamp(sx, 0.0, 3.0);
+          sy = std::clamp(sy, 0.0, double(H - 1));
+          sx = std::clamp(sx, 0.0, double(W - 1));
           int64_t y0 = static_cast<int64_t>(sy), x0 = static_cast<int64_t>(sx);
-          int64_t y1 = std::min<int64_t>(y0 + 1, 2), x1 = std::min<int64_t>(x0 + 1, 3);
+          int64_t y1 = std::min<int64_t>(y0 + 1, H - 1), x1 = std::min<int64_t>(x0 + 1, W - 1);
           double wy = sy - y0, wx = sx - x0;
-          y.data<float>()[i] = static_cast<float>((1 - wy) * ((1 - wx) * plane[y0 * 4 + x0] + wx * plane[y0 * 4 + x1]) +
-                                                  wy * ((1 - wx) * plane[y1 * 4 + x0] + wx * plane[y1 * 4 + x1]));
+          y.data<float>()[i] = static_cast<float>((1 - wy) * ((1 - wx) * plane[y0 * W + x0] + wx * plane[y0 * W + x1]) +
+                                                  wy * ((1 - wx) * plane[y1 * W + x0] + wx * plane[y1 * W + x1]));
         }
       }
       SCOPED_TRACE(mode + " " + ctm);
@@ -279,11 +281,11 @@ TEST_F(Layout, ResizeNearestAndLinear) {
     }
   }
   // sizes instead of scales.
-  Tensor sizes = i64({1, 2, 6, 8});
-  Tensor y(DType::kFloat32, Shape{1, 2, 6, 8});
+  Tensor sizes = i64({1, 2, 6, 2 * W});
+  Tensor y(DType::kFloat32, Shape{1, 2, 6, 2 * W});
   for (int64_t i = 0; i < y.numel(); ++i) {
     auto oi = unravel(i, y.shape());
-    y.data<float>()[i] = x.data<float>()[oi[1] * 12 + (oi[2] / 2) * 4 + oi[3] / 2];
+    y.data<float>()[i] = x.data<float>()[oi[1] * H * W + (oi[2] / 2) * W + oi[3] / 2];
   }
   expect_matches({"Resize", {{x}, {Tensor()}, {Tensor()}, {sizes, true}},
                   {{"mode", attr_s("nearest")}, {"coordinate_transformation_mode", attr_s("asymmetric")},

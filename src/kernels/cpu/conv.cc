@@ -44,6 +44,9 @@ typedef float DwVec __attribute__((vector_size(kDwBlock * sizeof(float))));
 constexpr int64_t kDwNarrow = 16;
 constexpr int64_t kDwChannelsMaxPixels = 4096;
 constexpr int64_t kMinPixelBlock = 32;
+// im2col columns gathered at once (then multiplied): the L2 share that
+// stays hot next to the weights and the output tile.
+constexpr size_t kColBytes = size_t{384} << 10;
 constexpr int64_t kMinTasks = 2;
 
 // 2-D geometry (1-D is lifted to height 1).
@@ -422,8 +425,12 @@ class ConvOp : public ROp {
     }
     tasks_ = outer * ob_ * pb_;
     if (path_ == Path::kIm2col) {
-      int64_t max_px = (pixels_ + pb_ - 1) / pb_;
-      scratch_bytes_ = static_cast<size_t>(kdim_ * max_px) * sizeof(float);
+      // An rTask's pixel block is gathered and multiplied in chunks whose
+      // columns fit kColBytes, so that the GEMM reads them from cache.
+      const int64_t max_px = (pixels_ + pb_ - 1) / pb_;
+      chunk_px_ = std::clamp<int64_t>(static_cast<int64_t>(kColBytes / (kdim_ * sizeof(float))) / 16 * 16,
+                                      kMinPixelBlock, std::max<int64_t>(max_px, 1));
+      scratch_bytes_ = static_cast<size_t>(kdim_ * chunk_px_) * sizeof(float);
     }
   }
 
@@ -488,14 +495,17 @@ class ConvOp : public ROp {
       sgemm(false, false, o1 - o0, px, kdim_, 1.f, wg, kdim_, xg + p0, pixels_, 0.f, yg, pixels_);
     } else {
       float* col = static_cast<float*>(args.scratch);
+      for (int64_t q0 = p0; q0 < p1; q0 += chunk_px_) {
+        const int64_t q1 = std::min(p1, q0 + chunk_px_);
 #if defined(__AVX512F__)
-      if (c_.sh == 1 && c_.sw == 1 && c_.ow == c_.iw) im2col_flat(xg, col, p0, p1);
-      else if (c_.sw == 2) im2col_s2(xg, col, p0, p1);
-      else im2col(xg, col, p0, p1);
+        if (c_.sh == 1 && c_.sw == 1 && c_.ow == c_.iw) im2col_flat(xg, col, q0, q1);
+        else if (c_.sw == 2) im2col_s2(xg, col, q0, q1);
+        else im2col(xg, col, q0, q1);
 #else
-      im2col(xg, col, p0, p1);
+        im2col(xg, col, q0, q1);
 #endif
-      sgemm(false, false, o1 - o0, px, kdim_, 1.f, wg, kdim_, col, px, 0.f, yg, pixels_);
+        sgemm(false, false, o1 - o0, q1 - q0, kdim_, 1.f, wg, kdim_, col, q1 - q0, 0.f, yg + (q0 - p0), pixels_);
+      }
     }
     if (bias != nullptr) {
       for (int64_t o = o0; o < o1; ++o) {
@@ -765,6 +775,7 @@ class ConvOp : public ROp {
   Path path_;
   int64_t cin_g_, cout_g_, pixels_, kdim_;
   int64_t ob_ = 1, pb_ = 1;  // blocks of output channels and of pixels (rows for depthwise)
+  int64_t chunk_px_ = 1;     // im2col: pixels gathered per GEMM
   int64_t cb_ = 1;           // depthwise: blocks of (image, channel) planes
   int64_t hp_ = 0, wp_ = 0;  // depthwise: the padded input plane
   int64_t groups_per_image_ = 1;  // depthwise by channels: 16-channel groups
