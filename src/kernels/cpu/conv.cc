@@ -379,10 +379,11 @@ class ConvOp : public ROp {
       // than by channels on 7x7 and 14x14 maps too: 3x3 on 14x14, 576
       // channels, 45 against 120 us); narrow planes at stride 1 run flat
       // when rTasks are whole planes.
-      bool direct = false, flat = false;
 #if defined(__AVX512F__)
-      direct = DwDirect::rows_ok(c);
-      flat = c.ow < kDwNarrow && DwDirect::flat_ok(c) && target <= outer;
+      const bool direct = DwDirect::rows_ok(c);
+      const bool flat = c.ow < kDwNarrow && DwDirect::flat_ok(c) && target <= outer;
+#else
+      const bool direct = false;
 #endif
       if (!direct && c.ow < kDwNarrow && hp_ * wq <= kDwChannelsMaxPixels) {
         // rTasks are blocks of 16-channel groups (per image), whole planes.
