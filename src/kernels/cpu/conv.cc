@@ -734,7 +734,7 @@ class ConvOp : public ROp {
   }
 
   // The first min(count, kDwBlock) lanes of v to out.
-  static void store_block(DwVec v, int64_t count, float* out) {
+  static void store_block(const DwVec& v, int64_t count, float* out) {
     if (count >= kDwBlock) {
       std::memcpy(out, &v, sizeof v);
     } else {
