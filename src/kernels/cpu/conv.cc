@@ -401,8 +401,8 @@ class ConvOp : public ROp {
       tasks_ = cb_ * pb_;
       // A zero-padded copy of the input rows a task reads: the tap loops
       // then run over whole output rows with no bounds.
-      // Columns: enough for output rows rounded up to whole vector blocks.
-      hp_ = (c.oh - 1) * c.sh + (c.kh - 1) * c.dh + 1;
+      // Rows: hp_ above; columns: enough for output rows rounded up to
+      // whole vector blocks.
       const int64_t ow_pad = (c.ow + kDwBlock - 1) / kDwBlock * kDwBlock;
       wp_ = (ow_pad - 1) * c.sw + (c.kw - 1) * c.dw + 1;
       scratch_bytes_ = static_cast<size_t>((hp_ + 1) * wp_ + 1) * sizeof(float);
