@@ -178,6 +178,15 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
       {1, 5, 10, 9, 7, 4, 4, 1, {3, 2}, {1, 1}, {0, 0, 0, 0}, "SAME_LOWER"},
       {1, 5, 10, 9, 7, 3, 3, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}, "VALID"},
       {1, 64, 14, 14, 64, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      // Winograd F(2x2, 3x3): odd output height and width (half tiles),
+      // tile rows of 18 (a full and a partial vector), 12 output channels
+      // (a partial block of 8), batch 2; asymmetric, zero and double pads;
+      // weights over 1 MB (rTasks split by output channels).
+      {2, 8, 9, 35, 12, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {1, 8, 10, 20, 8, 3, 3, 1, {1, 1}, {1, 1}, {0, 2, 1, 0}},
+      {1, 16, 12, 13, 16, 3, 3, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+      {1, 8, 5, 40, 9, 3, 3, 1, {1, 1}, {1, 1}, {2, 2, 2, 2}},
+      {1, 136, 6, 6, 128, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
   };
   for (const auto& s : specs) {
     SCOPED_TRACE(::testing::Message() << "c=" << s.c << " m=" << s.m << " k=" << s.kh << "x" << s.kw << " g=" << s.group

@@ -5,7 +5,8 @@
 // scratch (im2col, [C/g * kh * kw, pixels]) and multiplies by the group's
 // weights with one sgemm; a 1x1, stride-1, unpadded conv multiplies the
 // input directly; a depthwise conv (one input channel per group) runs a
-// direct loop per channel.
+// direct loop per channel; a 3x3 stride-1 ungrouped conv with constant
+// weights runs Winograd F(2x2, 3x3) (winograd.cc).
 //
 // ConvTranspose: an rTask is one (image, group, output-channel block); it
 // multiplies W^T by the input into scratch ([oc_block * kh * kw, in
@@ -21,9 +22,8 @@
 
 #include "base/strings.h"
 #include "ir/ops/op_registry.h"
+#include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/epilogue.h"
-#include "kernels/cpu/kernel.h"
 
 namespace tessera {
 namespace {
@@ -48,36 +48,6 @@ constexpr int64_t kMinPixelBlock = 32;
 // stays hot next to the weights and the output tile.
 constexpr size_t kColBytes = size_t{384} << 10;
 constexpr int64_t kMinTasks = 2;
-
-// 2-D geometry (1-D is lifted to height 1).
-struct Conv2d {
-  int64_t batch, cin, cout, group;
-  int64_t ih, iw, oh, ow, kh, kw;
-  int64_t sh, sw, dh, dw, ph, pw;  // strides, dilations, top/left pads
-};
-
-Result<Conv2d> conv2d_from(const WindowGeometry& g, const Shape& x, int64_t cout, int64_t group) {
-  if (g.spatial > 2) return unimplemented("3-D convolution is not supported");
-  Conv2d c{};
-  c.batch = x[0];
-  c.cin = x[1];
-  c.cout = cout;
-  c.group = group;
-  bool one = g.spatial == 1;
-  c.ih = one ? 1 : g.in[0];
-  c.iw = g.in[one ? 0 : 1];
-  c.oh = one ? 1 : g.out[0];
-  c.ow = g.out[one ? 0 : 1];
-  c.kh = one ? 1 : g.kernel[0];
-  c.kw = g.kernel[one ? 0 : 1];
-  c.sh = one ? 1 : g.strides[0];
-  c.sw = g.strides[one ? 0 : 1];
-  c.dh = one ? 1 : g.dilations[0];
-  c.dw = g.dilations[one ? 0 : 1];
-  c.ph = one ? 0 : g.pads_begin[0];
-  c.pw = g.pads_begin[one ? 0 : 1];
-  return c;
-}
 
 #if defined(__AVX512F__)
 // Depthwise rows read straight from the input plane (stride 1 with any
@@ -795,6 +765,9 @@ Result<std::unique_ptr<ROp>> make_conv(const Node& n, const KernelParams& p) {
   auto c = conv2d_from(g, x, w[0], n.attr_int("group", 1));
   if (!c.ok()) return c.status().with_context(n.label());
   TESSERA_ASSIGN_OR_RETURN(Epilogue epi, Epilogue::from_node(n));
+  const Value* wv = n.inputs[1];
+  if (winograd_fits(*c) && wv->is_constant() && wv->dtype == DType::kFloat32)
+    return make_winograd(*c, wv->constant->data<float>(), n.input(2) != nullptr, epi, p);
   return std::unique_ptr<ROp>(new ConvOp(*c, n.input(2) != nullptr, epi, p));
 }
 
@@ -876,7 +849,8 @@ Result<std::unique_ptr<ROp>> make_conv_transpose(const Node& n, const KernelPara
 }
 
 const RKernel kKernels[] = {
-    {"Conv", "conv.im2col_gemm", "tiles of (image, group, channel block, pixel block); 1x1 and depthwise paths",
+    {"Conv", "conv.im2col_gemm",
+     "tiles of (image, group, channel block, pixel block); 1x1, depthwise and Winograd 3x3 paths",
      make_conv},
     {"TesseraFusedConv", "conv.im2col_gemm+epilogue", "Conv with its residual Add and activation fused into each tile",
      make_conv},
@@ -885,6 +859,29 @@ const RKernel kKernels[] = {
 };
 
 }  // namespace
+
+Result<Conv2d> conv2d_from(const WindowGeometry& g, const Shape& x, int64_t cout, int64_t group) {
+  if (g.spatial > 2) return unimplemented("3-D convolution is not supported");
+  Conv2d c{};
+  c.batch = x[0];
+  c.cin = x[1];
+  c.cout = cout;
+  c.group = group;
+  bool one = g.spatial == 1;
+  c.ih = one ? 1 : g.in[0];
+  c.iw = g.in[one ? 0 : 1];
+  c.oh = one ? 1 : g.out[0];
+  c.ow = g.out[one ? 0 : 1];
+  c.kh = one ? 1 : g.kernel[0];
+  c.kw = g.kernel[one ? 0 : 1];
+  c.sh = one ? 1 : g.strides[0];
+  c.sw = g.strides[one ? 0 : 1];
+  c.dh = one ? 1 : g.dilations[0];
+  c.dw = g.dilations[one ? 0 : 1];
+  c.ph = one ? 0 : g.pads_begin[0];
+  c.pw = g.pads_begin[one ? 0 : 1];
+  return c;
+}
 
 std::span<const RKernel> conv_kernels() { return kKernels; }
 

@@ -1,0 +1,30 @@
+// The 2-D geometry of a Conv (1-D lifts to height 1), shared by the conv
+// kernels (conv.cc, winograd.cc).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "ir/ops/op_registry.h"
+#include "kernels/cpu/epilogue.h"
+#include "kernels/cpu/kernel.h"
+#include "tessera/status.h"
+
+namespace tessera {
+
+struct Conv2d {
+  int64_t batch, cin, cout, group;
+  int64_t ih, iw, oh, ow, kh, kw;
+  int64_t sh, sw, dh, dw, ph, pw;  // strides, dilations, top/left pads
+};
+
+Result<Conv2d> conv2d_from(const WindowGeometry& g, const Shape& x, int64_t cout, int64_t group);
+
+// Winograd F(2x2, 3x3) (winograd.cc): whether it takes a conv of this
+// geometry, and the rOperator. `w` is the constant weight tensor
+// [cout, cin, 3, 3]; the op keeps its own transformed copy.
+bool winograd_fits(const Conv2d& c);
+std::unique_ptr<ROp> make_winograd(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi,
+                                   const KernelParams& p);
+
+}  // namespace tessera
