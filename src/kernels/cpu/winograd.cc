@@ -31,7 +31,7 @@
 #endif
 
 #include "kernels/cpu/conv2d.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/packed_gemm.h"
 
 namespace tessera {
 namespace {
@@ -45,7 +45,7 @@ constexpr int64_t kLanes = 16;  // floats per vector
 constexpr int64_t kMinChunkTiles = 48;
 // Output channels are split in units of kCoUnit (the packed weights' row
 // blocks), at least kMinCoUnits per rTask.
-constexpr int64_t kCoUnit = 8;
+constexpr int64_t kCoUnit = kPackRows;
 constexpr int64_t kMinCoUnits = 4;
 // Transformed weights up to this size are split by tile rows, larger ones
 // by output channels, kDefaultChannelBlocks by default.
@@ -116,7 +116,7 @@ class WinogradOp : public ROp {
   // 0 0 1], in double, rounded once.
   void transform_weights(const float* w) {
     static constexpr double kG[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
-    u_.assign(static_cast<size_t>(kPoints * u_rows() * c_.cin), 0.f);
+    u_.assign(kPoints * packed_size(c_.cout, c_.cin), 0.f);
     for (int64_t co = 0; co < c_.cout; ++co)
       for (int64_t ci = 0; ci < c_.cin; ++ci) {
         const float* g = w + (co * c_.cin + ci) * 9;
@@ -143,14 +143,10 @@ class WinogradOp : public ROp {
       const float* xc = x + (n * cin + ci) * c_.ih * c_.iw;
       for (int64_t ty = ty0; ty < ty1; ++ty) input_row(xc, ty, v + ci * nt + (ty - ty0) * tw_, cin * nt, rows);
     }
-    for (int64_t t = 0; t < kPoints; ++t) {
-#if defined(__AVX512F__)
-      gemm_avx512(u_.data() + t * u_rows() * cin, v + t * cin * nt, nt, co0, co1, m + t * cout * nt);
-#else
-      sgemm(false, false, co1 - co0, nt, cin, 1.f, u_.data() + (t * cout + co0) * cin, cin, v + t * cin * nt, nt,
-            0.f, m + (t * cout + co0) * nt, nt);
-#endif
-    }
+    // One GEMM per point: M[t] (cout x nt) = U[t] (cout x cin) * V[t] (cin x nt).
+    for (int64_t t = 0; t < kPoints; ++t)
+      packed_gemm(u_.data() + u_index(t, co0, 0), co1 - co0, cin, v + t * cin * nt, nt, nt,
+                  m + (t * cout + co0) * nt, nt);
     const int64_t oy0 = 2 * ty0, oy1 = std::min(2 * ty1, c_.oh), ow = c_.ow;
     for (int64_t co = co0; co < co1; ++co) {
       const float b = bias != nullptr ? bias[co] : 0.f;
@@ -231,81 +227,13 @@ class WinogradOp : public ROp {
 #endif
   }
 
-  // Transformed weights: [16][cout][cin] for sgemm; with AVX-512 packed
-  // for gemm_avx512 as [16][cout / kRows][cin][kRows], the last block of
-  // rows zero-padded.
-#if defined(__AVX512F__)
-  static constexpr int64_t kRows = kCoUnit;
-  int64_t u_rows() const { return (c_.cout + kRows - 1) / kRows * kRows; }
+  // Transformed weights: per point, packed for packed_gemm.
   size_t u_index(int64_t t, int64_t co, int64_t ci) const {
-    return static_cast<size_t>(((t * (u_rows() / kRows) + co / kRows) * c_.cin + ci) * kRows + co % kRows);
+    return t * packed_size(c_.cout, c_.cin) +
+           static_cast<size_t>((co / kPackRows * c_.cin + ci) * kPackRows + co % kPackRows);
   }
-#else
-  int64_t u_rows() const { return c_.cout; }
-  size_t u_index(int64_t t, int64_t co, int64_t ci) const {
-    return static_cast<size_t>((t * c_.cout + co) * c_.cin + ci);
-  }
-#endif
 
 #if defined(__AVX512F__)
-  // One transform point's GEMM, m (cout x nt) = u (cout x cin) * v (cin x
-  // nt): blocks of kRows output channels x up to 3 vectors of 16 tiles,
-  // 24 accumulators in registers over all of cin, each packed weight
-  // broadcast from memory. Tiles are the vector dimension as in the
-  // transforms, so neither side is repacked per call.
-  void gemm_avx512(const float* u, const float* v, int64_t nt, int64_t co0, int64_t co1, float* m) const {
-    const int64_t cin = c_.cin;
-    for (int64_t j = 0; j < nt; j += 3 * kLanes) {
-      const int64_t left = std::min<int64_t>(nt - j, 3 * kLanes);
-      const int nv = static_cast<int>((left + kLanes - 1) / kLanes);
-      const int64_t tail = left - (nv - 1) * kLanes;
-      const __mmask16 k = tail >= kLanes ? __mmask16(0xffff) : static_cast<__mmask16>((1u << tail) - 1);
-      for (int64_t b = co0 / kRows; b * kRows < co1; ++b) {
-        const float* ub = u + b * cin * kRows;
-        float* mb = m + b * kRows * nt + j;
-        const int64_t rows = std::min(kRows, co1 - b * kRows);
-        if (nv == 3) micro<3>(ub, v + j, cin, nt, k, mb, rows);
-        else if (nv == 2) micro<2>(ub, v + j, cin, nt, k, mb, rows);
-        else micro<1>(ub, v + j, cin, nt, k, mb, rows);
-      }
-    }
-  }
-
-  // Every loop over registers has a constant trip count (and is unrolled)
-  // so that the accumulators stay in registers.
-  template <int kNv>
-  static void micro(const float* ub, const float* v, int64_t cin, int64_t nt, __mmask16 last, float* m,
-                    int64_t rows) {
-    __m512 acc[kRows][kNv];
-#pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r)
-#pragma GCC unroll 3
-      for (int q = 0; q < kNv; ++q) acc[r][q] = _mm512_setzero_ps();
-    for (int64_t ci = 0; ci < cin; ++ci) {
-      __m512 x[kNv];
-#pragma GCC unroll 3
-      for (int q = 0; q < kNv; ++q)
-        x[q] = q + 1 < kNv ? _mm512_loadu_ps(v + ci * nt + q * kLanes)
-                           : _mm512_maskz_loadu_ps(last, v + ci * nt + q * kLanes);
-      const float* w = ub + ci * kRows;
-#pragma GCC unroll 8
-      for (int r = 0; r < kRows; ++r) {
-        const __m512 a = _mm512_set1_ps(w[r]);
-#pragma GCC unroll 3
-        for (int q = 0; q < kNv; ++q) acc[r][q] = _mm512_fmadd_ps(a, x[q], acc[r][q]);
-      }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      if (r >= rows) break;
-#pragma GCC unroll 3
-      for (int q = 0; q < kNv; ++q) {
-        if (q + 1 < kNv) _mm512_storeu_ps(m + r * nt + q * kLanes, acc[r][q]);
-        else _mm512_mask_storeu_ps(m + r * nt + q * kLanes, last, acc[r][q]);
-      }
-    }
-  }
-
   // Bits [lo, hi) of a 32-bit mask (empty when hi <= lo).
   static uint32_t bit_range(int64_t lo, int64_t hi) {
     lo = std::clamp<int64_t>(lo, 0, 32);
@@ -404,7 +332,7 @@ class WinogradOp : public ROp {
   int64_t wp_ = 4;           // padded input row: 2 * tw_ + 2 columns
   int64_t chunk_rows_ = 1;   // tile rows transformed and multiplied at once
   int64_t rb_ = 1, ob_ = 1;  // rTasks: blocks of tile rows x blocks of output channels
-  std::vector<float> u_;     // transformed weights [16][cout][cin]
+  std::vector<float> u_;     // transformed weights, [16] x packed (cout x cin)
 };
 
 }  // namespace
