@@ -264,7 +264,11 @@ TEST_F(Nn, MaxAndAveragePool) {
   struct Case { int64_t h, w, kh, kw, sh, sw, pt, pl, pb, pr; int ceil; int include_pad; };
   for (const Case& k : {Case{9, 9, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0}, Case{8, 7, 2, 3, 2, 2, 0, 1, 0, 1, 1, 0},
                         Case{10, 10, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1}, Case{7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 0, 1},
-                        Case{5, 6, 5, 6, 1, 1, 0, 0, 0, 0, 0, 0}}) {
+                        Case{5, 6, 5, 6, 1, 1, 0, 0, 0, 0, 0, 0},
+                        // rows of several 16-wide vectors with a partial one,
+                        // stride 1 and 2 (with ceil_mode's partial window)
+                        Case{6, 37, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0}, Case{7, 40, 3, 3, 2, 2, 1, 1, 1, 1, 0, 1},
+                        Case{5, 35, 2, 2, 2, 2, 0, 0, 0, 0, 1, 0}}) {
     Tensor x = rng.floats(Shape{2, 3, k.h, k.w});
     auto out_len = [&](int64_t in, int64_t kk, int64_t s, int64_t p0, int64_t p1) {
       int64_t span = in + p0 + p1 - kk;
@@ -304,6 +308,26 @@ TEST_F(Nn, MaxAndAveragePool) {
     expect_matches({"MaxPool", {{x}}, attrs}, {mx});
     attrs["count_include_pad"] = attr_i(k.include_pad);
     expect_matches({"AveragePool", {{x}}, attrs}, {av});
+  }
+  {
+    // A NaN inside a window makes its max NaN (at stride 1 and 2); the
+    // other outputs stay finite.
+    for (int64_t stride : {1, 2}) {
+      Tensor xn = rng.floats(Shape{1, 1, 4, 40});
+      xn.data<float>()[1 * 40 + 21] = std::numeric_limits<float>::quiet_NaN();
+      std::map<std::string, Attribute> attrs = {{"kernel_shape", attr_ints({3, 3})},
+                                                {"strides", attr_ints({stride, stride})},
+                                                {"pads", attr_ints({1, 1, 1, 1})}};
+      auto out = run_case({"MaxPool", {{xn}}, attrs}, Executor::kSequential, 0);
+      ASSERT_TRUE(out.ok()) << out.status().to_string();
+      const Tensor& y = (*out)[0];
+      const int64_t oh = y.shape()[2], ow = y.shape()[3];
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          const bool covers = i * stride - 1 <= 1 && 1 <= i * stride + 1 && j * stride - 1 <= 21 && 21 <= j * stride + 1;
+          EXPECT_EQ(std::isnan(y.data<float>()[i * ow + j]), covers) << "stride " << stride << " at " << i << "," << j;
+        }
+    }
   }
   Tensor x = rng.floats(Shape{2, 5, 3, 7});
   Tensor g(DType::kFloat32, Shape{2, 5, 1, 1});

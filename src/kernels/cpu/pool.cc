@@ -6,6 +6,10 @@
 #include <limits>
 #include <vector>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "base/strings.h"
 #include "ir/ops/op_registry.h"
 #include "kernels/cpu/kernel.h"
@@ -31,6 +35,11 @@ class PoolOp : public ROp {
       window_range(x0, g.dw, g.kw, g.iw, &kx_lo_[ox], &kx_hi_[ox]);
       width_[ox] = include_pad ? std::min(x0 + (g.kw - 1) * g.dw + 1, g.iw + g.pw_end) - x0 : kx_hi_[ox] - kx_lo_[ox];
     }
+#if defined(__AVX512F__)
+    vector_ = g.sw == 1 || (g.sw == 2 && g.dw == 1);
+    widthf_.assign(static_cast<size_t>((g.ow + 15) / 16 * 16), 0.f);
+    for (int64_t ox = 0; ox < g.ow; ++ox) widthf_[ox] = static_cast<float>(width_[ox]);
+#endif
   }
 
   // A row of outputs at a time: for each tap (ky, kx), one pass over the
@@ -48,6 +57,12 @@ class PoolOp : public ROp {
     for (int64_t pl = b; pl < e; ++pl) {
       const float* xp = x + pl * g_.ih * g_.iw;
       float* yp = y + pl * g_.oh * ow;
+#if defined(__AVX512F__)
+      if (vector_) {
+        plane_avx512(xp, yp);
+        continue;
+      }
+#endif
       for (int64_t oy = 0; oy < g_.oh; ++oy) {
         const int64_t y0 = oy * g_.sh - g_.ph;
         int64_t ky_lo, ky_hi;
@@ -113,6 +128,69 @@ class PoolOp : public ROp {
       for (int64_t ox = lo; ox < hi; ++ox) acc[ox] += src[ox * stride];
     }
   }
+
+#if defined(__AVX512F__)
+  // Bits [lo, hi) of a 32-bit mask (empty when hi <= lo).
+  static uint32_t bit_range(int64_t lo, int64_t hi) {
+    lo = std::clamp<int64_t>(lo, 0, 32);
+    hi = std::clamp<int64_t>(hi, lo, 32);
+    return static_cast<uint32_t>(((uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1));
+  }
+
+  // A plane, 16 outputs of a row a vector, every tap in registers: taps are
+  // loads masked to the input row (outside, -inf for max and 0 for the
+  // sum, which leave the result as skipping the tap does); stride 2 loads
+  // 32 inputs and keeps the even lanes. Taps combine in the same (ky, kx)
+  // order, with the same NaN rule, as the row loops above: equal results.
+  void plane_avx512(const float* xp, float* yp) const {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const float fill = max_ ? -std::numeric_limits<float>::infinity() : 0.f;
+    const __m512 init = _mm512_set1_ps(fill);
+    const int64_t ow = g_.ow, sw = g_.sw;
+    for (int64_t oy = 0; oy < g_.oh; ++oy) {
+      const int64_t y0 = oy * g_.sh - g_.ph;
+      int64_t ky_lo, ky_hi;
+      window_range(y0, g_.dh, g_.kh, g_.ih, &ky_lo, &ky_hi);
+      const int64_t rows = include_pad_ ? std::min(y0 + (g_.kh - 1) * g_.dh + 1, g_.ih + g_.ph_end) - y0
+                                        : ky_hi - ky_lo;
+      for (int64_t ox0 = 0; ox0 < ow; ox0 += 16) {
+        const int64_t n = std::min<int64_t>(16, ow - ox0);
+        const __mmask16 lanes = static_cast<__mmask16>((1u << n) - 1);
+        __m512 acc = init;
+        for (int64_t ky = ky_lo; ky < ky_hi; ++ky) {
+          const float* row = xp + (y0 + ky * g_.dh) * g_.iw;
+          for (int64_t kx = 0; kx < g_.kw; ++kx) {
+            const int64_t start = ox0 * sw + kx * g_.dw - g_.pw;  // input column of lane 0
+            __m512 v;
+            if (sw == 1) {
+              const __mmask16 m = lanes & static_cast<__mmask16>(bit_range(-start, g_.iw - start));
+              v = _mm512_mask_loadu_ps(init, m, row + start);
+            } else {
+              const uint32_t m = bit_range(-start, g_.iw - start) & bit_range(0, 2 * n - 1);
+              const __m512 lo = _mm512_mask_loadu_ps(init, static_cast<__mmask16>(m), row + start);
+              const __m512 hi = _mm512_mask_loadu_ps(init, static_cast<__mmask16>(m >> 16), row + start + 16);
+              v = _mm512_permutex2var_ps(lo, even, hi);
+            }
+            if (max_) {
+              const __mmask16 take = _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+              acc = _mm512_mask_blend_ps(take, acc, v);
+            } else {
+              acc = _mm512_add_ps(acc, v);
+            }
+          }
+        }
+        if (!max_) {
+          const __m512 count = _mm512_mul_ps(_mm512_set1_ps(static_cast<float>(rows)), _mm512_loadu_ps(&widthf_[ox0]));
+          const __mmask16 any = _mm512_cmp_ps_mask(count, _mm512_setzero_ps(), _CMP_GT_OQ);
+          acc = _mm512_maskz_div_ps(any, acc, count);
+        }
+        _mm512_mask_storeu_ps(yp + oy * ow + ox0, lanes, acc);
+      }
+    }
+  }
+  bool vector_ = false;
+  std::vector<float> widthf_;  // width_ as floats, padded to whole vectors
+#endif
 
   bool max_, include_pad_;
   Geo g_;
