@@ -167,7 +167,7 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
       // Stride 1 with the output as wide as the input: im2col by masked
       // 16-pixel blocks across rows (grouped, dilated, asymmetric pads).
       {2, 8, 9, 10, 6, 3, 3, 2, {1, 1}, {1, 2}, {0, 1, 2, 3}},
-      {1, 48, 7, 7, 48, 3, 3, 3, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {1, 12, 7, 7, 12, 3, 3, 3, {1, 1}, {1, 1}, {1, 1, 1, 1}},
       // Column stride 2: im2col by 32 loaded inputs split to even lanes
       // (rows of 21 and 19 outputs: a full and a partial block).
       {1, 3, 8, 40, 4, 3, 3, 1, {2, 2}, {1, 2}, {1, 2, 1, 3}},
@@ -188,6 +188,9 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
       {1, 16, 12, 13, 16, 3, 3, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},
       {1, 8, 5, 40, 9, 3, 3, 1, {1, 1}, {1, 1}, {2, 2, 2, 2}},
       {1, 136, 6, 6, 128, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      // grouped: 16 channels in and 12 out per group; 16 per group on 7x7
+      {1, 32, 9, 21, 24, 3, 3, 2, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {2, 48, 7, 7, 48, 3, 3, 3, {1, 1}, {1, 1}, {1, 1, 1, 1}},
   };
   for (const auto& s : specs) {
     SCOPED_TRACE(::testing::Message() << "c=" << s.c << " m=" << s.m << " k=" << s.kh << "x" << s.kw << " g=" << s.group

@@ -5,8 +5,8 @@
 // scratch (im2col, [C/g * kh * kw, pixels]) and multiplies by the group's
 // weights with one sgemm; a 1x1, stride-1, unpadded conv multiplies the
 // input directly; a depthwise conv (one input channel per group) runs a
-// direct loop per channel; a 3x3 stride-1 ungrouped conv with constant
-// weights runs Winograd F(2x2, 3x3) (winograd.cc).
+// direct loop per channel; a 3x3 stride-1 conv with at least 8 channels
+// per group and constant weights runs Winograd F(2x2, 3x3) (winograd.cc).
 //
 // ConvTranspose: an rTask is one (image, group, output-channel block); it
 // multiplies W^T by the input into scratch ([oc_block * kh * kw, in

@@ -22,7 +22,7 @@ Result<Conv2d> conv2d_from(const WindowGeometry& g, const Shape& x, int64_t cout
 
 // Winograd F(2x2, 3x3) (winograd.cc): whether it takes a conv of this
 // geometry, and the rOperator. `w` is the constant weight tensor
-// [cout, cin, 3, 3]; the op keeps its own transformed copy.
+// [cout, cin / group, 3, 3]; the op keeps its own transformed copy.
 bool winograd_fits(const Conv2d& c);
 std::unique_ptr<ROp> make_winograd(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi,
                                    const KernelParams& p);

@@ -1,5 +1,5 @@
-// Winograd F(2x2, 3x3) for 3x3 convs at stride 1, undilated, ungrouped,
-// with constant weights (Lavin and Gray, "Fast Algorithms for
+// Winograd F(2x2, 3x3) for 3x3 convs at stride 1, undilated, with at
+// least 8 channels per group in and out and constant weights (Lavin and Gray, "Fast Algorithms for
 // Convolutional Neural Networks", 2016).
 //
 // A 2x2 block of outputs (a tile) is computed from the 4x4 input patch d
@@ -18,7 +18,7 @@
 //
 // An rTask is a block of tile rows (2 output rows each) of one or more
 // images, and a block of output channels where the transformed weights are
-// large. It works through its rows in chunks whose V and M fit
+// large (of groups, for a grouped conv: each group is its own 16 GEMMs). It works through its rows in chunks whose V and M fit
 // kChunkBytes, so the GEMMs read them from cache: transform the chunk's
 // input, 16 GEMMs, then the output transform adds the bias and applies the
 // fused epilogue to the chunk's output rows while they are hot.
@@ -51,6 +51,7 @@ constexpr int64_t kMinCoUnits = 4;
 // by output channels, kDefaultChannelBlocks by default.
 constexpr int64_t kWeightsInL2 = int64_t{1} << 20;
 constexpr int64_t kDefaultChannelBlocks = 2;
+constexpr int64_t kMinTasks = 2;  // default rTasks of a grouped conv, at least
 // Output pixels per image from which transformed weights of any size pay
 // (below, only weights up to 2 * kWeightsInL2): the 2.25x fewer FLOPs
 // outweigh reading 16/9 the weight bytes from memory.
@@ -60,18 +61,21 @@ class WinogradOp : public ROp {
  public:
   WinogradOp(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi, const KernelParams& p)
       : c_(c), has_bias_(has_bias), epi_(epi) {
+    cin_g_ = c.cin / c.group;
+    cout_g_ = c.cout / c.group;
     th_ = (c.oh + 1) / 2;
     tw_ = (c.ow + 1) / 2;
     wp_ = 2 * tw_ + 2;
     // rTasks: blocks of tile rows where the transformed weights stay in
     // L2 (each block reads them all again), else blocks of output channels
     // (each redoing the input transform; measured on 3x3, 512 channels, 7x7:
-    // 1 rTask 0.85 ms, 2 channel blocks 0.99, 2 row blocks 1.63).
+    // 1 rTask 0.85 ms, 2 channel blocks 0.99, 2 row blocks 1.63); grouped
+    // convs split groups instead of channels.
     const int64_t rows = c.batch * th_;
-    const double flops = 2.0 * c.batch * c.cout * c.cin * 9 * c.oh * c.ow;
-    const int64_t units = (c.cout + kCoUnit - 1) / kCoUnit;
-    const int64_t max_ob = std::max<int64_t>(1, units / kMinCoUnits);
-    const bool big = kPoints * c.cout * c.cin * static_cast<int64_t>(sizeof(float)) > kWeightsInL2;
+    const double flops = 2.0 * c.batch * c.cout * cin_g_ * 9 * c.oh * c.ow;
+    units_ = c.group > 1 ? c.group : (c.cout + kCoUnit - 1) / kCoUnit;
+    const int64_t max_ob = c.group > 1 ? units_ : std::max<int64_t>(1, units_ / kMinCoUnits);
+    const bool big = kPoints * c.cout * cin_g_ * static_cast<int64_t>(sizeof(float)) > kWeightsInL2;
     if (p.tasks > 0) {
       ob_ = big ? std::clamp<int64_t>(p.tasks, 1, max_ob) : 1;
       rb_ = std::clamp<int64_t>(p.tasks / ob_, 1, rows);
@@ -81,15 +85,19 @@ class WinogradOp : public ROp {
           std::clamp<int64_t>(static_cast<int64_t>(flops / kFlopsPerTask), 1, kMaxDefaultTasks);
       ob_ = big ? std::min<int64_t>(kDefaultChannelBlocks, max_ob) : 1;
       rb_ = big ? 1 : std::clamp<int64_t>(want, 1, rows);
+      if (c.group > 1) {  // groups are independent work: at least kMinTasks blocks of them
+        ob_ = std::clamp<int64_t>(std::max(want, kMinTasks), 1, units_);
+        rb_ = std::clamp<int64_t>(want / ob_, 1, rows);
+      }
     }
     tasks_ = rb_ * ob_;
     const int64_t min_rows = (kMinChunkTiles + tw_ - 1) / tw_;
-    const int64_t tile_bytes = kPoints * (c.cin + c.cout) * static_cast<int64_t>(sizeof(float));
+    const int64_t tile_bytes = kPoints * (cin_g_ + cout_g_) * static_cast<int64_t>(sizeof(float));
     chunk_rows_ = std::clamp<int64_t>(static_cast<int64_t>(kChunkBytes) / (tile_bytes * tw_), min_rows,
                                       std::max<int64_t>(min_rows, (rows + rb_ - 1) / rb_));
     chunk_rows_ = std::min(chunk_rows_, th_);
     const int64_t nt = chunk_rows_ * tw_;
-    scratch_bytes_ = static_cast<size_t>(kPoints * (c.cin + c.cout) * nt + 8 * wp_) * sizeof(float);
+    scratch_bytes_ = static_cast<size_t>(kPoints * (cin_g_ + cout_g_) * nt + 8 * wp_) * sizeof(float);
     transform_weights(w);
   }
 
@@ -101,59 +109,64 @@ class WinogradOp : public ROp {
     float* scratch = static_cast<float*>(args.scratch);
     int64_t r0, r1, u0, u1;
     task_range(c_.batch * th_, rb_, task / ob_, &r0, &r1);
-    task_range((c_.cout + kCoUnit - 1) / kCoUnit, ob_, task % ob_, &u0, &u1);
-    const int64_t co0 = u0 * kCoUnit, co1 = std::min(c_.cout, u1 * kCoUnit);
+    task_range(units_, ob_, task % ob_, &u0, &u1);
+    // Groups [g0, g1), and within each output channels [co0, co1).
+    const bool grouped = c_.group > 1;
+    const int64_t g0 = grouped ? u0 : 0, g1 = grouped ? u1 : 1;
+    const int64_t co0 = grouped ? 0 : u0 * kCoUnit, co1 = grouped ? cout_g_ : std::min(c_.cout, u1 * kCoUnit);
     for (int64_t r = r0; r < r1;) {
       const int64_t n = r / th_, ty0 = r % th_;
       const int64_t k = std::min({chunk_rows_, th_ - ty0, r1 - r});
-      chunk(x, bias, res, y, scratch, n, ty0, ty0 + k, co0, co1);
+      for (int64_t g = g0; g < g1; ++g) chunk(x, bias, res, y, scratch, n, ty0, ty0 + k, g, co0, co1);
       r += k;
     }
   }
 
  private:
-  // U[t][co][ci] = (G g G^T)[t] with G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2;
-  // 0 0 1], in double, rounded once.
+  // U[g][t][co][ci] = (G g G^T)[t] with G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2
+  // 1/2; 0 0 1], in double, rounded once.
   void transform_weights(const float* w) {
     static constexpr double kG[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
-    u_.assign(kPoints * packed_size(c_.cout, c_.cin), 0.f);
-    for (int64_t co = 0; co < c_.cout; ++co)
-      for (int64_t ci = 0; ci < c_.cin; ++ci) {
-        const float* g = w + (co * c_.cin + ci) * 9;
-        double gg[4][3];  // G g
-        for (int i = 0; i < 4; ++i)
-          for (int k = 0; k < 3; ++k)
-            gg[i][k] = kG[i][0] * g[k] + kG[i][1] * g[3 + k] + kG[i][2] * g[6 + k];
-        for (int i = 0; i < 4; ++i)
-          for (int l = 0; l < 4; ++l) {
-            const double v = gg[i][0] * kG[l][0] + gg[i][1] * kG[l][1] + gg[i][2] * kG[l][2];
-            u_[u_index(i * 4 + l, co, ci)] = static_cast<float>(v);
-          }
-      }
+    u_.assign(c_.group * kPoints * packed_size(cout_g_, cin_g_), 0.f);
+    for (int64_t gr = 0; gr < c_.group; ++gr)
+      for (int64_t co = 0; co < cout_g_; ++co)
+        for (int64_t ci = 0; ci < cin_g_; ++ci) {
+          const float* g = w + ((gr * cout_g_ + co) * cin_g_ + ci) * 9;
+          double gg[4][3];  // G g
+          for (int i = 0; i < 4; ++i)
+            for (int k = 0; k < 3; ++k)
+              gg[i][k] = kG[i][0] * g[k] + kG[i][1] * g[3 + k] + kG[i][2] * g[6 + k];
+          for (int i = 0; i < 4; ++i)
+            for (int l = 0; l < 4; ++l) {
+              const double v = gg[i][0] * kG[l][0] + gg[i][1] * kG[l][1] + gg[i][2] * kG[l][2];
+              u_[u_index(gr, i * 4 + l, co, ci)] = static_cast<float>(v);
+            }
+        }
   }
 
-  // Tile rows [ty0, ty1) of image n, output channels [co0, co1).
+  // Tile rows [ty0, ty1) of image n, group gr's output channels [co0, co1).
   void chunk(const float* x, const float* bias, const float* res, float* y, float* scratch, int64_t n, int64_t ty0,
-             int64_t ty1, int64_t co0, int64_t co1) const {
-    const int64_t nt = (ty1 - ty0) * tw_, cin = c_.cin, cout = c_.cout;
+             int64_t ty1, int64_t gr, int64_t co0, int64_t co1) const {
+    const int64_t nt = (ty1 - ty0) * tw_, cin = cin_g_, cout = cout_g_;
     float* v = scratch;
     float* m = v + kPoints * cin * nt;
     float* rows = m + kPoints * cout * nt;  // the portable transforms' row buffers
     for (int64_t ci = 0; ci < cin; ++ci) {
-      const float* xc = x + (n * cin + ci) * c_.ih * c_.iw;
+      const float* xc = x + (n * c_.cin + gr * cin + ci) * c_.ih * c_.iw;
       for (int64_t ty = ty0; ty < ty1; ++ty) input_row(xc, ty, v + ci * nt + (ty - ty0) * tw_, cin * nt, rows);
     }
     // One GEMM per point: M[t] (cout x nt) = U[t] (cout x cin) * V[t] (cin x nt).
     for (int64_t t = 0; t < kPoints; ++t)
-      packed_gemm(u_.data() + u_index(t, co0, 0), co1 - co0, cin, v + t * cin * nt, nt, nt,
+      packed_gemm(u_.data() + u_index(gr, t, co0, 0), co1 - co0, cin, v + t * cin * nt, nt, nt,
                   m + (t * cout + co0) * nt, nt);
     const int64_t oy0 = 2 * ty0, oy1 = std::min(2 * ty1, c_.oh), ow = c_.ow;
     for (int64_t co = co0; co < co1; ++co) {
-      const float b = bias != nullptr ? bias[co] : 0.f;
-      float* yc = y + (n * cout + co) * c_.oh * ow;
+      const int64_t oc = gr * cout + co;  // in the whole output
+      const float b = bias != nullptr ? bias[oc] : 0.f;
+      float* yc = y + (n * c_.cout + oc) * c_.oh * ow;
       for (int64_t ty = ty0; ty < ty1; ++ty) output_row(m + co * nt + (ty - ty0) * tw_, cout * nt, b, yc, ty, rows);
       if (!epi_.empty()) {
-        const int64_t off = (n * cout + co) * c_.oh * ow + oy0 * ow;
+        const int64_t off = (n * c_.cout + oc) * c_.oh * ow + oy0 * ow;
         epi_.apply(y + off, res != nullptr ? res + off : nullptr, (oy1 - oy0) * ow);
       }
     }
@@ -227,10 +240,10 @@ class WinogradOp : public ROp {
 #endif
   }
 
-  // Transformed weights: per point, packed for packed_gemm.
-  size_t u_index(int64_t t, int64_t co, int64_t ci) const {
-    return t * packed_size(c_.cout, c_.cin) +
-           static_cast<size_t>((co / kPackRows * c_.cin + ci) * kPackRows + co % kPackRows);
+  // Transformed weights: per group and point, packed for packed_gemm.
+  size_t u_index(int64_t gr, int64_t t, int64_t co, int64_t ci) const {
+    return (gr * kPoints + t) * packed_size(cout_g_, cin_g_) +
+           static_cast<size_t>((co / kPackRows * cin_g_ + ci) * kPackRows + co % kPackRows);
   }
 
 #if defined(__AVX512F__)
@@ -328,6 +341,8 @@ class WinogradOp : public ROp {
   Conv2d c_;
   bool has_bias_;
   Epilogue epi_;
+  int64_t cin_g_ = 1, cout_g_ = 1;  // channels per group
+  int64_t units_ = 1;               // what ob_ splits: groups, or blocks of kCoUnit channels
   int64_t th_ = 1, tw_ = 1;  // tile rows and columns (2x2 outputs each)
   int64_t wp_ = 4;           // padded input row: 2 * tw_ + 2 columns
   int64_t chunk_rows_ = 1;   // tile rows transformed and multiplied at once
@@ -338,14 +353,15 @@ class WinogradOp : public ROp {
 }  // namespace
 
 bool winograd_fits(const Conv2d& c) {
-  if (c.group != 1 || c.kh != 3 || c.kw != 3 || c.sh != 1 || c.sw != 1 || c.dh != 1 || c.dw != 1 || c.cin < 8 ||
-      c.cout < 8 || c.oh < 2 || c.ow < 2)
+  const int64_t cin_g = c.cin / c.group, cout_g = c.cout / c.group;
+  if (c.kh != 3 || c.kw != 3 || c.sh != 1 || c.sw != 1 || c.dh != 1 || c.dw != 1 || cin_g < 8 || cout_g < 8 ||
+      c.oh < 2 || c.ow < 2)
     return false;
   // The transformed weights are 16/9 the size of the direct ones. On small
   // maps with many channels, reading them is the cost (weights larger than
   // the caches come from memory every run): ResNet-18's 512-channel 3x3
   // convs on 7x7 took 1.76 ms per conv in place against 1.44 ms direct.
-  const int64_t u_bytes = kPoints * c.cout * c.cin * static_cast<int64_t>(sizeof(float));
+  const int64_t u_bytes = kPoints * c.cout * cin_g * static_cast<int64_t>(sizeof(float));
   return c.oh * c.ow >= kMinPixelsForBigWeights || u_bytes <= kWeightsInL2 * 2;
 }
 
