@@ -2,7 +2,9 @@
 // odd sizes, empty and size-1 dimensions, every supported dtype.
 #include <cmath>
 #include <functional>
+#include <limits>
 
+#include "kernels/cpu/fast_math.h"
 #include "tests/conformance/harness.h"
 
 namespace tessera::testing {
@@ -61,6 +63,32 @@ TEST_F(Elementwise, UnaryFloatOps) {
       expect_matches(oc, {unary_ref(x, c.f)}, 2e-6);
     }
   }
+}
+
+// The Erf kernel's approximation, point by point: within 2 ulps of erf
+// (computed in double, then rounded) on a dense grid over both of its
+// pieces and the clamp; erf(-0) = -0, erf(+-inf) = +-1, NaN stays NaN.
+TEST_F(Elementwise, FastErfWithinTwoUlps) {
+  float worst = 0;
+  for (int i = -300000; i <= 300000; ++i) {
+    const float x = static_cast<float>(i) * 2e-5f;
+    const float want = static_cast<float>(std::erf(static_cast<double>(x)));
+    const float got = fast_erf(x);
+    const float ulp = std::nextafter(std::fabs(want), std::numeric_limits<float>::infinity()) - std::fabs(want);
+    const float e = x == 0 ? std::fabs(got) : std::fabs(got - want) / ulp;
+    worst = std::max(worst, e);
+    ASSERT_LE(e, 2.f) << "x = " << x << ": " << got << " against " << want;
+  }
+  for (float x : {1e-30f, -3e-39f, 0.999999f, 1.f, 1.000001f, 3.999999f, 4.f, 9.f}) {
+    const float want = static_cast<float>(std::erf(static_cast<double>(x)));
+    const float ulp = std::nextafter(std::fabs(want), std::numeric_limits<float>::infinity()) - std::fabs(want);
+    EXPECT_LE(std::fabs(fast_erf(x) - want), 2 * ulp) << "x = " << x;
+  }
+  EXPECT_TRUE(std::signbit(fast_erf(-0.f)));
+  EXPECT_EQ(fast_erf(std::numeric_limits<float>::infinity()), 1.f);
+  EXPECT_EQ(fast_erf(-std::numeric_limits<float>::infinity()), -1.f);
+  EXPECT_TRUE(std::isnan(fast_erf(std::numeric_limits<float>::quiet_NaN())));
+  RecordProperty("worst_ulps", std::to_string(worst));
 }
 
 TEST_F(Elementwise, UnaryIntegerOps) {
