@@ -15,8 +15,9 @@
 //        w = (1 / (1 + |x|) - 0.35) / 0.15, since erfc(a) e^(a^2) is
 //        smooth in 1 / (1 + a) (it tends to 1 / (a sqrt(pi))); +-1 from 4
 //        on, where float erf rounds to 1. Both are least-squares fits;
-//        within 2 ulps of the correctly rounded erf on 4001 points of
-//        [-5, 5]. A NaN input stays NaN. std::erf was a scalar call of
+//        within 2 ulps of the correctly rounded erf on a grid of 600 001
+//        points over [-6, 6] (the worst, 2.0, near -1, with or without
+//        FMA contraction). A NaN input stays NaN. std::erf was a scalar call of
 //        ~2.4 ns, 13% of a tiny BERT's run time in its GELUs.
 #pragma once
 
