@@ -36,7 +36,9 @@ class PoolOp : public ROp {
       width_[ox] = include_pad ? std::min(x0 + (g.kw - 1) * g.dw + 1, g.iw + g.pw_end) - x0 : kx_hi_[ox] - kx_lo_[ox];
     }
 #if defined(__AVX512F__)
-    vector_ = g.sw == 1 || (g.sw == 2 && g.dw == 1);
+    separable_ = (g.sw == 1 || g.sw == 2) && g.dw == 1;
+    if (separable_)  // a row of column reductions, read a vector or two past its end
+      scratch_bytes_ = std::max(scratch_bytes_, static_cast<size_t>(2 * (g.ow + 16) + g.kw + 32) * sizeof(float));
     widthf_.assign(static_cast<size_t>((g.ow + 15) / 16 * 16), 0.f);
     for (int64_t ox = 0; ox < g.ow; ++ox) widthf_[ox] = static_cast<float>(width_[ox]);
 #endif
@@ -58,8 +60,8 @@ class PoolOp : public ROp {
       const float* xp = x + pl * g_.ih * g_.iw;
       float* yp = y + pl * g_.oh * ow;
 #if defined(__AVX512F__)
-      if (vector_) {
-        plane_avx512(xp, yp);
+      if (separable_) {
+        plane_separable(xp, yp, acc);
         continue;
       }
 #endif
@@ -137,58 +139,56 @@ class PoolOp : public ROp {
     return static_cast<uint32_t>(((uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1));
   }
 
-  // A plane, 16 outputs of a row a vector, every tap in registers: taps are
-  // loads masked to the input row (outside, -inf for max and 0 for the
-  // sum, which leave the result as skipping the tap does); stride 2 loads
-  // 32 inputs and keeps the even lanes. Taps combine in the same (ky, kx)
-  // order, with the same NaN rule, as the row loops above: equal results.
-  void plane_avx512(const float* xp, float* yp) const {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  // Column stride 1 or 2, undilated: each output row is a reduction over
+  // its window's rows, column by column, into `col` (fill outside the
+  // input row: -inf for max, 0 for the sum, which leave the result as
+  // skipping the tap does), then over kw neighbours of that (stride 2: 32
+  // loaded, the even lanes kept). kh + kw operations per 16 outputs instead
+  // of kh * kw, and no mask arithmetic in the second pass. Max is exact in
+  // any order, with the same NaN rule as the row loops above; the
+  // average's sum runs rows first, which can differ from their tap order
+  // in the last bit.
+  void plane_separable(const float* xp, float* yp, float* col) const {
     const float fill = max_ ? -std::numeric_limits<float>::infinity() : 0.f;
     const __m512 init = _mm512_set1_ps(fill);
-    const int64_t ow = g_.ow, sw = g_.sw;
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const int64_t ow = g_.ow, sw = g_.sw, span = (ow - 1) * sw + g_.kw;  // col[t]: input column t - pw
+    auto combine = [this](__m512 acc, __m512 v) {
+      if (!max_) return _mm512_add_ps(acc, v);
+      const __mmask16 take = _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      return _mm512_mask_blend_ps(take, acc, v);
+    };
     for (int64_t oy = 0; oy < g_.oh; ++oy) {
       const int64_t y0 = oy * g_.sh - g_.ph;
       int64_t ky_lo, ky_hi;
       window_range(y0, g_.dh, g_.kh, g_.ih, &ky_lo, &ky_hi);
       const int64_t rows = include_pad_ ? std::min(y0 + (g_.kh - 1) * g_.dh + 1, g_.ih + g_.ph_end) - y0
                                         : ky_hi - ky_lo;
+      for (int64_t t0 = 0; t0 < span; t0 += 16) {
+        const __mmask16 m = static_cast<__mmask16>(bit_range(g_.pw - t0, g_.pw + g_.iw - t0));
+        __m512 v = init;
+        for (int64_t ky = ky_lo; ky < ky_hi; ++ky)
+          v = combine(v, _mm512_mask_loadu_ps(init, m, xp + (y0 + ky * g_.dh) * g_.iw + t0 - g_.pw));
+        _mm512_storeu_ps(col + t0, v);
+      }
       for (int64_t ox0 = 0; ox0 < ow; ox0 += 16) {
-        const int64_t n = std::min<int64_t>(16, ow - ox0);
-        const __mmask16 lanes = static_cast<__mmask16>((1u << n) - 1);
+        const __mmask16 lanes = static_cast<__mmask16>(bit_range(0, ow - ox0));
         __m512 acc = init;
-        for (int64_t ky = ky_lo; ky < ky_hi; ++ky) {
-          const float* row = xp + (y0 + ky * g_.dh) * g_.iw;
-          for (int64_t kx = 0; kx < g_.kw; ++kx) {
-            const int64_t start = ox0 * sw + kx * g_.dw - g_.pw;  // input column of lane 0
-            __m512 v;
-            if (sw == 1) {
-              const __mmask16 m = lanes & static_cast<__mmask16>(bit_range(-start, g_.iw - start));
-              v = _mm512_mask_loadu_ps(init, m, row + start);
-            } else {
-              const uint32_t m = bit_range(-start, g_.iw - start) & bit_range(0, 2 * n - 1);
-              const __m512 lo = _mm512_mask_loadu_ps(init, static_cast<__mmask16>(m), row + start);
-              const __m512 hi = _mm512_mask_loadu_ps(init, static_cast<__mmask16>(m >> 16), row + start + 16);
-              v = _mm512_permutex2var_ps(lo, even, hi);
-            }
-            if (max_) {
-              const __mmask16 take = _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-              acc = _mm512_mask_blend_ps(take, acc, v);
-            } else {
-              acc = _mm512_add_ps(acc, v);
-            }
-          }
+        for (int64_t kx = 0; kx < g_.kw; ++kx) {
+          const float* c = col + ox0 * sw + kx;
+          acc = combine(acc, sw == 1 ? _mm512_loadu_ps(c)
+                                     : _mm512_permutex2var_ps(_mm512_loadu_ps(c), even, _mm512_loadu_ps(c + 16)));
         }
         if (!max_) {
           const __m512 count = _mm512_mul_ps(_mm512_set1_ps(static_cast<float>(rows)), _mm512_loadu_ps(&widthf_[ox0]));
-          const __mmask16 any = _mm512_cmp_ps_mask(count, _mm512_setzero_ps(), _CMP_GT_OQ);
-          acc = _mm512_maskz_div_ps(any, acc, count);
+          acc = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(count, _mm512_setzero_ps(), _CMP_GT_OQ), acc, count);
         }
         _mm512_mask_storeu_ps(yp + oy * ow + ox0, lanes, acc);
       }
     }
   }
-  bool vector_ = false;
+
+  bool separable_ = false;
   std::vector<float> widthf_;  // width_ as floats, padded to whole vectors
 #endif
 
