@@ -553,8 +553,7 @@ class ConvOp : public ROp {
               const float* row = xc + iy * iw;
               for (int64_t j = 0; j < run; j += 16) {
                 const int64_t a = 2 * (ox0 + j) + dx;  // input column of lane 0
-                const int64_t lo = std::clamp<int64_t>(-a, 0, 32), hi = std::clamp<int64_t>(iw - a, lo, 32);
-                const uint64_t bits = ((uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1);  // lanes [lo, hi)
+                const uint32_t bits = lane_bits(-a, iw - a);
                 const __m512 v0 = _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits), row + a);
                 const __m512 v1 = _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits >> 16), row + a + 16);
                 const int64_t n = std::min<int64_t>(16, run - j);

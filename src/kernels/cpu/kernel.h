@@ -89,6 +89,15 @@ inline void task_range(int64_t work, int64_t n, int64_t i, int64_t* begin, int64
   *end = work * (i + 1) / n;
 }
 
+// Bits [lo, hi) of a 32-bit lane mask, both ends clamped to [0, 32] (empty
+// when hi <= lo): the lanes of one or two 16-float vectors whose element
+// lies inside a row, for masked loads and stores.
+inline uint32_t lane_bits(int64_t lo, int64_t hi) {
+  lo = lo < 0 ? 0 : (lo > 32 ? 32 : lo);
+  hi = hi < lo ? lo : (hi > 32 ? 32 : hi);
+  return static_cast<uint32_t>(((uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1));
+}
+
 // Per-family kernel tables, concatenated by registry.cc.
 std::span<const RKernel> elementwise_kernels();
 std::span<const RKernel> matmul_kernels();

@@ -132,13 +132,6 @@ class PoolOp : public ROp {
   }
 
 #if defined(__AVX512F__)
-  // Bits [lo, hi) of a 32-bit mask (empty when hi <= lo).
-  static uint32_t bit_range(int64_t lo, int64_t hi) {
-    lo = std::clamp<int64_t>(lo, 0, 32);
-    hi = std::clamp<int64_t>(hi, lo, 32);
-    return static_cast<uint32_t>(((uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1));
-  }
-
   // Column stride 1 or 2, undilated: each output row is a reduction over
   // its window's rows, column by column, into `col` (fill outside the
   // input row: -inf for max, 0 for the sum, which leave the result as
@@ -165,14 +158,14 @@ class PoolOp : public ROp {
       const int64_t rows = include_pad_ ? std::min(y0 + (g_.kh - 1) * g_.dh + 1, g_.ih + g_.ph_end) - y0
                                         : ky_hi - ky_lo;
       for (int64_t t0 = 0; t0 < span; t0 += 16) {
-        const __mmask16 m = static_cast<__mmask16>(bit_range(g_.pw - t0, g_.pw + g_.iw - t0));
+        const __mmask16 m = static_cast<__mmask16>(lane_bits(g_.pw - t0, g_.pw + g_.iw - t0));
         __m512 v = init;
         for (int64_t ky = ky_lo; ky < ky_hi; ++ky)
           v = combine(v, _mm512_mask_loadu_ps(init, m, xp + (y0 + ky * g_.dh) * g_.iw + t0 - g_.pw));
         _mm512_storeu_ps(col + t0, v);
       }
       for (int64_t ox0 = 0; ox0 < ow; ox0 += 16) {
-        const __mmask16 lanes = static_cast<__mmask16>(bit_range(0, ow - ox0));
+        const __mmask16 lanes = static_cast<__mmask16>(lane_bits(0, ow - ox0));
         __m512 acc = init;
         for (int64_t kx = 0; kx < g_.kw; ++kx) {
           const float* c = col + ox0 * sw + kx;

@@ -247,14 +247,6 @@ class WinogradOp : public ROp {
   }
 
 #if defined(__AVX512F__)
-  // Bits [lo, hi) of a 32-bit mask (empty when hi <= lo).
-  static uint32_t bit_range(int64_t lo, int64_t hi) {
-    lo = std::clamp<int64_t>(lo, 0, 32);
-    hi = std::clamp<int64_t>(hi, lo, 32);
-    const uint64_t m = ((uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1);
-    return static_cast<uint32_t>(m);
-  }
-
   // 16 tiles a vector, straight from the plane: tile tx reads input
   // columns 2tx - pw .. 2tx - pw + 3, so 32 consecutive columns split into
   // even and odd lanes give its columns 0 and 1, and the 32 from 2 further
@@ -263,9 +255,9 @@ class WinogradOp : public ROp {
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     for (int64_t tx = 0; tx < tw_; tx += kLanes) {
-      const __mmask16 k = tw_ - tx >= kLanes ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (tw_ - tx)) - 1);
+      const __mmask16 k = static_cast<__mmask16>(lane_bits(0, tw_ - tx));
       const int64_t ix = 2 * tx - c_.pw;
-      const uint32_t m0 = bit_range(-ix, c_.iw - ix), m2 = bit_range(-ix - 2, c_.iw - ix - 2);
+      const uint32_t m0 = lane_bits(-ix, c_.iw - ix), m2 = lane_bits(-ix - 2, c_.iw - ix - 2);
       __m512 a[4], b[4], c[4], d[4];  // columns 0..3 of the 4 rows
       for (int r = 0; r < 4; ++r) {
         const int64_t iy = 2 * ty - c_.ph + r;
@@ -312,8 +304,8 @@ class WinogradOp : public ROp {
     float* y1 = y0 + ow;
     const bool second = 2 * ty + 1 < c_.oh;
     for (int64_t tx = 0; tx < tw_; tx += kLanes) {
-      const __mmask16 k = tw_ - tx >= kLanes ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (tw_ - tx)) - 1);
-      const uint32_t cols = bit_range(0, ow - 2 * tx);
+      const __mmask16 k = static_cast<__mmask16>(lane_bits(0, tw_ - tx));
+      const uint32_t cols = lane_bits(0, ow - 2 * tx);
       __m512 s0[4], s1[4];
       for (int c = 0; c < 4; ++c) {
         const __m512 p0 = _mm512_maskz_loadu_ps(k, m + c * ps + tx);
