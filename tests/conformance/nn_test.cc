@@ -371,9 +371,10 @@ TEST_F(Nn, BatchInstanceLayerNorm) {
   expect_matches({"InstanceNormalization", {{x}, {sc, true}, {bi, true}}}, {in});
 
   for (int axis : {-1, 2, 1}) {
-    Tensor lx = rng.floats(Shape{3, 4, 6}, -2, 2);
-    int64_t cols = axis == 1 ? 24 : 6;
-    Shape ps = axis == 1 ? Shape{4, 6} : Shape{6};
+    // 38 and 152 columns: full 16-lane blocks of the row sums and a tail.
+    Tensor lx = rng.floats(Shape{3, 4, 38}, -2, 2);
+    int64_t cols = axis == 1 ? 152 : 38;
+    Shape ps = axis == 1 ? Shape{4, 38} : Shape{38};
     Tensor g = rng.floats(ps, 0.5, 1.5), b = rng.floats(ps);
     Tensor ln(DType::kFloat32, lx.shape());
     for (int64_t r = 0; r < lx.numel() / cols; ++r) {
@@ -391,36 +392,38 @@ TEST_F(Nn, BatchInstanceLayerNorm) {
 }
 
 TEST_F(Nn, SoftmaxAndLogSoftmaxAnyAxis) {
-  Tensor x = rng.floats(Shape{3, 4, 5}, -5, 5);
-  for (int axis : {-1, 0, 1}) {
-    for (int64_t opset : {int64_t{17}, int64_t{11}}) {
-      Tensor sm(DType::kFloat32, x.shape()), lsm(DType::kFloat32, x.shape());
-      int64_t ax = axis < 0 ? axis + 3 : axis;
-      // opset < 13 normalizes over every dim from `axis` on.
-      int64_t inner = 1, len = x.shape()[static_cast<int>(ax)];
-      for (int d = static_cast<int>(ax) + 1; d < 3; ++d) inner *= x.shape()[d];
-      if (opset < 13) {
-        len *= inner;
-        inner = 1;
-      }
-      int64_t outer = x.numel() / (len * inner);
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t i = 0; i < inner; ++i) {
-          double mx = -1e30, s = 0;
-          for (int64_t k = 0; k < len; ++k) mx = std::max<double>(mx, x.data<float>()[(o * len + k) * inner + i]);
-          for (int64_t k = 0; k < len; ++k) s += std::exp(x.data<float>()[(o * len + k) * inner + i] - mx);
-          for (int64_t k = 0; k < len; ++k) {
-            int64_t off = (o * len + k) * inner + i;
-            sm.data<float>()[off] = static_cast<float>(std::exp(x.data<float>()[off] - mx) / s);
-            lsm.data<float>()[off] = static_cast<float>(x.data<float>()[off] - mx - std::log(s));
-          }
+  // Short lines, and lines of 37 and 111 (16-lane blocks and a tail).
+  for (Tensor x : {rng.floats(Shape{3, 4, 5}, -5, 5), rng.floats(Shape{2, 3, 37}, -30, 30)}) {
+    for (int axis : {-1, 0, 1}) {
+      for (int64_t opset : {int64_t{17}, int64_t{11}}) {
+        Tensor sm(DType::kFloat32, x.shape()), lsm(DType::kFloat32, x.shape());
+        int64_t ax = axis < 0 ? axis + 3 : axis;
+        // opset < 13 normalizes over every dim from `axis` on.
+        int64_t inner = 1, len = x.shape()[static_cast<int>(ax)];
+        for (int d = static_cast<int>(ax) + 1; d < 3; ++d) inner *= x.shape()[d];
+        if (opset < 13) {
+          len *= inner;
+          inner = 1;
         }
-      OpCase a{"Softmax", {{x}}, {{"axis", attr_i(axis)}}};
-      a.opset = opset;
-      OpCase b{"LogSoftmax", {{x}}, {{"axis", attr_i(axis)}}};
-      b.opset = opset;
-      expect_matches(a, {sm});
-      expect_matches(b, {lsm});
+        int64_t outer = x.numel() / (len * inner);
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t i = 0; i < inner; ++i) {
+            double mx = -1e30, s = 0;
+            for (int64_t k = 0; k < len; ++k) mx = std::max<double>(mx, x.data<float>()[(o * len + k) * inner + i]);
+            for (int64_t k = 0; k < len; ++k) s += std::exp(x.data<float>()[(o * len + k) * inner + i] - mx);
+            for (int64_t k = 0; k < len; ++k) {
+              int64_t off = (o * len + k) * inner + i;
+              sm.data<float>()[off] = static_cast<float>(std::exp(x.data<float>()[off] - mx) / s);
+              lsm.data<float>()[off] = static_cast<float>(x.data<float>()[off] - mx - std::log(s));
+            }
+          }
+        OpCase a{"Softmax", {{x}}, {{"axis", attr_i(axis)}}};
+        a.opset = opset;
+        OpCase b{"LogSoftmax", {{x}}, {{"axis", attr_i(axis)}}};
+        b.opset = opset;
+        expect_matches(a, {sm});
+        expect_matches(b, {lsm});
+      }
     }
   }
 }

@@ -9,6 +9,7 @@
 #include "base/strings.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernel.h"
+#include "kernels/cpu/row_math.h"
 
 namespace tessera {
 namespace {
@@ -115,15 +116,16 @@ class LayerNormOp : public ROp {
     for (int64_t r = b; r < e; ++r) {
       const float* xr = x + r * cols_;
       float* yr = y + r * cols_;
-      float sum = 0;
-      for (int64_t i = 0; i < cols_; ++i) sum += xr[i];
-      float mean = cols_ ? sum / static_cast<float>(cols_) : 0.f;
-      float sq = 0;
-      for (int64_t i = 0; i < cols_; ++i) sq += (xr[i] - mean) * (xr[i] - mean);
-      float inv = 1.f / std::sqrt((cols_ ? sq / static_cast<float>(cols_) : 0.f) + eps_);
-      for (int64_t i = 0; i < cols_; ++i) {
-        float v = (xr[i] - mean) * inv * scale[scale_bcast_ ? 0 : i];
-        yr[i] = bias ? v + bias[bias_bcast_ ? 0 : i] : v;
+      const float mean = cols_ ? row_sum(xr, cols_) / static_cast<float>(cols_) : 0.f;
+      const float var = cols_ ? row_sq_dev(xr, cols_, mean) / static_cast<float>(cols_) : 0.f;
+      const float inv = 1.f / std::sqrt(var + eps_);
+      if (!scale_bcast_ && bias != nullptr && !bias_bcast_) {  // the usual case: per-element scale and bias
+        for (int64_t i = 0; i < cols_; ++i) yr[i] = (xr[i] - mean) * inv * scale[i] + bias[i];
+      } else {
+        for (int64_t i = 0; i < cols_; ++i) {
+          float v = (xr[i] - mean) * inv * scale[scale_bcast_ ? 0 : i];
+          yr[i] = bias ? v + bias[bias_bcast_ ? 0 : i] : v;
+        }
       }
       if (mean_out) mean_out[r] = mean;
       if (inv_out) inv_out[r] = inv;
@@ -166,6 +168,15 @@ class SoftmaxOp : public ROp {
     task_range(outer_ * inner_, tasks_, task, &b, &e);
     const float* x = static_cast<const float*>(args.in[0]);
     float* y = static_cast<float*>(args.out[0]);
+    if (inner_ == 1) {  // contiguous lines (the last axis)
+      for (int64_t line = b; line < e; ++line) {
+        if (log_)
+          log_softmax_row(x + line * len_, y + line * len_, len_);
+        else
+          softmax_row(x + line * len_, y + line * len_, len_);
+      }
+      return;
+    }
     for (int64_t line = b; line < e; ++line) {
       int64_t o = line / inner_, i = line % inner_;
       const float* xl = x + o * len_ * inner_ + i;
@@ -175,12 +186,12 @@ class SoftmaxOp : public ROp {
       for (int64_t k = 0; k < len_; ++k) mx = std::max(mx, xl[k * s]);
       float sum = 0;
       if (log_) {
-        for (int64_t k = 0; k < len_; ++k) sum += std::exp(xl[k * s] - mx);
+        for (int64_t k = 0; k < len_; ++k) sum += fast_exp(xl[k * s] - mx);
         float lse = std::log(sum);
         for (int64_t k = 0; k < len_; ++k) yl[k * s] = xl[k * s] - mx - lse;
       } else {
         for (int64_t k = 0; k < len_; ++k) {
-          float v = std::exp(xl[k * s] - mx);
+          float v = fast_exp(xl[k * s] - mx);
           yl[k * s] = v;
           sum += v;
         }
@@ -255,16 +266,7 @@ class AttentionOp : public ROp {
           else
             for (int64_t k = 0; k < t_; ++k) row[k] = row[k] + m[0];
         }
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t k = 0; k < t_; ++k) mx = std::max(mx, row[k]);
-        float sum = 0;
-        for (int64_t k = 0; k < t_; ++k) {
-          float ev = std::exp(row[k] - mx);
-          row[k] = ev;
-          sum += ev;
-        }
-        float inv = 1.f / sum;
-        for (int64_t k = 0; k < t_; ++k) row[k] *= inv;
+        softmax_row(row, row, t_);
       }
       sgemm(false, false, rows, dv_, t_, 1.f, sc, t_, v + bi * t_ * dv_, dv_, 0.f, y + (bi * s_ + r0) * dv_, dv_);
       line += rows;
