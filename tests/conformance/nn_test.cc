@@ -191,6 +191,18 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
       // grouped: 16 channels in and 12 out per group; 16 per group on 7x7
       {1, 32, 9, 21, 24, 3, 3, 2, {1, 1}, {1, 1}, {1, 1, 1, 1}},
       {2, 48, 7, 7, 48, 3, 3, 3, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      // Few input channels (the direct path of CNN stems, with AVX-512):
+      // 7x7 stride 2 with asymmetric pads, 12 outputs (a partial block of
+      // 8) and batch 2 (4 column blocks: 2 + 2); 3x3 stride 2 with 115
+      // outputs a row (3 + 3 + 2 blocks, the last partial); stride 1 with
+      // one input channel; an even kernel at stride 2 with 4 channels;
+      // row stride 1 with column stride 2; stride 3 (not direct).
+      {2, 3, 23, 100, 12, 7, 7, 1, {2, 2}, {1, 1}, {3, 3, 2, 1}},
+      {1, 3, 9, 230, 16, 3, 3, 1, {2, 2}, {1, 1}, {1, 1, 1, 1}},
+      {1, 1, 12, 37, 8, 5, 5, 1, {1, 1}, {1, 1}, {2, 2, 2, 2}},
+      {1, 4, 9, 20, 9, 4, 4, 1, {2, 2}, {1, 1}, {1, 2, 1, 2}},
+      {1, 3, 10, 33, 8, 3, 3, 1, {1, 2}, {1, 1}, {0, 1, 0, 0}},
+      {1, 3, 10, 33, 8, 3, 3, 1, {3, 3}, {1, 1}, {1, 1, 1, 1}},
   };
   for (const auto& s : specs) {
     SCOPED_TRACE(::testing::Message() << "c=" << s.c << " m=" << s.m << " k=" << s.kh << "x" << s.kw << " g=" << s.group

@@ -201,13 +201,17 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
   for (const char* act : {"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"}) {
     // conv (im2col), conv + residual (8 channels: Winograd), gemm +
     // residual, matmul + bias + residual, and depthwise convs wide enough
-    // for the by-rows path (stride 1 and 2), whose input holds a NaN: the
-    // fused clamp must treat it as the unfused activation does.
-    for (int variant = 0; variant < 6; ++variant) {
-      const bool dw = variant >= 4, residual = variant >= 1 && variant <= 3;
-      const int64_t cin = variant == 1 ? 8 : 4;
-      const Shape xs = variant == 2 ? Shape{5, 12} : variant == 3 ? Shape{2, 5, 12} : dw ? Shape{1, 4, 9, 40}
-                                                                                     : Shape{1, cin, 9, 7};
+    // for the by-rows path (stride 1 and 2), and a 3-channel stride-2 conv
+    // (the direct path) without and with a residual, whose inputs hold a
+    // NaN: the fused clamp must treat it as the unfused activation does.
+    for (int variant = 0; variant < 8; ++variant) {
+      const bool dw = variant == 4 || variant == 5, stem = variant >= 6;
+      const bool residual = (variant >= 1 && variant <= 3) || variant == 7;
+      const int64_t cin = variant == 1 ? 8 : stem ? 3 : 4;
+      const Shape rs = variant == 2 ? Shape{5, 10} : variant == 3 ? Shape{2, 5, 10} : stem ? Shape{1, 8, 5, 20}
+                                                                                        : Shape{1, 8, 9, 7};
+      const Shape xs = variant == 2 ? Shape{5, 12} : variant == 3 ? Shape{2, 5, 12} : dw || stem ? Shape{1, cin, 9, 40}
+                                                                                           : Shape{1, cin, 9, 7};
       auto build = [&](uint32_t seed) {
         rng.seed(seed);
         auto g = std::make_unique<Graph>();
@@ -220,7 +224,7 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
           op = g->add_node("Gemm", "gemm", {x, g->add_constant("w", random(Shape{12, 10})),
                                             g->add_constant("b", random(Shape{10}))}, 1);
         } else {
-          const int64_t m = dw ? 4 : variant == 1 ? 8 : 6;
+          const int64_t m = dw ? 4 : variant == 1 || stem ? 8 : 6;
           op = g->add_node("Conv", "conv", {x, g->add_constant("w", random(Shape{m, dw ? 1 : cin, 3, 3})),
                                             g->add_constant("b", random(Shape{m}))}, 1);
           Attribute ints;
@@ -235,11 +239,14 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
             ints.ints = {variant - 3, variant - 3};
             op->attrs["strides"] = ints;
           }
+          if (stem) {
+            ints.ints = {2, 2};
+            op->attrs["strides"] = ints;
+          }
         }
         Value* y = op->outputs[0];
         if (residual) {
-          Value* r = g->add_input("r", DType::kFloat32, variant == 2 ? Shape{5, 10} : variant == 3 ? Shape{2, 5, 10}
-                                                                                                   : Shape{1, 8, 9, 7});
+          Value* r = g->add_input("r", DType::kFloat32, rs);
           y = g->add_node("Add", "add", {r, y}, 1)->outputs[0];
         }
         std::vector<Value*> ins = {y};
@@ -256,8 +263,8 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
       std::map<std::string, Tensor> inputs;
       rng.seed(99);
       inputs["x"] = random(xs);
-      if (dw) inputs["x"].data<float>()[2 * 40 + 17] = std::numeric_limits<float>::quiet_NaN();
-      inputs["r"] = random(variant == 2 ? Shape{5, 10} : variant == 3 ? Shape{2, 5, 10} : Shape{1, 8, 9, 7});
+      if (dw || stem) inputs["x"].data<float>()[2 * 40 + 17] = std::numeric_limits<float>::quiet_NaN();
+      inputs["r"] = random(rs);
       if (!residual) inputs.erase("r");
       CompileOptions co;
       co.fuse = false;

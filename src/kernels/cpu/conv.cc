@@ -6,7 +6,9 @@
 // weights with one sgemm; a 1x1, stride-1, unpadded conv multiplies the
 // input directly; a depthwise conv (one input channel per group) runs a
 // direct loop per channel; a 3x3 stride-1 conv with at least 8 channels
-// per group and constant weights runs Winograd F(2x2, 3x3) (winograd.cc).
+// per group and constant weights runs Winograd F(2x2, 3x3) (winograd.cc);
+// a dense conv with 1 to 4 input channels (a CNN stem) and constant
+// weights runs direct (direct_conv.cc).
 //
 // ConvTranspose: an rTask is one (image, group, output-channel block); it
 // multiplies W^T by the input into scratch ([oc_block * kh * kw, in
@@ -767,6 +769,8 @@ Result<std::unique_ptr<ROp>> make_conv(const Node& n, const KernelParams& p) {
   const Value* wv = n.inputs[1];
   if (winograd_fits(*c) && wv->is_constant() && wv->dtype == DType::kFloat32)
     return make_winograd(*c, wv->constant->data<float>(), n.input(2) != nullptr, epi, p);
+  if (direct_conv_fits(*c) && wv->is_constant() && wv->dtype == DType::kFloat32)
+    return make_direct_conv(*c, wv->constant->data<float>(), n.input(2) != nullptr, epi, p);
   return std::unique_ptr<ROp>(new ConvOp(*c, n.input(2) != nullptr, epi, p));
 }
 

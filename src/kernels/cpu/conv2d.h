@@ -1,5 +1,5 @@
 // The 2-D geometry of a Conv (1-D lifts to height 1), shared by the conv
-// kernels (conv.cc, winograd.cc).
+// kernels (conv.cc, winograd.cc, direct_conv.cc).
 #pragma once
 
 #include <cstdint>
@@ -26,5 +26,13 @@ Result<Conv2d> conv2d_from(const WindowGeometry& g, const Shape& x, int64_t cout
 bool winograd_fits(const Conv2d& c);
 std::unique_ptr<ROp> make_winograd(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi,
                                    const KernelParams& p);
+
+// Direct convolution for few input channels (direct_conv.cc: CNN stems,
+// 1 to 4 input channels): whether it takes a conv of this geometry (never
+// without AVX-512), and the rOperator; `w` is the constant weight tensor
+// [cout, cin, kh, kw], packed into the op.
+bool direct_conv_fits(const Conv2d& c);
+std::unique_ptr<ROp> make_direct_conv(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi,
+                                      const KernelParams& p);
 
 }  // namespace tessera
