@@ -14,6 +14,13 @@
 // TesseraFusedElementwise that runs the whole chain on a block of outputs
 // in a local buffer (GELU's Div-Erf-Add-Mul-Mul, scale-and-shift chains).
 //
+// Activations after a Concat: act(Concat(x...)) becomes Concat(act(x)...)
+// when every x is read only by the Concat and made by an op that takes the
+// activation in (Conv, Gemm, MatMul, an elementwise op), so that the
+// epilogue or chain passes fuse it there instead of a separate pass over
+// the concatenated tensor (NASNet-like cells: Relu after each cell's
+// Concat). Results are unchanged: the activation is elementwise.
+//
 // Attention: MatMul(Q, Kt) -> Div or Mul by a constant scalar -> Add of a
 // mask -> Softmax over the last axis -> MatMul(., V), each step the only
 // reader of the last, becomes one TesseraAttention whose rTasks keep their
@@ -82,7 +89,56 @@ bool activation(const Node& n, const Value* y, std::string* act, float* alpha, f
   return true;
 }
 
+// Whether the fusion passes can take an activation appended to `n`'s
+// output into `n` itself: a Conv, Gemm or MatMul epilogue (directly or
+// after the residual Add it absorbs), or an elementwise chain.
+bool absorbs_activation(const Node& n);
+
 }  // namespace
+
+Result<int> push_activations_through_concat(Graph& g, int* created) {
+  int pushed = 0;
+  const size_t original = g.nodes().size();
+  for (size_t i = 0; i < original; ++i) {
+    Node& act = *g.nodes()[i];
+    std::string kind;
+    float alpha, beta;
+    if (act.dead || act.inputs.empty() || act.outputs.size() != 1) continue;
+    Value* y = act.inputs[0];
+    if (y->producer == nullptr || y->producer->dead || y->producer->op_type != "Concat" || y->dtype != DType::kFloat32)
+      continue;
+    if (!activation(act, y, &kind, &alpha, &beta) || sole_consumer(g, y) != &act) continue;
+    Node& cat = *y->producer;
+    bool ok = !cat.inputs.empty();
+    for (const Value* x : cat.inputs)
+      ok = ok && x->producer != nullptr && !x->producer->dead && sole_consumer(g, x) == &cat &&
+           absorbs_activation(*x->producer);
+    if (!ok) continue;
+    // act(concat(x...)) = concat(act(x)...): the activation per input, the
+    // Concat producing the activation's output.
+    std::vector<Value*> parts;
+    for (size_t k = 0; k < cat.inputs.size(); ++k) {
+      Value* x = cat.inputs[k];
+      std::vector<Value*> ins = act.inputs;
+      ins[0] = x;
+      Node* a = g.add_node(act.op_type, str_cat(act.name, "/", k), ins, 1);
+      a->attrs = act.attrs;
+      a->opset = act.opset;
+      a->outputs[0]->dtype = x->dtype;
+      a->outputs[0]->shape = x->shape;
+      parts.push_back(a->outputs[0]);
+      if (created != nullptr) ++*created;
+    }
+    Value* out = act.outputs[0];
+    cat.dead = true;
+    act.dead = true;
+    Node* c = g.add_node_producing("Concat", cat.name, parts, {out});
+    c->attrs = cat.attrs;
+    c->opset = cat.opset;
+    ++pushed;
+  }
+  return finish(g, pushed);
+}
 
 Result<int> fuse_epilogues(Graph& g) {
   int fused = 0;
@@ -170,6 +226,11 @@ bool chain_op(const Node& n) {
     return n.inputs.size() <= 3;
   }
   return n.inputs.size() == 1;
+}
+
+bool absorbs_activation(const Node& n) {
+  if (n.outputs.size() != 1 || n.outputs[0]->dtype != DType::kFloat32) return false;
+  return n.op_type == "Conv" || n.op_type == "Gemm" || n.op_type == "MatMul" || chain_op(n);
 }
 
 // The unary kernels' attribute defaults (elementwise.cc's make_unary).

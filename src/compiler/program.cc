@@ -94,6 +94,7 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   if (options.fuse) {
     // Attention first: an epilogue could take its mask Add as a residual.
     TESSERA_ASSIGN_OR_RETURN(p->stats.attention_fused, fuse_attention(*g));
+    TESSERA_ASSIGN_OR_RETURN(p->stats.activations_pushed, push_activations_through_concat(*g, &p->stats.activation_copies));
     TESSERA_ASSIGN_OR_RETURN(p->stats.fused, fuse_epilogues(*g));
     TESSERA_ASSIGN_OR_RETURN(p->stats.chains_fused, fuse_elementwise_chains(*g));
   }

@@ -81,6 +81,8 @@ struct CompileStats {
   int fused = 0;          // Conv/Gemm epilogues fused
   int chains_fused = 0;   // elementwise chains fused
   int attention_fused = 0;  // attention patterns fused
+  int activations_pushed = 0;  // activations moved before a Concat
+  int activation_copies = 0;   // the activation nodes made for them (one per Concat input)
   int64_t rtasks = 0;
   double compile_ms = 0;
 };
@@ -114,6 +116,10 @@ Result<std::unique_ptr<Program>> compile_onnx(const std::string& path, const Com
 // Fuses Conv/Gemm + residual Add + activation into TesseraFusedConv /
 // TesseraFusedGemm (fuse.cc); returns how many were fused.
 Result<int> fuse_epilogues(Graph& g);
+// act(Concat(x...)) -> Concat(act(x)...) where each x's producer absorbs
+// it (fuse.cc); returns how many Concats, and adds the activation nodes
+// made to *created.
+Result<int> push_activations_through_concat(Graph& g, int* created);
 // Fuses MatMul -> scale -> mask -> Softmax -> MatMul into TesseraAttention
 // (fuse.cc); returns how many were fused.
 Result<int> fuse_attention(Graph& g);

@@ -50,8 +50,25 @@ struct Epilogue {
     // Parameters in locals: loads through `this` inside the loops could
     // alias y, which would keep them from vectorizing.
     const float a = alpha, b = beta;
-    if (residual)
+    if (residual) {
+      // The common pairs in one pass over y: the same arithmetic as the
+      // two passes below.
+      if (act == Act::kRelu) {
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = y[i] + res[i];
+          y[i] = v > 0 ? v : 0.f;
+        }
+        return;
+      }
+      if (act == Act::kClip) {
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = y[i] + res[i];
+          y[i] = v < a ? a : (v > b ? b : v);
+        }
+        return;
+      }
       for (int64_t i = 0; i < n; ++i) y[i] = y[i] + res[i];
+    }
     switch (act) {
       case Act::kNone: return;
       case Act::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] > 0 ? y[i] : 0.f; return;
