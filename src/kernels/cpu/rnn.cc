@@ -3,11 +3,13 @@
 // An rTask is one (direction, batch entry) sequence: independent of every
 // other. It first projects its inputs for all time steps with one sgemm
 // ([seq, input] x W^T), then walks the steps, each a [1, H] x R^T product
-// plus the gate math. Splitting the steps themselves into rOperators, for
+// (on a transposed copy of R made with the op when R is constant, else an
+// sgemm) plus the gate math. Splitting the steps themselves into rOperators, for
 // wavefront schedules across layers, is the compiler's job.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "base/strings.h"
 #include "kernels/cpu/fast_math.h"
@@ -20,13 +22,50 @@ namespace {
 
 inline float sigmoid(float x) { return fast_sigmoid(x); }
 
+// y[0, n) = x[0, k) * rt, rt row-major [k][ld] (a transposed weight
+// block): 64 outputs at a time held in registers over all of k, each
+// summed over k in order. A step's h_prev R^T is a few thousand
+// multiply-adds; as an sgemm call it cost more in the call than in the
+// arithmetic.
+void matvec_t(const float* x, const float* rt, int64_t k, int64_t n, int64_t ld, float* y) {
+  constexpr int64_t kW = 64;
+  int64_t j = 0;
+  for (; j + kW <= n; j += kW) {
+    float acc[kW] = {};
+    for (int64_t i = 0; i < k; ++i) {
+      const float xi = x[i];
+      const float* row = rt + i * ld + j;
+      for (int64_t q = 0; q < kW; ++q) acc[q] += xi * row[q];
+    }
+    std::memcpy(y + j, acc, sizeof acc);
+  }
+  if (j < n) {
+    const int64_t w = n - j;
+    float acc[kW] = {};
+    for (int64_t i = 0; i < k; ++i) {
+      const float xi = x[i];
+      const float* row = rt + i * ld + j;
+      for (int64_t q = 0; q < w; ++q) acc[q] += xi * row[q];
+    }
+    std::memcpy(y + j, acc, static_cast<size_t>(w) * sizeof(float));
+  }
+}
+
 class RnnOp : public ROp {
  public:
   RnnOp(bool lstm, int64_t seq, int64_t batch, int64_t input, int64_t hidden, int64_t dirs, bool reverse_only,
-        bool linear_before_reset, std::vector<bool> present, size_t outputs)
+        bool linear_before_reset, std::vector<bool> present, size_t outputs, const float* r_const)
       : lstm_(lstm), seq_(seq), batch_(batch), input_(input), h_(hidden), dirs_(dirs), reverse_only_(reverse_only),
         lbr_(linear_before_reset), present_(std::move(present)), outputs_(outputs) {
     gates_ = lstm ? 4 : 3;
+    if (r_const != nullptr) {  // R^T per direction, [h][gates * h]
+      const int64_t gh = gates_ * h_;
+      rt_.resize(static_cast<size_t>(dirs * h_ * gh));
+      for (int64_t d = 0; d < dirs; ++d)
+        for (int64_t j = 0; j < gh; ++j)
+          for (int64_t k = 0; k < h_; ++k)
+            rt_[static_cast<size_t>((d * h_ + k) * gh + j)] = r_const[(d * gh + j) * h_ + k];
+    }
     tasks_ = std::max<int64_t>(1, dirs * batch);
     const int64_t gh = gates_ * h_;
     scratch_bytes_ = static_cast<size_t>(seq * gh + 2 * gh + 2 * h_) * sizeof(float);
@@ -58,9 +97,11 @@ class RnnOp : public ROp {
     for (int64_t step = 0; step < seq_; ++step) {
       const int64_t t = reverse ? seq_ - 1 - step : step;
       const float* p = proj + t * gh;
-      sgemm(false, true, 1, gh, h_, 1.f, hstate, h_, r, h_, 0.f, rec, gh);
+      const float* rt = rt_.empty() ? nullptr : rt_.data() + d * h_ * gh;
+      if (rt != nullptr) matvec_t(hstate, rt, h_, gh, gh, rec);
+      else sgemm(false, true, 1, gh, h_, 1.f, hstate, h_, r, h_, 0.f, rec, gh);
       if (lstm_) lstm_step(p, rec, bias, gates, hstate, cstate);
-      else gru_step(p, rec, bias, r, gates, hstate);
+      else gru_step(p, rec, bias, r, rt, gates, hstate);
       if (y != nullptr) std::memcpy(y + ((t * dirs_ + d) * batch_ + b) * h_, hstate, h_ * 4);
     }
     if (outputs_ > 1 && args.out[1] != nullptr)
@@ -85,7 +126,9 @@ class RnnOp : public ROp {
 
   // Gate order z, r, h; bias = [Wb (3h), Rb (3h)]; rec = h_prev * R^T;
   // tmp has room for 3h floats.
-  void gru_step(const float* p, const float* rec, const float* bias, const float* r_mat, float* tmp, float* h) const {
+  // rt: R^T of this direction ([h][3h]) when R is constant, else null.
+  void gru_step(const float* p, const float* rec, const float* bias, const float* r_mat, const float* rt, float* tmp,
+                float* h) const {
     const int64_t gh = 3 * h_;
     const float* wb = bias;
     const float* rb = bias ? bias + gh : nullptr;
@@ -109,7 +152,8 @@ class RnnOp : public ROp {
       float r = sigmoid(p[h_ + j] + rec[h_ + j] + (bias ? wb[h_ + j] + rb[h_ + j] : 0.f));
       rh[j] = r * h[j];
     }
-    sgemm(false, true, 1, h_, h_, 1.f, rh, h_, r_mat + 2 * h_ * h_, h_, 0.f, cand, h_);
+    if (rt != nullptr) matvec_t(rh, rt + 2 * h_, h_, h_, gh, cand);
+    else sgemm(false, true, 1, h_, h_, 1.f, rh, h_, r_mat + 2 * h_ * h_, h_, 0.f, cand, h_);
     for (int64_t j = 0; j < h_; ++j) {
       float hh = fast_tanh(p[2 * h_ + j] + cand[j] + (bias ? wb[2 * h_ + j] + rb[2 * h_ + j] : 0.f));
       h[j] = (1.f - z[j]) * hh + z[j] * h[j];
@@ -122,6 +166,7 @@ class RnnOp : public ROp {
   std::vector<bool> present_;
   size_t outputs_;
   int64_t gates_;
+  std::vector<float> rt_;  // R^T per direction when R is a constant
 };
 
 Result<std::unique_ptr<ROp>> make_rnn(const Node& n, const KernelParams&) {
@@ -134,8 +179,13 @@ Result<std::unique_ptr<ROp>> make_rnn(const Node& n, const KernelParams&) {
   bool lbr = n.attr_int("linear_before_reset", 0) != 0;
   std::vector<bool> present;
   for (Value* v : n.inputs) present.push_back(v != nullptr);
+  const Value* r = n.inputs[2];
+  const float* r_const =
+      r->is_constant() && r->dtype == DType::kFloat32 && r->shape.numel() == w[0] * gates * hidden * hidden
+          ? r->constant->data<float>()
+          : nullptr;
   return std::unique_ptr<ROp>(new RnnOp(lstm, x[0], x[1], x[2], hidden, w[0], dir == "reverse", lbr, present,
-                                        n.outputs.size()));
+                                        n.outputs.size(), r_const));
 }
 
 const RKernel kKernels[] = {
