@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "base/strings.h"
 #include "ir/ops/infer.h"
@@ -35,6 +36,16 @@ class ReduceOp : public ROp {
     task_range(out_n_, tasks_, task, &b, &e);
     const T* x = static_cast<const T*>(args.in[0]);
     T* y = static_cast<T*>(args.out[0]);
+    if constexpr (std::is_same_v<T, float>) {
+      if (contiguous_ && (kind_ == Reduce::kSum || kind_ == Reduce::kMean)) {
+        for (int64_t o = b; o < e; ++o) {
+          double acc = sum_run(x + offset(kept_ext_, kept_str_, o), red_n_);
+          if (kind_ == Reduce::kMean) acc = red_n_ ? acc / static_cast<double>(red_n_) : std::nan("");
+          y[o] = static_cast<float>(acc);
+        }
+        return;
+      }
+    }
     for (int64_t o = b; o < e; ++o) {
       int64_t base = offset(kept_ext_, kept_str_, o);
       double acc = kind_ == Reduce::kMax ? -std::numeric_limits<double>::infinity()
@@ -54,6 +65,22 @@ class ReduceOp : public ROp {
   }
 
  private:
+  // A contiguous float run summed in double: 8 partial sums (one vector of
+  // doubles) combined pairwise, then the tail. The loop vectorizes; a
+  // single running double was a serial chain of adds (mnasnet0_5's final
+  // ReduceMean over 7x7 x 1280: 36 us of profiled work).
+  static double sum_run(const float* x, int64_t n) {
+    double acc[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (int j = 0; j < 8; ++j) acc[j] += static_cast<double>(x[i + j]);
+    for (int w = 4; w > 0; w /= 2)
+      for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+    double s = acc[0];
+    for (; i < n; ++i) s += static_cast<double>(x[i]);
+    return s;
+  }
+
   static int64_t offset(const std::vector<int64_t>& ext, const std::vector<int64_t>& str, int64_t flat) {
     int64_t off = 0;
     for (int d = static_cast<int>(ext.size()) - 1; d >= 0; --d) {
