@@ -99,24 +99,16 @@ class DwDirect {
   // holds iw zeros.
   void rows(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t r0, int64_t r1) const {
     if (flat_) {
-      if (!clamp_) return plane<false>(xc, wc, b, yc);
+      if (!clamp_.on) return plane<false>(xc, wc, b, yc);
       return plane<true>(xc, wc, b, yc);
     }
-    if (!clamp_) return rows_as<false>(xc, wc, b, zero, yc, r0, r1);
+    if (!clamp_.on) return rows_as<false>(xc, wc, b, zero, yc, r0, r1);
     rows_as<true>(xc, wc, b, zero, yc, r0, r1);
   }
 
   // Whether rows() also applies `epi` (Relu or Clip, no residual), each
   // output clamped while it is still in a register.
-  bool fuse(const Epilogue& epi) {
-    if (epi.residual) return false;
-    if (epi.act == Epilogue::Act::kRelu) {
-      clamp_ = true, relu_ = true, lo_ = 0.f, hi_ = std::numeric_limits<float>::infinity();
-    } else if (epi.act == Epilogue::Act::kClip) {
-      clamp_ = true, lo_ = epi.alpha, hi_ = epi.beta;
-    }
-    return clamp_;
-  }
+  bool fuse(const Epilogue& epi) { return clamp_.take(epi); }
 
  private:
   bool init_flat(const Conv2d& c) {
@@ -178,22 +170,11 @@ class DwDirect {
     }
 #pragma GCC unroll 8
     for (int j = 0; j < B; ++j) {
-      if constexpr (kClamp) acc[j] = clamp(acc[j]);
+      if constexpr (kClamp) acc[j] = clamp_(acc[j]);
       const int64_t p = (blk0 + j) * kLanes, count = std::min<int64_t>(kLanes, pixels - p);
       if (count == kLanes) _mm512_storeu_ps(yc + p, acc[j]);
       else _mm512_mask_storeu_ps(yc + p, static_cast<__mmask16>((1u << count) - 1), acc[j]);
     }
-  }
-
-  // The fused epilogue, with the unfused ops' expressions (epilogue.h)
-  // lane by lane: Relu maps NaN to 0, Clip keeps it.
-  __m512 clamp(__m512 v) const {
-    if (relu_) {
-      const __m512 z = _mm512_setzero_ps();
-      return v > z ? v : z;
-    }
-    const __m512 lo = _mm512_set1_ps(lo_), hi = _mm512_set1_ps(hi_);
-    return v < lo ? lo : (v > hi ? hi : v);
   }
 
   template <bool kClamp>
@@ -295,7 +276,7 @@ class DwDirect {
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-        for (int j = 0; j < B; ++j) acc[r][j] = clamp(acc[r][j]);
+        for (int j = 0; j < B; ++j) acc[r][j] = clamp_(acc[r][j]);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
@@ -313,8 +294,7 @@ class DwDirect {
   int64_t nblk_ = 0, per_ = 0;  // blocks per row (per plane when flat); taps or tap pairs
   bool flat_ = false;
   std::vector<int64_t> shift_;  // flat: per tap, input pixel minus output pixel
-  bool clamp_ = false, relu_ = false;  // the fused epilogue
-  float lo_ = 0, hi_ = 0;
+  RegisterClamp clamp_;  // the fused epilogue
   std::vector<uint32_t> mask_;  // [block][tap or tap pair]: lanes whose input is inside the plane
 };
 #endif

@@ -65,11 +65,7 @@ class DirectConvOp : public ROp {
     // Relu or Clip with no residual: applied in registers before the
     // store, with the unfused ops' expressions lane by lane (Relu maps NaN
     // to 0, Clip keeps it).
-    if (!epi.residual && epi.act == Epilogue::Act::kRelu) {
-      clamp_ = relu_ = true;
-    } else if (!epi.residual && epi.act == Epilogue::Act::kClip) {
-      clamp_ = true, lo_ = epi.alpha, hi_ = epi.beta;
-    }
+    clamp_.take(epi);
   }
 
   void run(int64_t task, const TaskArgs& args) const override {
@@ -95,7 +91,7 @@ class DirectConvOp : public ROp {
           blk += nb;
         }
     }
-    if (!epi_.empty() && !clamp_) {
+    if (!epi_.empty() && !clamp_.on) {
       const float* res = epi_.residual ? static_cast<const float*>(args.in[3]) : nullptr;
       for (int64_t co = 0; co < c_.cout; ++co) {
         const int64_t off = ((n * c_.cout + co) * c_.oh + r0) * c_.ow;
@@ -139,15 +135,6 @@ class DirectConvOp : public ROp {
       }
   }
 
-  __m512 clamp(__m512 v) const {
-    if (relu_) {
-      const __m512 z = _mm512_setzero_ps();
-      return v > z ? v : z;
-    }
-    const __m512 lo = _mm512_set1_ps(lo_), hi = _mm512_set1_ps(hi_);
-    return v < lo ? lo : (v > hi ? hi : v);
-  }
-
   template <int B>
   void tile(const float* panel, const float* bias, float* y, int64_t n, int64_t oy, int64_t k, int64_t blk0) const {
     const float* wk = wpack_.data() + k * taps_ * kCb;
@@ -186,7 +173,7 @@ class DirectConvOp : public ROp {
       for (int j = 0; j < B; ++j) {
         const int64_t ox = (blk0 + j) * kLanes, count = std::min<int64_t>(kLanes, ow - ox);
         __m512 v = bias != nullptr ? _mm512_add_ps(acc[c][j], b) : acc[c][j];
-        if (clamp_) v = clamp(v);
+        if (clamp_.on) v = clamp_(v);
         if (count == kLanes) _mm512_storeu_ps(out + ox, v);
         else _mm512_mask_storeu_ps(out + ox, static_cast<__mmask16>((1u << count) - 1), v);
       }
@@ -196,8 +183,7 @@ class DirectConvOp : public ROp {
   Conv2d c_;
   bool has_bias_;
   Epilogue epi_;
-  bool clamp_ = false, relu_ = false;  // Relu or Clip fused into the store
-  float lo_ = 0, hi_ = 0;
+  RegisterClamp clamp_;  // Relu or Clip fused into the store
   int64_t blocks_ = 0, taps_ = 0, nblk_ = 0, pwid_ = 0, rb_ = 1;
   std::vector<float> wpack_;   // [block][ci][ky][kx][kCb]
   std::vector<int32_t> off_;   // per tap (ci, ky, kx): its panel offset for output column 0

@@ -11,6 +11,10 @@
 #include <limits>
 #include <string>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "ir/graph.h"
 #include "kernels/cpu/fast_math.h"
 #include "tessera/status.h"
@@ -87,5 +91,35 @@ struct Epilogue {
     }
   }
 };
+
+#if defined(__AVX512F__)
+// An epilogue of Relu or Clip with no residual, applied to 16 outputs while
+// they are still in a register (direct and depthwise convs), with the
+// unfused ops' expressions lane by lane: Relu maps NaN to 0, Clip keeps it.
+struct RegisterClamp {
+  bool on = false, relu = false;
+  float lo = 0, hi = 0;
+
+  // Takes `epi` if it has that form; returns whether it did.
+  bool take(const Epilogue& epi) {
+    if (epi.residual) return false;
+    if (epi.act == Epilogue::Act::kRelu) {
+      on = relu = true;
+    } else if (epi.act == Epilogue::Act::kClip) {
+      on = true, lo = epi.alpha, hi = epi.beta;
+    }
+    return on;
+  }
+
+  __m512 operator()(__m512 v) const {
+    if (relu) {
+      const __m512 z = _mm512_setzero_ps();
+      return v > z ? v : z;
+    }
+    const __m512 l = _mm512_set1_ps(lo), h = _mm512_set1_ps(hi);
+    return v < l ? l : (v > h ? h : v);
+  }
+};
+#endif
 
 }  // namespace tessera
