@@ -27,6 +27,7 @@
 // block of the score matrix in scratch.
 #include <algorithm>
 #include <limits>
+#include <unordered_map>
 
 #include "base/strings.h"
 #include "compiler/program.h"
@@ -98,6 +99,16 @@ bool absorbs_activation(const Node& n);
 
 Result<int> push_activations_through_concat(Graph& g, int* created) {
   int pushed = 0;
+  // Each value's live producer, from the node list (Value::producer is not
+  // kept up to date across the passes that replace nodes).
+  std::unordered_map<const Value*, Node*> producer;
+  for (auto& np : g.nodes())
+    if (!np->dead)
+      for (Value* o : np->outputs) producer[o] = np.get();
+  auto made_by = [&](const Value* v) -> Node* {
+    auto it = producer.find(v);
+    return it == producer.end() || it->second->dead ? nullptr : it->second;
+  };
   const size_t original = g.nodes().size();
   for (size_t i = 0; i < original; ++i) {
     Node& act = *g.nodes()[i];
@@ -105,14 +116,15 @@ Result<int> push_activations_through_concat(Graph& g, int* created) {
     float alpha, beta;
     if (act.dead || act.inputs.empty() || act.outputs.size() != 1) continue;
     Value* y = act.inputs[0];
-    if (y->producer == nullptr || y->producer->dead || y->producer->op_type != "Concat" || y->dtype != DType::kFloat32)
-      continue;
+    Node* made = made_by(y);
+    if (made == nullptr || made->op_type != "Concat" || y->dtype != DType::kFloat32) continue;
     if (!activation(act, y, &kind, &alpha, &beta) || sole_consumer(g, y) != &act) continue;
-    Node& cat = *y->producer;
+    Node& cat = *made;
     bool ok = !cat.inputs.empty();
-    for (const Value* x : cat.inputs)
-      ok = ok && x->producer != nullptr && !x->producer->dead && sole_consumer(g, x) == &cat &&
-           absorbs_activation(*x->producer);
+    for (const Value* x : cat.inputs) {
+      const Node* p = made_by(x);
+      ok = ok && p != nullptr && sole_consumer(g, x) == &cat && absorbs_activation(*p);
+    }
     if (!ok) continue;
     // act(concat(x...)) = concat(act(x)...): the activation per input, the
     // Concat producing the activation's output.
@@ -127,12 +139,14 @@ Result<int> push_activations_through_concat(Graph& g, int* created) {
       a->outputs[0]->dtype = x->dtype;
       a->outputs[0]->shape = x->shape;
       parts.push_back(a->outputs[0]);
+      producer[a->outputs[0]] = a;
       if (created != nullptr) ++*created;
     }
     Value* out = act.outputs[0];
     cat.dead = true;
     act.dead = true;
     Node* c = g.add_node_producing("Concat", cat.name, parts, {out});
+    producer[out] = c;
     c->attrs = cat.attrs;
     c->opset = cat.opset;
     ++pushed;

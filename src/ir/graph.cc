@@ -120,6 +120,16 @@ int Graph::use_count(const Value* v) const {
 }
 
 void Graph::compact() {
+  // Values a removed node produced (a folded constant, an output taken over
+  // by a fused node) must not point at it afterwards.
+  std::set<const Node*> removed;
+  for (auto& n : nodes_)
+    if (n->dead) removed.insert(n.get());
+  for (auto& v : values_)
+    if (v->producer != nullptr && removed.count(v->producer)) v->producer = nullptr;
+  for (auto& n : nodes_)
+    if (!n->dead)
+      for (Value* o : n->outputs) o->producer = n.get();
   nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(), [](auto& n) { return n->dead; }), nodes_.end());
   std::set<const Value*> live(inputs_.begin(), inputs_.end());
   live.insert(outputs_.begin(), outputs_.end());
