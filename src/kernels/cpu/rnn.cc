@@ -22,33 +22,27 @@ namespace {
 
 inline float sigmoid(float x) { return fast_sigmoid(x); }
 
+// Outputs [j, j + w) of matvec_t, w <= 64, in registers over all of k;
+// inlined with w = 64 for whole blocks, so that loop has a fixed width.
+inline void matvec_block(const float* x, const float* rt, int64_t k, int64_t ld, int64_t j, int64_t w, float* y) {
+  float acc[64] = {};
+  for (int64_t i = 0; i < k; ++i) {
+    const float xi = x[i];
+    const float* row = rt + i * ld + j;
+    for (int64_t q = 0; q < w; ++q) acc[q] += xi * row[q];
+  }
+  std::memcpy(y + j, acc, static_cast<size_t>(w) * sizeof(float));
+}
+
 // y[0, n) = x[0, k) * rt, rt row-major [k][ld] (a transposed weight
 // block): 64 outputs at a time held in registers over all of k, each
 // summed over k in order. A step's h_prev R^T is a few thousand
 // multiply-adds; as an sgemm call it cost more in the call than in the
 // arithmetic.
 void matvec_t(const float* x, const float* rt, int64_t k, int64_t n, int64_t ld, float* y) {
-  constexpr int64_t kW = 64;
   int64_t j = 0;
-  for (; j + kW <= n; j += kW) {
-    float acc[kW] = {};
-    for (int64_t i = 0; i < k; ++i) {
-      const float xi = x[i];
-      const float* row = rt + i * ld + j;
-      for (int64_t q = 0; q < kW; ++q) acc[q] += xi * row[q];
-    }
-    std::memcpy(y + j, acc, sizeof acc);
-  }
-  if (j < n) {
-    const int64_t w = n - j;
-    float acc[kW] = {};
-    for (int64_t i = 0; i < k; ++i) {
-      const float xi = x[i];
-      const float* row = rt + i * ld + j;
-      for (int64_t q = 0; q < w; ++q) acc[q] += xi * row[q];
-    }
-    std::memcpy(y + j, acc, static_cast<size_t>(w) * sizeof(float));
-  }
+  for (; j + 64 <= n; j += 64) matvec_block(x, rt, k, ld, j, 64, y);
+  if (j < n) matvec_block(x, rt, k, ld, j, n - j, y);
 }
 
 class RnnOp : public ROp {

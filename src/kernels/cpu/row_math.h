@@ -67,40 +67,39 @@ inline float row_max(const float* x, int64_t n) {
   return m;
 }
 
-// y = exp(x - max) / sum(exp(x - max)); y may be x.
-inline void softmax_row(const float* x, float* y, int64_t n) {
-  using namespace row_math_detail;
-  const float mx = row_max(x, n);
+namespace row_math_detail {
+// sum(exp(x - mx)); with kStore, also y = exp(x - mx) (y may be x).
+template <bool kStore>
+inline float exp_sum(const float* x, float* y, int64_t n, float mx) {
   float acc[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
     for (int j = 0; j < kLanes; ++j) {
       const float v = fast_exp(x[i + j] - mx);
-      y[i + j] = v;
+      if constexpr (kStore) y[i + j] = v;
       acc[j] += v;
     }
   float tail = 0;
   for (; i < n; ++i) {
     const float v = fast_exp(x[i] - mx);
-    y[i] = v;
+    if constexpr (kStore) y[i] = v;
     tail += v;
   }
-  const float inv = 1.f / (combine(acc) + tail);
-  for (i = 0; i < n; ++i) y[i] *= inv;
+  return combine(acc) + tail;
+}
+}  // namespace row_math_detail
+
+// y = exp(x - max) / sum(exp(x - max)); y may be x.
+inline void softmax_row(const float* x, float* y, int64_t n) {
+  const float inv = 1.f / row_math_detail::exp_sum<true>(x, y, n, row_max(x, n));
+  for (int64_t i = 0; i < n; ++i) y[i] *= inv;
 }
 
 // y = x - max - log(sum(exp(x - max))); y may be x.
 inline void log_softmax_row(const float* x, float* y, int64_t n) {
-  using namespace row_math_detail;
   const float mx = row_max(x, n);
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) acc[j] += fast_exp(x[i + j] - mx);
-  float tail = 0;
-  for (; i < n; ++i) tail += fast_exp(x[i] - mx);
-  const float lse = std::log(combine(acc) + tail);
-  for (i = 0; i < n; ++i) y[i] = x[i] - mx - lse;
+  const float lse = std::log(row_math_detail::exp_sum<false>(x, y, n, mx));
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] - mx - lse;
 }
 
 }  // namespace tessera
