@@ -91,6 +91,30 @@ TEST_F(Elementwise, FastErfWithinTwoUlps) {
   RecordProperty("worst_ulps", std::to_string(worst));
 }
 
+// exp and the functions built on it at the edges: NaN stays NaN (without a
+// NaN-to-int conversion inside, which the sanitizer build would flag), the
+// clamps give finite extremes, and values at the clamps are still accurate.
+TEST_F(Elementwise, FastExpSpecialValues) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(std::isnan(fast_exp(nan)));
+  EXPECT_TRUE(std::isnan(fast_exp(-nan)));
+  EXPECT_TRUE(std::isnan(fast_sigmoid(nan)));
+  EXPECT_TRUE(std::isnan(fast_tanh(nan)));
+  EXPECT_TRUE(std::isfinite(fast_exp(inf)));
+  EXPECT_GT(fast_exp(inf), 1e38f);
+  EXPECT_GE(fast_exp(-inf), 0.f);
+  EXPECT_LT(fast_exp(-inf), 1e-37f);
+  EXPECT_GE(fast_sigmoid(-inf), 0.f);
+  EXPECT_LT(fast_sigmoid(-inf), 1e-37f);
+  EXPECT_EQ(fast_sigmoid(inf), 1.f);
+  EXPECT_EQ(fast_tanh(inf), 1.f);
+  EXPECT_EQ(fast_tanh(-inf), -1.f);
+  for (float x : {-87.f, -20.f, -1.f, 0.f, 0.5f, 30.f, 88.f}) {
+    const double want = std::exp(static_cast<double>(x));
+    EXPECT_LE(std::fabs(fast_exp(x) - want) / want, 4e-7) << "x = " << x;
+  }
+}
+
 TEST_F(Elementwise, UnaryIntegerOps) {
   for (DType dt : {DType::kInt64, DType::kInt32}) {
     Tensor x = rng.ints(Shape{5, 9}, -50, 50, dt);

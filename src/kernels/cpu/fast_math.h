@@ -29,8 +29,10 @@ namespace tessera {
 [[gnu::always_inline]] inline float fast_exp(float x) {
   const float kLog2e = 1.44269504088896341f;
   const float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  float xc = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
-  xc = x != x ? x : xc;  // keep NaN
+  // Written so that a NaN x clamps to the low bound: n stays finite and the
+  // float-to-int conversion below is defined; the NaN is returned at the end.
+  float xc = x > -87.3f ? x : -87.3f;
+  xc = xc < 88.7f ? xc : 88.7f;
   float n = __builtin_floorf(xc * kLog2e + 0.5f);
   float r = xc - n * kLn2Hi - n * kLn2Lo;
   float p = 1.f / 720;
@@ -45,7 +47,7 @@ namespace tessera {
   uint32_t bits = static_cast<uint32_t>(e) << 23;
   float scale;
   std::memcpy(&scale, &bits, 4);
-  return p * scale;
+  return x != x ? x : p * scale;
 }
 
 [[gnu::always_inline]] inline float fast_sigmoid(float x) { return 1.f / (1.f + fast_exp(-x)); }
