@@ -157,6 +157,13 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
       {2, 5, 15, 45, 5, 5, 5, 5, {2, 2}, {1, 1}, {2, 1, 2, 3}},      // 5x5 stride 2, asymmetric pads
       {1, 4, 10, 36, 4, 4, 4, 4, {2, 2}, {1, 1}, {1, 1, 2, 2}},      // even kernel width, stride 2
       {1, 3, 10, 40, 3, 3, 3, 3, {1, 1}, {2, 3}, {2, 3, 2, 3}},      // dilated (2, 3)
+      // Square 3x3 and 5x5 windows at stride 1 run input rows outermost:
+      // tiles of 4 blocks x 3 rows, 3 x 4 and 2 x 6, leftover rows, a
+      // partial last block, asymmetric and zero pads (oh != ih).
+      {1, 3, 9, 50, 3, 5, 5, 3, {1, 1}, {1, 1}, {2, 1, 2, 3}},       // 5x5, 4 blocks, 9 rows
+      {2, 2, 17, 40, 2, 5, 5, 2, {1, 1}, {1, 1}, {2, 2, 2, 2}},      // 5x5, 3 blocks, 17 rows
+      {1, 4, 13, 33, 4, 3, 3, 4, {1, 1}, {1, 1}, {0, 0, 0, 0}},      // 3x3 unpadded: 31 wide, 11 rows
+      {1, 2, 30, 80, 2, 3, 3, 2, {1, 1}, {1, 1}, {1, 0, 1, 2}},      // 5 blocks (4 + 1), 30 rows
       // Narrow planes at stride 1, output as wide as the input: flat runs
       // of 16 pixels across rows.
       {2, 5, 9, 10, 5, 3, 3, 5, {1, 1}, {1, 2}, {0, 1, 2, 3}},       // dilated, asymmetric, oh != ih

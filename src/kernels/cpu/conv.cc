@@ -89,6 +89,8 @@ class DwDirect {
       }
     }
     per_ = per;
+    if (c.sw == 1 && c.sh == 1 && c.dw == 1 && c.dh == 1 && c.kh == c.kw && (c.kh == 3 || c.kh == 5))
+      square_ = static_cast<int>(c.kh);
     return true;
   }
 
@@ -180,6 +182,21 @@ class DwDirect {
   template <bool kClamp>
   void rows_as(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t r0, int64_t r1) const {
     const int64_t bw = std::min<int64_t>(4, nblk_);
+    if (square_ == 3 || square_ == 5) {
+      const int64_t rt = kSquareRows[bw];
+      const int64_t n = r1 - r0, tiles = (n + rt - 1) / rt;
+      int64_t oy = r0;
+      for (int64_t t = 0; t < tiles; ++t) {
+        const int64_t r = n / tiles + (t < n % tiles ? 1 : 0);
+        for (int64_t blk = 0; blk < nblk_; blk += 4) {
+          const int64_t nb = std::min<int64_t>(4, nblk_ - blk);
+          if (square_ == 3) square<3, kClamp>(nb, r, xc, wc, b, zero, yc, oy, blk);
+          else square<5, kClamp>(nb, r, xc, wc, b, zero, yc, oy, blk);
+        }
+        oy += r;
+      }
+      return;
+    }
     const int64_t rt = bw >= 3 ? 2 : bw == 2 ? 4 : 8;  // rows per tile: R * B up to 8 accumulators
     // The rows in tiles as even as can be (14 rows: 7 + 7, not 8 + 6 x 1),
     // so that no tile is left with too few accumulators to hide latency.
@@ -215,6 +232,73 @@ class DwDirect {
     // A tile narrower than the row's first (the last blocks of a row):
     // its row count is the first's, one row at a time.
     for (int64_t i = 0; i < r; ++i) dispatch<S, kClamp>(nb, 1, xc, wc, b, zero, yc, oy + i, blk);
+  }
+
+  // Stride 1, dilation 1, a square K x K window (K = 3 or 5: MobileNets,
+  // EfficientNets, NASNets): input rows in the outer loop, so that each
+  // loaded input vector feeds every output row of the tile it reaches
+  // (up to K FMAs per load instead of one) and a tile can hold more rows.
+  // Each accumulator still sees its taps in (ky, kx) order: bitwise the
+  // same as tile() above.
+  static constexpr int64_t kSquareRows[5] = {0, 8, 6, 4, 3};  // per blocks in the tile: R * B <= 12
+
+  template <int K, bool kClamp>
+  void square(int64_t nb, int64_t r, const float* xc, const float* wc, float b, const float* zero, float* yc,
+              int64_t oy, int64_t blk) const {
+#define TESSERA_DW_SQ(NB, R) \
+  if (nb == NB && r == R) return square_tile<K, NB, R, kClamp>(xc, wc, b, zero, yc, oy, blk);
+    TESSERA_DW_SQ(4, 3) TESSERA_DW_SQ(4, 2) TESSERA_DW_SQ(4, 1)
+    TESSERA_DW_SQ(3, 4) TESSERA_DW_SQ(3, 3) TESSERA_DW_SQ(3, 2) TESSERA_DW_SQ(3, 1)
+    TESSERA_DW_SQ(2, 6) TESSERA_DW_SQ(2, 5) TESSERA_DW_SQ(2, 4) TESSERA_DW_SQ(2, 3) TESSERA_DW_SQ(2, 2)
+    TESSERA_DW_SQ(2, 1) TESSERA_DW_SQ(1, 8) TESSERA_DW_SQ(1, 7) TESSERA_DW_SQ(1, 6) TESSERA_DW_SQ(1, 5)
+    TESSERA_DW_SQ(1, 4) TESSERA_DW_SQ(1, 3) TESSERA_DW_SQ(1, 2) TESSERA_DW_SQ(1, 1)
+#undef TESSERA_DW_SQ
+    // The last blocks of a row, narrower than the first: one row at a time.
+    for (int64_t i = 0; i < r; ++i) square<K, kClamp>(nb, 1, xc, wc, b, zero, yc, oy + i, blk);
+  }
+
+  template <int K, int B, int R, bool kClamp>
+  void square_tile(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t oy0,
+                   int64_t blk0) const {
+    const int64_t ih = c_.ih, iw = c_.iw, ph = c_.ph, pw = c_.pw;
+    const uint32_t* masks = mask_.data() + blk0 * K;
+    __m512 acc[R][B];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int j = 0; j < B; ++j) acc[r][j] = _mm512_set1_ps(b);
+#pragma GCC unroll 12
+    for (int i = 0; i < R + K - 1; ++i) {
+      const int64_t iy = oy0 + i - ph;
+      const float* row = (iy >= 0 && iy < ih ? xc + iy * iw : zero) + blk0 * kLanes - pw;
+#pragma GCC unroll 5
+      for (int kx = 0; kx < K; ++kx) {
+        __m512 v[B];
+#pragma GCC unroll 4
+        for (int j = 0; j < B; ++j)
+          v[j] = _mm512_maskz_loadu_ps(static_cast<__mmask16>(masks[j * K + kx]), row + kx + j * kLanes);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const int ky = i - r;
+          if (ky < 0 || ky >= K) continue;
+          const __m512 w = _mm512_set1_ps(wc[ky * K + kx]);
+#pragma GCC unroll 4
+          for (int j = 0; j < B; ++j) acc[r][j] = _mm512_fmadd_ps(w, v[j], acc[r][j]);
+        }
+      }
+    }
+    const int64_t ow = c_.ow;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      float* out = yc + (oy0 + r) * ow;
+#pragma GCC unroll 4
+      for (int j = 0; j < B; ++j) {
+        if constexpr (kClamp) acc[r][j] = clamp_(acc[r][j]);
+        const int64_t ox = (blk0 + j) * kLanes, count = std::min<int64_t>(kLanes, ow - ox);
+        if (count == kLanes) _mm512_storeu_ps(out + ox, acc[r][j]);
+        else _mm512_mask_storeu_ps(out + ox, static_cast<__mmask16>((1u << count) - 1), acc[r][j]);
+      }
+    }
   }
 
   template <int S, int B, int R, bool kClamp>
@@ -293,6 +377,7 @@ class DwDirect {
   Conv2d c_{};
   int64_t nblk_ = 0, per_ = 0;  // blocks per row (per plane when flat); taps or tap pairs
   bool flat_ = false;
+  int square_ = 0;              // K of a K x K stride-1 undilated window that square() takes, or 0
   std::vector<int64_t> shift_;  // flat: per tap, input pixel minus output pixel
   RegisterClamp clamp_;  // the fused epilogue
   std::vector<uint32_t> mask_;  // [block][tap or tap pair]: lanes whose input is inside the plane
