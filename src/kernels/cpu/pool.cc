@@ -37,8 +37,10 @@ class PoolOp : public ROp {
     }
 #if defined(__AVX512F__)
     separable_ = (g.sw == 1 || g.sw == 2) && g.dw == 1;
-    if (separable_)  // a row of column reductions, read a vector or two past its end
-      scratch_bytes_ = std::max(scratch_bytes_, static_cast<size_t>(2 * (g.ow + 16) + g.kw + 32) * sizeof(float));
+    // kColRows rows of column reductions, each read a vector or two past its end.
+    col_stride_ = (2 * (g.ow + 16) + g.kw + 32 + 15) / 16 * 16;
+    if (separable_)
+      scratch_bytes_ = std::max(scratch_bytes_, static_cast<size_t>(kColRows * col_stride_) * sizeof(float));
     widthf_.assign(static_cast<size_t>((g.ow + 15) / 16 * 16), 0.f);
     for (int64_t ox = 0; ox < g.ow; ++ox) widthf_[ox] = static_cast<float>(width_[ox]);
 #endif
@@ -151,35 +153,54 @@ class PoolOp : public ROp {
       const __mmask16 take = _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
       return _mm512_mask_blend_ps(take, acc, v);
     };
-    for (int64_t oy = 0; oy < g_.oh; ++oy) {
-      const int64_t y0 = oy * g_.sh - g_.ph;
-      int64_t ky_lo, ky_hi;
-      window_range(y0, g_.dh, g_.kh, g_.ih, &ky_lo, &ky_hi);
-      const int64_t rows = include_pad_ ? std::min(y0 + (g_.kh - 1) * g_.dh + 1, g_.ih + g_.ph_end) - y0
-                                        : ky_hi - ky_lo;
-      for (int64_t t0 = 0; t0 < span; t0 += 16) {
-        const __mmask16 m = static_cast<__mmask16>(lane_bits(g_.pw - t0, g_.pw + g_.iw - t0));
-        __m512 v = init;
-        for (int64_t ky = ky_lo; ky < ky_hi; ++ky)
-          v = combine(v, _mm512_mask_loadu_ps(init, m, xp + (y0 + ky * g_.dh) * g_.iw + t0 - g_.pw));
-        _mm512_storeu_ps(col + t0, v);
+    // The column pass runs for a batch of rows before their row pass, so
+    // that the row pass's unaligned loads do not straddle stores still in
+    // flight (a store-to-load forward that fails stalls the load): 3x3
+    // average pooling of 32x32 planes, 26 -> 20 us for 32 planes.
+    const int64_t cstride = col_stride_;
+    for (int64_t oy0 = 0; oy0 < g_.oh; oy0 += kColRows) {
+      const int64_t oy1 = std::min(g_.oh, oy0 + kColRows);
+      for (int64_t oy = oy0; oy < oy1; ++oy) {
+        const int64_t y0 = oy * g_.sh - g_.ph;
+        int64_t ky_lo, ky_hi;
+        window_range(y0, g_.dh, g_.kh, g_.ih, &ky_lo, &ky_hi);
+        float* cr = col + (oy - oy0) * cstride;
+        for (int64_t t0 = 0; t0 < span; t0 += 16) {
+          const __mmask16 m = static_cast<__mmask16>(lane_bits(g_.pw - t0, g_.pw + g_.iw - t0));
+          __m512 v = init;
+          for (int64_t ky = ky_lo; ky < ky_hi; ++ky)
+            v = combine(v, _mm512_mask_loadu_ps(init, m, xp + (y0 + ky * g_.dh) * g_.iw + t0 - g_.pw));
+          _mm512_storeu_ps(cr + t0, v);
+        }
       }
-      for (int64_t ox0 = 0; ox0 < ow; ox0 += 16) {
-        const __mmask16 lanes = static_cast<__mmask16>(lane_bits(0, ow - ox0));
-        __m512 acc = init;
-        for (int64_t kx = 0; kx < g_.kw; ++kx) {
-          const float* c = col + ox0 * sw + kx;
-          acc = combine(acc, sw == 1 ? _mm512_loadu_ps(c)
-                                     : _mm512_permutex2var_ps(_mm512_loadu_ps(c), even, _mm512_loadu_ps(c + 16)));
+      for (int64_t oy = oy0; oy < oy1; ++oy) {
+        const int64_t y0 = oy * g_.sh - g_.ph;
+        int64_t ky_lo, ky_hi;
+        window_range(y0, g_.dh, g_.kh, g_.ih, &ky_lo, &ky_hi);
+        const int64_t rows = include_pad_ ? std::min(y0 + (g_.kh - 1) * g_.dh + 1, g_.ih + g_.ph_end) - y0
+                                          : ky_hi - ky_lo;
+        const float* cr = col + (oy - oy0) * cstride;
+        for (int64_t ox0 = 0; ox0 < ow; ox0 += 16) {
+          const __mmask16 lanes = static_cast<__mmask16>(lane_bits(0, ow - ox0));
+          __m512 acc = init;
+          for (int64_t kx = 0; kx < g_.kw; ++kx) {
+            const float* c = cr + ox0 * sw + kx;
+            acc = combine(acc, sw == 1 ? _mm512_loadu_ps(c)
+                                       : _mm512_permutex2var_ps(_mm512_loadu_ps(c), even, _mm512_loadu_ps(c + 16)));
+          }
+          if (!max_) {
+            const __m512 count =
+                _mm512_mul_ps(_mm512_set1_ps(static_cast<float>(rows)), _mm512_loadu_ps(&widthf_[ox0]));
+            acc = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(count, _mm512_setzero_ps(), _CMP_GT_OQ), acc, count);
+          }
+          _mm512_mask_storeu_ps(yp + oy * ow + ox0, lanes, acc);
         }
-        if (!max_) {
-          const __m512 count = _mm512_mul_ps(_mm512_set1_ps(static_cast<float>(rows)), _mm512_loadu_ps(&widthf_[ox0]));
-          acc = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(count, _mm512_setzero_ps(), _CMP_GT_OQ), acc, count);
-        }
-        _mm512_mask_storeu_ps(yp + oy * ow + ox0, lanes, acc);
       }
     }
   }
+
+  static constexpr int64_t kColRows = 8;  // rows per batch of column reductions
+  int64_t col_stride_ = 0;                // floats per row of column reductions, whole vectors
 
   bool separable_ = false;
   std::vector<float> widthf_;  // width_ as floats, padded to whole vectors
