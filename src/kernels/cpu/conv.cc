@@ -234,6 +234,32 @@ class DwDirect {
     for (int64_t i = 0; i < r; ++i) dispatch<S, kClamp>(nb, 1, xc, wc, b, zero, yc, oy + i, blk);
   }
 
+  // A tile's accumulators start at the bias; at the end each is clamped
+  // (a fused Relu/Clip) and stored, the row's last block masked.
+  template <int B, int R>
+  [[gnu::always_inline]] static void fill_tile(__m512 (&acc)[R][B], float b) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int j = 0; j < B; ++j) acc[r][j] = _mm512_set1_ps(b);
+  }
+
+  template <int B, int R, bool kClamp>
+  [[gnu::always_inline]] void store_tile(__m512 (&acc)[R][B], float* yc, int64_t oy0, int64_t blk0) const {
+    const int64_t ow = c_.ow;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      float* out = yc + (oy0 + r) * ow;
+#pragma GCC unroll 4
+      for (int j = 0; j < B; ++j) {
+        if constexpr (kClamp) acc[r][j] = clamp_(acc[r][j]);
+        const int64_t ox = (blk0 + j) * kLanes, count = std::min<int64_t>(kLanes, ow - ox);
+        if (count == kLanes) _mm512_storeu_ps(out + ox, acc[r][j]);
+        else _mm512_mask_storeu_ps(out + ox, static_cast<__mmask16>((1u << count) - 1), acc[r][j]);
+      }
+    }
+  }
+
   // Stride 1, dilation 1, a square K x K window (K = 3 or 5: MobileNets,
   // EfficientNets, NASNets): input rows in the outer loop, so that each
   // loaded input vector feeds every output row of the tile it reaches
@@ -263,10 +289,7 @@ class DwDirect {
     const int64_t ih = c_.ih, iw = c_.iw, ph = c_.ph, pw = c_.pw;
     const uint32_t* masks = mask_.data() + blk0 * K;
     __m512 acc[R][B];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int j = 0; j < B; ++j) acc[r][j] = _mm512_set1_ps(b);
+    fill_tile<B, R>(acc, b);
 #pragma GCC unroll 12
     for (int i = 0; i < R + K - 1; ++i) {
       const int64_t iy = oy0 + i - ph;
@@ -287,18 +310,7 @@ class DwDirect {
         }
       }
     }
-    const int64_t ow = c_.ow;
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      float* out = yc + (oy0 + r) * ow;
-#pragma GCC unroll 4
-      for (int j = 0; j < B; ++j) {
-        if constexpr (kClamp) acc[r][j] = clamp_(acc[r][j]);
-        const int64_t ox = (blk0 + j) * kLanes, count = std::min<int64_t>(kLanes, ow - ox);
-        if (count == kLanes) _mm512_storeu_ps(out + ox, acc[r][j]);
-        else _mm512_mask_storeu_ps(out + ox, static_cast<__mmask16>((1u << count) - 1), acc[r][j]);
-      }
-    }
+    store_tile<B, R, kClamp>(acc, yc, oy0, blk0);
   }
 
   template <int S, int B, int R, bool kClamp>
@@ -309,10 +321,7 @@ class DwDirect {
     const int64_t pw = c_.pw, dw = c_.dw, per = per_;
     const uint32_t* masks = mask_.data() + blk0 * per;
     __m512 acc[R][B];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int j = 0; j < B; ++j) acc[r][j] = _mm512_set1_ps(b);
+    fill_tile<B, R>(acc, b);
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     for (int64_t ky = 0; ky < kh; ++ky) {
@@ -355,23 +364,7 @@ class DwDirect {
         }
       }
     }
-    const int64_t ow = c_.ow;
-    if constexpr (kClamp) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-        for (int j = 0; j < B; ++j) acc[r][j] = clamp_(acc[r][j]);
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      float* out = yc + (oy0 + r) * ow;
-#pragma GCC unroll 4
-      for (int j = 0; j < B; ++j) {
-        const int64_t ox = (blk0 + j) * kLanes, count = std::min<int64_t>(kLanes, ow - ox);
-        if (count == kLanes) _mm512_storeu_ps(out + ox, acc[r][j]);
-        else _mm512_mask_storeu_ps(out + ox, static_cast<__mmask16>((1u << count) - 1), acc[r][j]);
-      }
-    }
+    store_tile<B, R, kClamp>(acc, yc, oy0, blk0);
   }
 
   Conv2d c_{};
