@@ -16,6 +16,7 @@
 // (col2im), so tasks never write the same element.
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #if defined(__AVX512F__)
@@ -290,8 +291,9 @@ class DwDirect {
     const uint32_t* masks = mask_.data() + blk0 * K;
     __m512 acc[R][B];
     fill_tile<B, R>(acc, b);
-#pragma GCC unroll 12
-    for (int i = 0; i < R + K - 1; ++i) {
+    // One step per input row, unrolled by the template (R + K - 1 steps)
+    // so that every row's ky tests are resolved at compile time.
+    auto input_row = [&]<int i>(std::integral_constant<int, i>) {
       const int64_t iy = oy0 + i - ph;
       const float* row = (iy >= 0 && iy < ih ? xc + iy * iw : zero) + blk0 * kLanes - pw;
 #pragma GCC unroll 5
@@ -309,7 +311,10 @@ class DwDirect {
           for (int j = 0; j < B; ++j) acc[r][j] = _mm512_fmadd_ps(w, v[j], acc[r][j]);
         }
       }
-    }
+    };
+    [&]<int... I>(std::integer_sequence<int, I...>) {
+      (input_row(std::integral_constant<int, I>{}), ...);
+    }(std::make_integer_sequence<int, R + K - 1>{});
     store_tile<B, R, kClamp>(acc, yc, oy0, blk0);
   }
 
