@@ -1,0 +1,349 @@
+// DwDirect: the AVX-512 depthwise conv of conv.cc's depthwise path, one
+// (image, channel) plane's output rows at a time, read straight from the
+// input plane with masked loads (no padded copy). Separate from conv.cc,
+// which chooses among the conv paths and tiles them into rTasks.
+#pragma once
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/epilogue.h"
+
+namespace tessera {
+
+// Depthwise rows read straight from the input plane (stride 1 with any
+// dilation, or stride 2 with dilation 1), no padded copy: every load is
+// masked to the input columns inside the row, so the padding reads as
+// zeros, and a row above or below the plane reads a zero row. An output
+// tile is R rows x B blocks of 16 columns, its R*B accumulators held in
+// registers over all taps; taps are added in (ky, kx) order. Stride 2
+// loads 32 consecutive inputs and splits them into the even columns (tap
+// kx) and the odd ones (tap kx + 1).
+//
+// Narrow planes (7x7, 14x14) at stride 1 with the output as wide as the
+// input run flat: output pixel p = oy * w + ox reads input p + shift(tap),
+// so the plane is one run of 16-pixel blocks, each tap one masked load
+// per block (the mask drops the lanes whose tap falls outside the row or
+// the plane), and no lanes idle at row ends.
+class DwDirect {
+ public:
+  static constexpr int64_t kLanes = 16;
+
+  // False when the geometry is not one of these forms. `flat`: run
+  // whole planes flat (it must qualify: see flat_ok).
+  bool init(const Conv2d& c, bool flat) {
+    if (flat) return init_flat(c);
+    if (!rows_ok(c)) return false;
+    c_ = c;
+    nblk_ = (c.ow + kLanes - 1) / kLanes;
+    const int64_t per = c.sw == 1 ? c.kw : (c.kw + 1) / 2;  // loads (pairs for stride 2) per block and row
+    for (int64_t blk = 0; blk < nblk_; ++blk) {
+      for (int64_t t = 0; t < per; ++t) {
+        const int64_t ix0 = c.sw * blk * kLanes - c.pw + (c.sw == 1 ? t * c.dw : 2 * t);
+        const int lanes = c.sw == 1 ? 16 : 32;
+        uint32_t m = 0;
+        for (int j = 0; j < lanes; ++j)
+          if (ix0 + j >= 0 && ix0 + j < c.iw) m |= 1u << j;
+        mask_.push_back(m);
+      }
+    }
+    per_ = per;
+    if (c.sw == 1 && c.sh == 1 && c.dw == 1 && c.dh == 1 && c.kh == c.kw && (c.kh == 3 || c.kh == 5))
+      square_ = static_cast<int>(c.kh);
+    return true;
+  }
+
+  static bool rows_ok(const Conv2d& c) { return c.sw == 1 || (c.sw == 2 && c.dw == 1); }
+  static bool flat_ok(const Conv2d& c) { return c.sh == 1 && c.sw == 1 && c.ow == c.iw; }
+
+  // Output rows [r0, r1) of one plane (all of them when flat); `zero`
+  // holds iw zeros.
+  void rows(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t r0, int64_t r1) const {
+    if (flat_) {
+      if (!clamp_.on) return plane<false>(xc, wc, b, yc);
+      return plane<true>(xc, wc, b, yc);
+    }
+    if (!clamp_.on) return rows_as<false>(xc, wc, b, zero, yc, r0, r1);
+    rows_as<true>(xc, wc, b, zero, yc, r0, r1);
+  }
+
+  // Whether rows() also applies `epi` (Relu or Clip, no residual), each
+  // output clamped while it is still in a register.
+  bool fuse(const Epilogue& epi) { return clamp_.take(epi); }
+
+ private:
+  bool init_flat(const Conv2d& c) {
+    if (!flat_ok(c)) return false;
+    c_ = c;
+    flat_ = true;
+    const int64_t taps = c.kh * c.kw, pixels = c.oh * c.ow;
+    nblk_ = (pixels + kLanes - 1) / kLanes;
+    per_ = taps;
+    for (int64_t ky = 0; ky < c.kh; ++ky)
+      for (int64_t kx = 0; kx < c.kw; ++kx) shift_.push_back((ky * c.dh - c.ph) * c.iw + kx * c.dw - c.pw);
+    for (int64_t blk = 0; blk < nblk_; ++blk) {
+      for (int64_t t = 0; t < taps; ++t) {
+        uint32_t m = 0;
+        for (int64_t j = 0; j < kLanes; ++j) {
+          const int64_t p = blk * kLanes + j, oy = p / c.ow, ox = p % c.ow;
+          const int64_t iy = oy - c.ph + t / c.kw * c.dh, ix = ox - c.pw + t % c.kw * c.dw;
+          if (p < pixels && iy >= 0 && iy < c.ih && ix >= 0 && ix < c.iw) m |= 1u << j;
+        }
+        mask_.push_back(m);
+      }
+    }
+    return true;
+  }
+
+  // A whole plane, flat: blocks in groups of up to 8 accumulators.
+  template <bool kClamp>
+  void plane(const float* xc, const float* wc, float b, float* yc) const {
+    for (int64_t blk = 0; blk < nblk_; blk += 8) {
+      switch (std::min<int64_t>(8, nblk_ - blk)) {
+        case 8: flat_tile<8, kClamp>(xc, wc, b, yc, blk); break;
+        case 7: flat_tile<7, kClamp>(xc, wc, b, yc, blk); break;
+        case 6: flat_tile<6, kClamp>(xc, wc, b, yc, blk); break;
+        case 5: flat_tile<5, kClamp>(xc, wc, b, yc, blk); break;
+        case 4: flat_tile<4, kClamp>(xc, wc, b, yc, blk); break;
+        case 3: flat_tile<3, kClamp>(xc, wc, b, yc, blk); break;
+        case 2: flat_tile<2, kClamp>(xc, wc, b, yc, blk); break;
+        default: flat_tile<1, kClamp>(xc, wc, b, yc, blk); break;
+      }
+    }
+  }
+
+  template <int B, bool kClamp>
+  void flat_tile(const float* xc, const float* wc, float b, float* yc, int64_t blk0) const {
+    const int64_t taps = per_, pixels = c_.oh * c_.ow;
+    const uint32_t* masks = mask_.data() + blk0 * taps;
+    const int64_t* shift = shift_.data();
+    const float* x0 = xc + blk0 * kLanes;
+    __m512 acc[B];
+#pragma GCC unroll 8
+    for (int j = 0; j < B; ++j) acc[j] = _mm512_set1_ps(b);
+    for (int64_t t = 0; t < taps; ++t) {
+      const __m512 w = _mm512_set1_ps(wc[t]);
+      const float* src = x0 + shift[t];
+#pragma GCC unroll 8
+      for (int j = 0; j < B; ++j)
+        acc[j] = _mm512_fmadd_ps(
+            w, _mm512_maskz_loadu_ps(static_cast<__mmask16>(masks[j * taps + t]), src + j * kLanes), acc[j]);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < B; ++j) {
+      if constexpr (kClamp) acc[j] = clamp_(acc[j]);
+      const int64_t p = (blk0 + j) * kLanes, count = std::min<int64_t>(kLanes, pixels - p);
+      if (count == kLanes) _mm512_storeu_ps(yc + p, acc[j]);
+      else _mm512_mask_storeu_ps(yc + p, static_cast<__mmask16>((1u << count) - 1), acc[j]);
+    }
+  }
+
+  template <bool kClamp>
+  void rows_as(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t r0, int64_t r1) const {
+    const int64_t bw = std::min<int64_t>(4, nblk_);
+    if (square_ == 3 || square_ == 5) {
+      const int64_t rt = kSquareRows[bw];
+      const int64_t n = r1 - r0, tiles = (n + rt - 1) / rt;
+      int64_t oy = r0;
+      for (int64_t t = 0; t < tiles; ++t) {
+        const int64_t r = n / tiles + (t < n % tiles ? 1 : 0);
+        for (int64_t blk = 0; blk < nblk_; blk += 4) {
+          const int64_t nb = std::min<int64_t>(4, nblk_ - blk);
+          if (square_ == 3) square<3, kClamp>(nb, r, xc, wc, b, zero, yc, oy, blk);
+          else square<5, kClamp>(nb, r, xc, wc, b, zero, yc, oy, blk);
+        }
+        oy += r;
+      }
+      return;
+    }
+    const int64_t rt = bw >= 3 ? 2 : bw == 2 ? 4 : 8;  // rows per tile: R * B up to 8 accumulators
+    // The rows in tiles as even as can be (14 rows: 7 + 7, not 8 + 6 x 1),
+    // so that no tile is left with too few accumulators to hide latency.
+    const int64_t n = r1 - r0, tiles = (n + rt - 1) / rt;
+    int64_t oy = r0;
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t r = n / tiles + (t < n % tiles ? 1 : 0);
+      row_tiles<kClamp>(xc, wc, b, zero, yc, oy, r);
+      oy += r;
+    }
+  }
+
+  template <bool kClamp>
+  void row_tiles(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t oy,
+                 int64_t r) const {
+    for (int64_t blk = 0; blk < nblk_; blk += 4) {
+      const int64_t nb = std::min<int64_t>(4, nblk_ - blk);
+      if (c_.sw == 1) dispatch<1, kClamp>(nb, r, xc, wc, b, zero, yc, oy, blk);
+      else dispatch<2, kClamp>(nb, r, xc, wc, b, zero, yc, oy, blk);
+    }
+  }
+
+  template <int S, bool kClamp>
+  void dispatch(int64_t nb, int64_t r, const float* xc, const float* wc, float b, const float* zero, float* yc,
+                int64_t oy, int64_t blk) const {
+#define TESSERA_DW_TILE(NB, R) \
+  if (nb == NB && r == R) return tile<S, NB, R, kClamp>(xc, wc, b, zero, yc, oy, blk);
+    TESSERA_DW_TILE(4, 2) TESSERA_DW_TILE(4, 1) TESSERA_DW_TILE(3, 2) TESSERA_DW_TILE(3, 1)
+    TESSERA_DW_TILE(2, 4) TESSERA_DW_TILE(2, 3) TESSERA_DW_TILE(2, 2) TESSERA_DW_TILE(2, 1)
+    TESSERA_DW_TILE(1, 8) TESSERA_DW_TILE(1, 7) TESSERA_DW_TILE(1, 6) TESSERA_DW_TILE(1, 5)
+    TESSERA_DW_TILE(1, 4) TESSERA_DW_TILE(1, 3) TESSERA_DW_TILE(1, 2) TESSERA_DW_TILE(1, 1)
+#undef TESSERA_DW_TILE
+    // A tile narrower than the row's first (the last blocks of a row):
+    // its row count is the first's, one row at a time.
+    for (int64_t i = 0; i < r; ++i) dispatch<S, kClamp>(nb, 1, xc, wc, b, zero, yc, oy + i, blk);
+  }
+
+  // A tile's accumulators start at the bias; at the end each is clamped
+  // (a fused Relu/Clip) and stored, the row's last block masked.
+  template <int B, int R>
+  [[gnu::always_inline]] static void fill_tile(__m512 (&acc)[R][B], float b) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int j = 0; j < B; ++j) acc[r][j] = _mm512_set1_ps(b);
+  }
+
+  template <int B, int R, bool kClamp>
+  [[gnu::always_inline]] void store_tile(__m512 (&acc)[R][B], float* yc, int64_t oy0, int64_t blk0) const {
+    const int64_t ow = c_.ow;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      float* out = yc + (oy0 + r) * ow;
+#pragma GCC unroll 4
+      for (int j = 0; j < B; ++j) {
+        if constexpr (kClamp) acc[r][j] = clamp_(acc[r][j]);
+        const int64_t ox = (blk0 + j) * kLanes, count = std::min<int64_t>(kLanes, ow - ox);
+        if (count == kLanes) _mm512_storeu_ps(out + ox, acc[r][j]);
+        else _mm512_mask_storeu_ps(out + ox, static_cast<__mmask16>((1u << count) - 1), acc[r][j]);
+      }
+    }
+  }
+
+  // Stride 1, dilation 1, a square K x K window (K = 3 or 5: MobileNets,
+  // EfficientNets, NASNets): input rows in the outer loop, so that each
+  // loaded input vector feeds every output row of the tile it reaches
+  // (up to K FMAs per load instead of one) and a tile can hold more rows.
+  // Each accumulator still sees its taps in (ky, kx) order: bitwise the
+  // same as tile() above.
+  static constexpr int64_t kSquareRows[5] = {0, 8, 6, 4, 3};  // per blocks in the tile: R * B <= 12
+
+  template <int K, bool kClamp>
+  void square(int64_t nb, int64_t r, const float* xc, const float* wc, float b, const float* zero, float* yc,
+              int64_t oy, int64_t blk) const {
+#define TESSERA_DW_SQ(NB, R) \
+  if (nb == NB && r == R) return square_tile<K, NB, R, kClamp>(xc, wc, b, zero, yc, oy, blk);
+    TESSERA_DW_SQ(4, 3) TESSERA_DW_SQ(4, 2) TESSERA_DW_SQ(4, 1)
+    TESSERA_DW_SQ(3, 4) TESSERA_DW_SQ(3, 3) TESSERA_DW_SQ(3, 2) TESSERA_DW_SQ(3, 1)
+    TESSERA_DW_SQ(2, 6) TESSERA_DW_SQ(2, 5) TESSERA_DW_SQ(2, 4) TESSERA_DW_SQ(2, 3) TESSERA_DW_SQ(2, 2)
+    TESSERA_DW_SQ(2, 1) TESSERA_DW_SQ(1, 8) TESSERA_DW_SQ(1, 7) TESSERA_DW_SQ(1, 6) TESSERA_DW_SQ(1, 5)
+    TESSERA_DW_SQ(1, 4) TESSERA_DW_SQ(1, 3) TESSERA_DW_SQ(1, 2) TESSERA_DW_SQ(1, 1)
+#undef TESSERA_DW_SQ
+    // The last blocks of a row, narrower than the first: one row at a time.
+    for (int64_t i = 0; i < r; ++i) square<K, kClamp>(nb, 1, xc, wc, b, zero, yc, oy + i, blk);
+  }
+
+  template <int K, int B, int R, bool kClamp>
+  void square_tile(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t oy0,
+                   int64_t blk0) const {
+    const int64_t ih = c_.ih, iw = c_.iw, ph = c_.ph, pw = c_.pw;
+    const uint32_t* masks = mask_.data() + blk0 * K;
+    __m512 acc[R][B];
+    fill_tile<B, R>(acc, b);
+    // One step per input row, unrolled by the template (R + K - 1 steps)
+    // so that every row's ky tests are resolved at compile time.
+    auto input_row = [&]<int i>(std::integral_constant<int, i>) {
+      const int64_t iy = oy0 + i - ph;
+      const float* row = (iy >= 0 && iy < ih ? xc + iy * iw : zero) + blk0 * kLanes - pw;
+#pragma GCC unroll 5
+      for (int kx = 0; kx < K; ++kx) {
+        __m512 v[B];
+#pragma GCC unroll 4
+        for (int j = 0; j < B; ++j)
+          v[j] = _mm512_maskz_loadu_ps(static_cast<__mmask16>(masks[j * K + kx]), row + kx + j * kLanes);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const int ky = i - r;
+          if (ky < 0 || ky >= K) continue;
+          const __m512 w = _mm512_set1_ps(wc[ky * K + kx]);
+#pragma GCC unroll 4
+          for (int j = 0; j < B; ++j) acc[r][j] = _mm512_fmadd_ps(w, v[j], acc[r][j]);
+        }
+      }
+    };
+    [&]<int... I>(std::integer_sequence<int, I...>) {
+      (input_row(std::integral_constant<int, I>{}), ...);
+    }(std::make_integer_sequence<int, R + K - 1>{});
+    store_tile<B, R, kClamp>(acc, yc, oy0, blk0);
+  }
+
+  template <int S, int B, int R, bool kClamp>
+  void tile(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t oy0, int64_t blk0) const {
+    // Geometry in locals, so that nothing is reloaded through `this` and
+    // the accumulators stay in registers.
+    const int64_t kh = c_.kh, kw = c_.kw, ih = c_.ih, iw = c_.iw, sh = c_.sh, dh = c_.dh, ph = c_.ph;
+    const int64_t pw = c_.pw, dw = c_.dw, per = per_;
+    const uint32_t* masks = mask_.data() + blk0 * per;
+    __m512 acc[R][B];
+    fill_tile<B, R>(acc, b);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (int64_t ky = 0; ky < kh; ++ky) {
+      const float* row[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const int64_t iy = (oy0 + r) * sh - ph + ky * dh;
+        row[r] = (iy >= 0 && iy < ih ? xc + iy * iw : zero) + S * blk0 * kLanes - pw;
+      }
+      const float* wk = wc + ky * kw;
+      for (int64_t t = 0; t < per; ++t) {
+        if constexpr (S == 1) {
+          const __m512 w = _mm512_set1_ps(wk[t]);
+          const int64_t off = t * dw;
+#pragma GCC unroll 4
+          for (int j = 0; j < B; ++j) {
+            const __mmask16 m = static_cast<__mmask16>(masks[j * per + t]);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r)
+              acc[r][j] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m, row[r] + off + j * kLanes), acc[r][j]);
+          }
+        } else {
+          const int64_t kx = 2 * t;
+          const bool pair = kx + 1 < kw;
+          const __m512 w0 = _mm512_set1_ps(wk[kx]);
+          const __m512 w1 = _mm512_set1_ps(pair ? wk[kx + 1] : 0.f);
+#pragma GCC unroll 4
+          for (int j = 0; j < B; ++j) {
+            const uint32_t m = masks[j * per + t];
+            const __mmask16 lo_m = static_cast<__mmask16>(m), hi_m = static_cast<__mmask16>(m >> 16);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+              const float* src = row[r] + kx + 2 * j * kLanes;
+              const __m512 lo = _mm512_maskz_loadu_ps(lo_m, src);
+              const __m512 hi = _mm512_maskz_loadu_ps(hi_m, src + kLanes);
+              acc[r][j] = _mm512_fmadd_ps(w0, _mm512_permutex2var_ps(lo, even, hi), acc[r][j]);
+              if (pair) acc[r][j] = _mm512_fmadd_ps(w1, _mm512_permutex2var_ps(lo, odd, hi), acc[r][j]);
+            }
+          }
+        }
+      }
+    }
+    store_tile<B, R, kClamp>(acc, yc, oy0, blk0);
+  }
+
+  Conv2d c_{};
+  int64_t nblk_ = 0, per_ = 0;  // blocks per row (per plane when flat); taps or tap pairs
+  bool flat_ = false;
+  int square_ = 0;              // K of a K x K stride-1 undilated window that square() takes, or 0
+  std::vector<int64_t> shift_;  // flat: per tap, input pixel minus output pixel
+  RegisterClamp clamp_;  // the fused epilogue
+  std::vector<uint32_t> mask_;  // [block][tap or tap pair]: lanes whose input is inside the plane
+};
+
+}  // namespace tessera
+#endif
