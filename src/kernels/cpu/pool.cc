@@ -160,10 +160,13 @@ class PoolOp : public ROp {
     const int64_t cstride = col_stride_;
     for (int64_t oy0 = 0; oy0 < g_.oh; oy0 += kColRows) {
       const int64_t oy1 = std::min(g_.oh, oy0 + kColRows);
+      float divisor_rows[kColRows];  // the average's window rows counted, per output row
       for (int64_t oy = oy0; oy < oy1; ++oy) {
         const int64_t y0 = oy * g_.sh - g_.ph;
         int64_t ky_lo, ky_hi;
         window_range(y0, g_.dh, g_.kh, g_.ih, &ky_lo, &ky_hi);
+        divisor_rows[oy - oy0] = static_cast<float>(
+            include_pad_ ? std::min(y0 + (g_.kh - 1) * g_.dh + 1, g_.ih + g_.ph_end) - y0 : ky_hi - ky_lo);
         float* cr = col + (oy - oy0) * cstride;
         for (int64_t t0 = 0; t0 < span; t0 += 16) {
           const __mmask16 m = static_cast<__mmask16>(lane_bits(g_.pw - t0, g_.pw + g_.iw - t0));
@@ -174,11 +177,6 @@ class PoolOp : public ROp {
         }
       }
       for (int64_t oy = oy0; oy < oy1; ++oy) {
-        const int64_t y0 = oy * g_.sh - g_.ph;
-        int64_t ky_lo, ky_hi;
-        window_range(y0, g_.dh, g_.kh, g_.ih, &ky_lo, &ky_hi);
-        const int64_t rows = include_pad_ ? std::min(y0 + (g_.kh - 1) * g_.dh + 1, g_.ih + g_.ph_end) - y0
-                                          : ky_hi - ky_lo;
         const float* cr = col + (oy - oy0) * cstride;
         for (int64_t ox0 = 0; ox0 < ow; ox0 += 16) {
           const __mmask16 lanes = static_cast<__mmask16>(lane_bits(0, ow - ox0));
@@ -190,7 +188,7 @@ class PoolOp : public ROp {
           }
           if (!max_) {
             const __m512 count =
-                _mm512_mul_ps(_mm512_set1_ps(static_cast<float>(rows)), _mm512_loadu_ps(&widthf_[ox0]));
+                _mm512_mul_ps(_mm512_set1_ps(divisor_rows[oy - oy0]), _mm512_loadu_ps(&widthf_[ox0]));
             acc = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(count, _mm512_setzero_ps(), _CMP_GT_OQ), acc, count);
           }
           _mm512_mask_storeu_ps(yp + oy * ow + ox0, lanes, acc);
