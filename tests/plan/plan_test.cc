@@ -208,15 +208,18 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
     // residual, matmul + bias + residual, and depthwise convs wide enough
     // for the by-rows path (stride 1 and 2), and a 3-channel stride-2 conv
     // (the direct path) without and with a residual, whose inputs hold a
-    // NaN: the fused clamp must treat it as the unfused activation does.
-    for (int variant = 0; variant < 8; ++variant) {
-      const bool dw = variant == 4 || variant == 5, stem = variant >= 6;
-      const bool residual = (variant >= 1 && variant <= 3) || variant == 7;
-      const int64_t cin = variant == 1 ? 8 : stem ? 3 : 4;
+    // NaN: the fused clamp must treat it as the unfused activation does;
+    // then 1x1 convs (packed weights, the epilogue in registers: 20
+    // output channels, 70 pixels, partial blocks of both) without and with
+    // a residual, their input holding a NaN too.
+    for (int variant = 0; variant < 10; ++variant) {
+      const bool dw = variant == 4 || variant == 5, stem = variant == 6 || variant == 7, pw = variant >= 8;
+      const bool residual = (variant >= 1 && variant <= 3) || variant == 7 || variant == 9;
+      const int64_t cin = variant == 1 ? 8 : stem ? 3 : pw ? 12 : 4;
       const Shape rs = variant == 2 ? Shape{5, 10} : variant == 3 ? Shape{2, 5, 10} : stem ? Shape{1, 8, 5, 20}
-                                                                                        : Shape{1, 8, 9, 7};
+                                                   : pw ? Shape{1, 20, 7, 10} : Shape{1, 8, 9, 7};
       const Shape xs = variant == 2 ? Shape{5, 12} : variant == 3 ? Shape{2, 5, 12} : dw || stem ? Shape{1, cin, 9, 40}
-                                                                                           : Shape{1, cin, 9, 7};
+                                                   : pw ? Shape{1, cin, 7, 10} : Shape{1, cin, 9, 7};
       auto build = [&](uint32_t seed) {
         rng.seed(seed);
         auto g = std::make_unique<Graph>();
@@ -229,12 +232,12 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
           op = g->add_node("Gemm", "gemm", {x, g->add_constant("w", random(Shape{12, 10})),
                                             g->add_constant("b", random(Shape{10}))}, 1);
         } else {
-          const int64_t m = dw ? 4 : variant == 1 || stem ? 8 : 6;
-          op = g->add_node("Conv", "conv", {x, g->add_constant("w", random(Shape{m, dw ? 1 : cin, 3, 3})),
+          const int64_t m = dw ? 4 : variant == 1 || stem ? 8 : pw ? 20 : 6, k = pw ? 1 : 3;
+          op = g->add_node("Conv", "conv", {x, g->add_constant("w", random(Shape{m, dw ? 1 : cin, k, k})),
                                             g->add_constant("b", random(Shape{m}))}, 1);
           Attribute ints;
           ints.kind = Attribute::Kind::kInts;
-          ints.ints = {1, 1, 1, 1};
+          ints.ints = {k / 2, k / 2, k / 2, k / 2};
           op->attrs["pads"] = ints;
           if (dw) {
             Attribute group;
@@ -268,7 +271,7 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
       std::map<std::string, Tensor> inputs;
       rng.seed(99);
       inputs["x"] = random(xs);
-      if (dw || stem) inputs["x"].data<float>()[2 * 40 + 17] = std::numeric_limits<float>::quiet_NaN();
+      if (dw || stem || pw) inputs["x"].data<float>()[2 * 40 + 17] = std::numeric_limits<float>::quiet_NaN();
       inputs["r"] = random(rs);
       if (!residual) inputs.erase("r");
       CompileOptions co;
