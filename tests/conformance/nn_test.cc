@@ -352,14 +352,18 @@ TEST_F(Nn, MaxAndAveragePool) {
         }
     }
   }
-  Tensor x = rng.floats(Shape{2, 5, 3, 7});
-  Tensor g(DType::kFloat32, Shape{2, 5, 1, 1});
-  for (int64_t p = 0; p < 10; ++p) {
-    double s = 0;
-    for (int64_t i = 0; i < 21; ++i) s += x.data<float>()[p * 21 + i];
-    g.data<float>()[p] = static_cast<float>(s / 21);
+  // Planes of 21 (one running sum) and of 143 (partial sums, a tail of 15).
+  for (Shape s : {Shape{2, 5, 3, 7}, Shape{1, 3, 13, 11}}) {
+    Tensor x = rng.floats(s);
+    const int64_t planes = s[0] * s[1], size = s[2] * s[3];
+    Tensor g(DType::kFloat32, Shape{s[0], s[1], 1, 1});
+    for (int64_t p = 0; p < planes; ++p) {
+      double sum = 0;
+      for (int64_t i = 0; i < size; ++i) sum += x.data<float>()[p * size + i];
+      g.data<float>()[p] = static_cast<float>(sum / static_cast<double>(size));
+    }
+    expect_matches({"GlobalAveragePool", {{x}}}, {g});
   }
-  expect_matches({"GlobalAveragePool", {{x}}}, {g});
 }
 
 // ------------------------------------------------------ Normalization ---

@@ -36,11 +36,28 @@ class PoolOp : public ROp {
       width_[ox] = include_pad ? std::min(x0 + (g.kw - 1) * g.dw + 1, g.iw + g.pw_end) - x0 : kx_hi_[ox] - kx_lo_[ox];
     }
 #if defined(__AVX512F__)
-    separable_ = (g.sw == 1 || g.sw == 2) && g.dw == 1;
-    // kColRows rows of column reductions, each read a vector or two past its end.
-    col_stride_ = (2 * (g.ow + 16) + g.kw + 32 + 15) / 16 * 16;
-    if (separable_)
-      scratch_bytes_ = std::max(scratch_bytes_, static_cast<size_t>(kColRows * col_stride_) * sizeof(float));
+    separable_ = (g.sw == 1 || g.sw == 2) && g.dw == 1 && g.kw <= kMaxSeparableKw;
+    for (int64_t kx = 0; separable_ && kx < g.kw; ++kx) {
+      alignas(64) int32_t idx[16];
+      for (int64_t j = 0; j < 16; ++j) {
+        const int64_t t = j * g.sw + kx;
+        idx[j] = static_cast<int32_t>(t < 32 ? t : t - 16);
+        if (t >= 32) high_[kx] = static_cast<__mmask16>(high_[kx] | (1u << j));
+      }
+      shift_[kx] = _mm512_load_si512(idx);
+    }
+    if (separable_) {
+      // Integer divisions per row (window_range) cost as much as the row.
+      row_window_.resize(g.oh);
+      for (int64_t oy = 0; oy < g.oh; ++oy) {
+        const int64_t y0 = oy * g.sh - g.ph;
+        int64_t ky_lo, ky_hi;
+        window_range(y0, g.dh, g.kh, g.ih, &ky_lo, &ky_hi);
+        row_window_[oy] = {(y0 + ky_lo * g.dh) * g.iw, ky_hi - ky_lo,
+                           static_cast<float>(include_pad ? std::min(y0 + (g.kh - 1) * g.dh + 1, g.ih + g.ph_end) - y0
+                                                          : ky_hi - ky_lo)};
+      }
+    }
     widthf_.assign(static_cast<size_t>((g.ow + 15) / 16 * 16), 0.f);
     for (int64_t ox = 0; ox < g.ow; ++ox) widthf_[ox] = static_cast<float>(width_[ox]);
 #endif
@@ -63,7 +80,9 @@ class PoolOp : public ROp {
       float* yp = y + pl * g_.oh * ow;
 #if defined(__AVX512F__)
       if (separable_) {
-        plane_separable(xp, yp, acc);
+        if (!max_) plane_separable<Combine::kSum>(xp, yp);
+        else if (has_nan(xp)) plane_separable<Combine::kMaxNan>(xp, yp);
+        else plane_separable<Combine::kMax>(xp, yp);
         continue;
       }
 #endif
@@ -135,70 +154,102 @@ class PoolOp : public ROp {
 
 #if defined(__AVX512F__)
   // Column stride 1 or 2, undilated: each output row is a reduction over
-  // its window's rows, column by column, into `col` (fill outside the
-  // input row: -inf for max, 0 for the sum, which leave the result as
-  // skipping the tap does), then over kw neighbours of that (stride 2: 32
-  // loaded, the even lanes kept). kh + kw operations per 16 outputs instead
-  // of kh * kw, and no mask arithmetic in the second pass. Max is exact in
-  // any order, with the same NaN rule as the row loops above; the
-  // average's sum runs rows first, which can differ from their tap order
-  // in the last bit.
-  void plane_separable(const float* xp, float* yp, float* col) const {
-    const float fill = max_ ? -std::numeric_limits<float>::infinity() : 0.f;
+  // its window's rows, column by column (fill outside the input row: -inf
+  // for max, 0 for the sum, which leave the result as skipping the tap
+  // does), then over kw neighbours of that. kh + kw operations per 16
+  // outputs instead of kh * kw. The column reductions stay in registers:
+  // a block of 16 outputs reads its kw shifted windows out of two (stride
+  // 1) or three (stride 2) column vectors by lane permutes, and hands the
+  // last on to the next block. (Through a scratch row, 3x3 average pooling
+  // of 32 planes of 32x32 took 20 us, its unaligned loads stalled on the
+  // stores just made.) Max is exact in any order, with the same NaN rule
+  // as the row loops above; the average's sum runs rows first, which can
+  // differ from their tap order in the last bit.
+  // kMax is vmaxps with the new value first (v > acc ? v : acc), the same
+  // as kMaxNan's rule on planes with no NaN, and cheaper: kMaxNan adds two
+  // compares and a blend to every step (3x3 max pooling of 32 planes of
+  // 32x32: 22 -> 14 us).
+  enum class Combine { kSum, kMax, kMaxNan };
+
+  // Whether the input plane holds a NaN: its magnitude bits above those of
+  // infinity.
+  bool has_nan(const float* xp) const {
+    const int64_t n = g_.ih * g_.iw;
+    const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    __mmask16 nan = 0;
+    for (int64_t i = 0; i < n; i += 16) {
+      const __m512i v = _mm512_castps_si512(
+          _mm512_maskz_loadu_ps(static_cast<__mmask16>(lane_bits(0, n - i)), xp + i));
+      nan = static_cast<__mmask16>(nan | _mm512_cmpgt_epu32_mask(_mm512_and_si512(v, magnitude), inf));
+    }
+    return nan != 0;
+  }
+
+  template <Combine kMode>
+  void plane_separable(const float* xp, float* yp) const {
+    const float fill = kMode != Combine::kSum ? -std::numeric_limits<float>::infinity() : 0.f;
     const __m512 init = _mm512_set1_ps(fill);
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const int64_t ow = g_.ow, sw = g_.sw, span = (ow - 1) * sw + g_.kw;  // col[t]: input column t - pw
-    auto combine = [this](__m512 acc, __m512 v) {
-      if (!max_) return _mm512_add_ps(acc, v);
+    const int64_t ow = g_.ow, sw = g_.sw, kw = g_.kw;
+    auto combine = [](__m512 acc, __m512 v) {
+      if constexpr (kMode == Combine::kSum) return _mm512_add_ps(acc, v);
+      if constexpr (kMode == Combine::kMax) return v > acc ? v : acc;
       const __mmask16 take = _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
       return _mm512_mask_blend_ps(take, acc, v);
     };
-    // The column pass runs for a batch of rows before their row pass, so
-    // that the row pass's unaligned loads do not straddle stores still in
-    // flight (a store-to-load forward that fails stalls the load): 3x3
-    // average pooling of 32x32 planes, 26 -> 20 us for 32 planes.
-    const int64_t cstride = col_stride_;
-    for (int64_t oy0 = 0; oy0 < g_.oh; oy0 += kColRows) {
-      const int64_t oy1 = std::min(g_.oh, oy0 + kColRows);
-      float divisor_rows[kColRows];  // the average's window rows counted, per output row
-      for (int64_t oy = oy0; oy < oy1; ++oy) {
-        const int64_t y0 = oy * g_.sh - g_.ph;
-        int64_t ky_lo, ky_hi;
-        window_range(y0, g_.dh, g_.kh, g_.ih, &ky_lo, &ky_hi);
-        divisor_rows[oy - oy0] = static_cast<float>(
-            include_pad_ ? std::min(y0 + (g_.kh - 1) * g_.dh + 1, g_.ih + g_.ph_end) - y0 : ky_hi - ky_lo);
-        float* cr = col + (oy - oy0) * cstride;
-        for (int64_t t0 = 0; t0 < span; t0 += 16) {
-          const __mmask16 m = static_cast<__mmask16>(lane_bits(g_.pw - t0, g_.pw + g_.iw - t0));
-          __m512 v = init;
-          for (int64_t ky = ky_lo; ky < ky_hi; ++ky)
-            v = combine(v, _mm512_mask_loadu_ps(init, m, xp + (y0 + ky * g_.dh) * g_.iw + t0 - g_.pw));
-          _mm512_storeu_ps(cr + t0, v);
-        }
-      }
-      for (int64_t oy = oy0; oy < oy1; ++oy) {
-        const float* cr = col + (oy - oy0) * cstride;
-        for (int64_t ox0 = 0; ox0 < ow; ox0 += 16) {
-          const __mmask16 lanes = static_cast<__mmask16>(lane_bits(0, ow - ox0));
-          __m512 acc = init;
-          for (int64_t kx = 0; kx < g_.kw; ++kx) {
-            const float* c = cr + ox0 * sw + kx;
-            acc = combine(acc, sw == 1 ? _mm512_loadu_ps(c)
-                                       : _mm512_permutex2var_ps(_mm512_loadu_ps(c), even, _mm512_loadu_ps(c + 16)));
+    const int64_t rstep = g_.dh * g_.iw;
+    for (int64_t oy = 0; oy < g_.oh; ++oy) {
+      const RowWindow& rw = row_window_[oy];
+      const float* rows = xp + rw.first - g_.pw;  // column t of the window's first row
+      const int64_t nrows = rw.rows;
+      const float divisor_rows = rw.divisor;
+      // Column vector t0: lanes t0 .. t0 + 15 reduced over the window's rows.
+      auto column = [&](int64_t t0) {
+        const __mmask16 m = static_cast<__mmask16>(lane_bits(g_.pw - t0, g_.pw + g_.iw - t0));
+        __m512 v = init;
+        for (int64_t r = 0; r < nrows; ++r) v = combine(v, _mm512_mask_loadu_ps(init, m, rows + r * rstep + t0));
+        return v;
+      };
+      float* out = yp + oy * ow;
+      __m512 c0 = column(0);
+      for (int64_t ox0 = 0; ox0 < ow; ox0 += 16) {
+        const int64_t t0 = ox0 * sw;
+        const __m512 c1 = column(t0 + 16);
+        __m512 acc = init;
+        if (sw == 1) {
+          for (int64_t kx = 0; kx < kw; ++kx) acc = combine(acc, _mm512_permutex2var_ps(c0, shift_[kx], c1));
+          c0 = c1;
+        } else {
+          const __m512 c2 = column(t0 + 32);
+          for (int64_t kx = 0; kx < kw; ++kx) {
+            const __m512 lo = _mm512_permutex2var_ps(c0, shift_[kx], c1);
+            const __m512 hi = _mm512_permutex2var_ps(c1, shift_[kx], c2);  // the same lanes 16 columns on
+            acc = combine(acc, _mm512_mask_mov_ps(lo, high_[kx], hi));
           }
-          if (!max_) {
-            const __m512 count =
-                _mm512_mul_ps(_mm512_set1_ps(divisor_rows[oy - oy0]), _mm512_loadu_ps(&widthf_[ox0]));
-            acc = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(count, _mm512_setzero_ps(), _CMP_GT_OQ), acc, count);
-          }
-          _mm512_mask_storeu_ps(yp + oy * ow + ox0, lanes, acc);
+          c0 = c2;
         }
+        if constexpr (kMode == Combine::kSum) {
+          const __m512 count = _mm512_mul_ps(_mm512_set1_ps(divisor_rows), _mm512_loadu_ps(&widthf_[ox0]));
+          acc = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(count, _mm512_setzero_ps(), _CMP_GT_OQ), acc, count);
+        }
+        _mm512_mask_storeu_ps(out + ox0, static_cast<__mmask16>(lane_bits(0, ow - ox0)), acc);
       }
     }
   }
 
-  static constexpr int64_t kColRows = 8;  // rows per batch of column reductions
-  int64_t col_stride_ = 0;                // floats per row of column reductions, whole vectors
+  // Separable: per output row, the window's rows inside the input (the
+  // offset of the first, their count) and the average's rows counted.
+  struct RowWindow {
+    int64_t first, rows;
+    float divisor;
+  };
+  std::vector<RowWindow> row_window_;
+  // Separable: per tap kx, the permute indices of output lane j's column
+  // (j * sw + kx in the 32 lanes of two column vectors; for stride 2,
+  // lanes whose column passes 31 take it 16 columns on, from the next
+  // pair: high_).
+  static constexpr int64_t kMaxSeparableKw = 16;
+  __m512i shift_[kMaxSeparableKw];
+  __mmask16 high_[kMaxSeparableKw] = {};
 
   bool separable_ = false;
   std::vector<float> widthf_;  // width_ as floats, padded to whole vectors
@@ -234,11 +285,28 @@ class GlobalAvgOp : public ROp {
     task_range(planes_, tasks_, task, &b, &e);
     const float* x = static_cast<const float*>(args.in[0]);
     float* y = static_cast<float*>(args.out[0]);
+    // Large planes: kParts interleaved partial sums (element i into part
+    // i % kParts), which vectorize, added pairwise at the end (NASNet-like's
+    // 32 planes of 32x32: 16.5 -> 0.9 us). Small ones keep one running sum
+    // each, the planes' sums overlapping in the core; the pairwise step
+    // would cost more than they do (1280 planes of 7x7: 12 against 36 us).
+    constexpr int64_t kParts = 32, kMinPartsSize = 128;
     for (int64_t pl = b; pl < e; ++pl) {
       const float* xp = x + pl * size_;
-      float acc = 0;
-      for (int64_t i = 0; i < size_; ++i) acc += xp[i];
-      y[pl] = size_ > 0 ? acc / static_cast<float>(size_) : 0.f;
+      if (size_ < kMinPartsSize) {
+        float acc = 0;
+        for (int64_t i = 0; i < size_; ++i) acc += xp[i];
+        y[pl] = size_ > 0 ? acc / static_cast<float>(size_) : 0.f;
+        continue;
+      }
+      float part[kParts] = {};
+      int64_t i = 0;
+      for (; i + kParts <= size_; i += kParts)
+        for (int64_t j = 0; j < kParts; ++j) part[j] += xp[i + j];
+      for (int64_t j = 0; i + j < size_; ++j) part[j] += xp[i + j];
+      for (int64_t w = kParts / 2; w > 0; w /= 2)
+        for (int64_t j = 0; j < w; ++j) part[j] += part[j + w];
+      y[pl] = part[0] / static_cast<float>(size_);
     }
   }
 
