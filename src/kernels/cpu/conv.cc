@@ -58,8 +58,11 @@ constexpr int64_t kMinTasks = 2;
 // reductions keep sgemm (packed_gemm.h). On one thread, packed_gemm
 // against sgemm with a pass for bias and Clip: K = 16: 49 / 62 us
 // (96 x 3136 outputs); K = 32: 6.0 / 8.5 us (32 x 512); K = 160: 23.6 /
-// 29.3 us (32 x 512); K = 96 equal (32 / 34 us, 24 x 1568).
+// 29.3 us (32 x 512); K = 96 equal (32 / 34 us, 24 x 1568). Builds
+// without AVX-512 keep sgemm.
+#if defined(__AVX512F__)
 constexpr int64_t kPackedPointwiseMaxK = 256;
+#endif
 
 class ConvOp : public ROp {
  public:
