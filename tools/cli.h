@@ -59,7 +59,8 @@ int start(const Command& cmd, int argc, char** argv, size_t positional, const ch
 Status parse_shape_flags(const Args& args, std::map<std::string, Shape>* out);
 
 // The options of every command that compiles a model: --no-profile,
-// --no-variants, --no-fuse, --no-lower-recurrent, --recurrent-chunk.
+// --no-variants, --no-fuse, --no-in-place, --no-lower-recurrent,
+// --recurrent-chunk.
 std::vector<OptionSpec> compile_option_specs();
 // `options` followed by compile_option_specs().
 std::vector<OptionSpec> with_compile_options(std::vector<OptionSpec> options);

@@ -613,6 +613,9 @@ Result<std::unique_ptr<Program>> Loader::run() {
   }
   p->stats.rtasks = total_tasks;
   p->stats.nodes_imported = static_cast<int>(ns);
+  auto aliases = value_aliases(g);
+  if (!aliases.ok()) return err(aliases.status().message());
+  p->aliases = std::move(*aliases);
 
   // Memory plan header and the Plan.
   uint64_t arena_bytes = r.u64("arena size");
@@ -696,6 +699,14 @@ Result<std::unique_ptr<Program>> Loader::run() {
   p->memory.arena_bytes = arena_bytes;
   p->memory.naive_bytes = naive;
   p->memory.offset = offset;
+  // An in-place Concat part lies exactly at its slice of the output: the
+  // Concat does not copy it.
+  for (const auto& [v, a] : p->aliases) {
+    auto pv = offset.find(v), pb = offset.find(a.base);
+    if (pv == offset.end() || pb == offset.end() || pv->second != pb->second + a.offset)
+      return err(str_cat("value '", v->name, "' is written in place into '", a.base->name, "' but does not lie at byte ",
+                         a.offset, " of it"));
+  }
   {
     PlanLifetimes life(*p, plan);
     const auto& lv = life.values();
@@ -708,7 +719,7 @@ Result<std::unique_ptr<Program>> Loader::run() {
       const Value* a = lv[order[i]];
       uint64_t a_end = offset[a] + value_bytes(a);
       for (size_t j = i + 1; j < order.size() && offset[lv[order[j]]] < a_end; ++j)
-        if (life.conflict(order[i], order[j]))
+        if (life.group(order[i]) != life.group(order[j]) && life.conflict(order[i], order[j]))
           return err(str_cat("values '", a->name, "' and '", lv[order[j]]->name,
                              "' share arena bytes but may be live at the same time under the Plan"));
     }

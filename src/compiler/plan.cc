@@ -311,11 +311,17 @@ double analytic_task_cost(const Node& n, int64_t tasks) {
   // reaches ~150 GFLOP/s inside tiles, everything streams at ~10 GB/s.
   constexpr double kFlopsPerUs = 150e3;
   constexpr double kBytesPerUs = 10e3;
+  auto size = [](const Value* v) { return static_cast<double>(v->shape.numel() * static_cast<int64_t>(dtype_size(v->dtype))); };
   double bytes = 0;
-  for (const Value* v : n.inputs)
-    if (v) bytes += static_cast<double>(v->shape.numel() * static_cast<int64_t>(dtype_size(v->dtype)));
-  for (const Value* v : n.outputs)
-    bytes += static_cast<double>(v->shape.numel() * static_cast<int64_t>(dtype_size(v->dtype)));
+  if (n.op_type == "TesseraConcat") {  // reads and writes only the parts it copies
+    const std::vector<int64_t> in_place = n.attr_ints("in_place");
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (i >= in_place.size() || in_place[i] == 0) bytes += 2 * size(n.inputs[i]);
+  } else {
+    for (const Value* v : n.inputs)
+      if (v) bytes += size(v);
+    for (const Value* v : n.outputs) bytes += size(v);
+  }
   return std::max(op_flops(n) / kFlopsPerUs, bytes / kBytesPerUs) / static_cast<double>(tasks) + kTaskOverheadUs;
 }
 

@@ -1,6 +1,7 @@
 #include "compiler/program.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
 
 #include "base/clock.h"
@@ -101,7 +102,11 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   if (options.lower_recurrent) {
     TESSERA_ASSIGN_OR_RETURN(p->stats.recurrent_lowered, lower_recurrent(*g, options.recurrent_chunk));
   }
+  // Last, once every producer is final: in-place parts must be written by
+  // the node that makes them.
+  if (options.concat_in_place) p->stats.concats_in_place = place_concats_in_place(*g);
   TESSERA_RETURN_IF_ERROR(verify_graph(*g));
+  TESSERA_ASSIGN_OR_RETURN(p->aliases, value_aliases(*g));
   std::vector<const Node*> order;
   for (auto& n : g->nodes()) {
     Step s;
@@ -135,7 +140,7 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
     p->memory = plan_memory_parallel(*p, plan);
     p->plan = std::move(plan);
   } else {
-    p->memory = plan_memory(*p->graph, order);
+    p->memory = plan_memory(*p->graph, order, p->aliases);
   }
   assign_slots(*p);
   p->stats.compile_ms = static_cast<double>(now_ns() - t0) / 1e6;
@@ -143,44 +148,71 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
 }
 
 PlanLifetimes::PlanLifetimes(const Program& p, const Plan& plan) : plan_(plan) {
+  std::unordered_map<const Value*, size_t> group_of;  // root value -> group
   auto get = [&](const Value* v) -> Use* {
     if (v == nullptr || v->is_constant()) return nullptr;
+    auto a = p.aliases.find(v);
+    const Value* root = a == p.aliases.end() ? v : a->second.base;
+    auto [g, new_group] = group_of.try_emplace(root, uses_.size());
+    if (new_group) {
+      uses_.emplace_back();
+      roots_.push_back(SIZE_MAX);
+    }
     auto [it, inserted] = index_.try_emplace(v, values_.size());
     if (inserted) {
       values_.push_back(v);
-      uses_.emplace_back();
+      group_.push_back(g->second);
     }
-    return &uses_[it->second];
+    if (v == root) roots_[g->second] = it->second;
+    return &uses_[g->second];
   };
   for (const Value* v : p.graph->inputs()) get(v)->pinned = true;
   for (size_t s = 0; s < p.steps.size(); ++s) {
     for (const Value* v : p.steps[s].node->inputs)
       if (Use* u = get(v)) u->consumers.push_back(static_cast<int>(s));
     for (const Value* v : p.steps[s].node->outputs)
-      if (Use* u = get(v)) u->producer = static_cast<int>(s);
+      if (Use* u = get(v)) u->producers.push_back(static_cast<int>(s));
   }
   for (const Value* v : p.graph->outputs())
     if (Use* u = get(v)) u->pinned = true;
+  // A root only ever seen through its parts (its Concat is not a step) is
+  // still a value of its own.
+  for (const auto& [v, a] : p.aliases) get(a.base);
 }
 
-// a entirely before b: every step touching a happens before b's producer
-// (and so before every step touching b). An op never happens before
-// itself, so an op's input and output never share bytes.
+// a entirely before b: every step touching a happens before each of b's
+// producers (and so before every step touching b, as each such step is a
+// producer of b or comes after one). An op never happens before itself,
+// so an op's input and output never share bytes.
 bool PlanLifetimes::before(const Use& a, const Use& b) const {
-  if (a.pinned || b.pinned || a.producer < 0 || b.producer < 0) return false;
-  if (!plan_.happens_before(a.producer, b.producer)) return false;
-  for (int c : a.consumers)
-    if (!plan_.happens_before(c, b.producer)) return false;
+  if (a.pinned || b.pinned || a.producers.empty() || b.producers.empty()) return false;
+  for (int pb : b.producers) {
+    for (int pa : a.producers)
+      if (!plan_.happens_before(pa, pb)) return false;
+    for (int c : a.consumers)
+      if (!plan_.happens_before(c, pb)) return false;
+  }
   return true;
 }
 
 bool PlanLifetimes::conflict(size_t i, size_t j) const {
-  return !before(uses_[i], uses_[j]) && !before(uses_[j], uses_[i]);
+  const Use& a = uses_[group_[i]];
+  const Use& b = uses_[group_[j]];
+  return group_[i] == group_[j] || (!before(a, b) && !before(b, a));
 }
 
 MemoryPlan plan_memory_parallel(const Program& p, const Plan& plan) {
   PlanLifetimes life(p, plan);
-  return place_values(life.values(), [&](size_t i, size_t j) { return life.conflict(i, j); });
+  std::vector<const Value*> roots;
+  std::vector<size_t> index;
+  for (size_t i = 0; i < life.values().size(); ++i)
+    if (life.is_root(i)) {
+      roots.push_back(life.values()[i]);
+      index.push_back(i);
+    }
+  MemoryPlan m = place_values(roots, [&](size_t i, size_t j) { return life.conflict(index[i], index[j]); });
+  place_aliases(&m, p.aliases);
+  return m;
 }
 
 Result<std::unique_ptr<Program>> compile_onnx(const std::string& path, const CompileOptions& options) {

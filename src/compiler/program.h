@@ -52,6 +52,9 @@ struct CompileOptions {
   // Fuse Conv/Gemm with a following residual Add and activation, and
   // chains of elementwise ops (compiler/fuse.cc).
   bool fuse = true;
+  // Let the producers of a batch-1 Concat's parts write them straight into
+  // its output (passes.h, "In-place Concat").
+  bool concat_in_place = true;
 };
 
 // Where a value lives at run time.
@@ -83,6 +86,7 @@ struct CompileStats {
   int attention_fused = 0;  // attention patterns fused
   int activations_pushed = 0;  // activations moved before a Concat
   int activation_copies = 0;   // the activation nodes made for them (one per Concat input)
+  int concats_in_place = 0;    // Concats with parts written in place
   int64_t rtasks = 0;
   double compile_ms = 0;
 };
@@ -93,6 +97,7 @@ class Program {
   std::vector<Slot> slots;
   std::vector<Step> steps;
   MemoryPlan memory;
+  AliasMap aliases;  // in-place Concat parts
   size_t max_scratch_bytes = 0;  // per task
   std::vector<int> input_slots, output_slots;
   std::optional<Plan> plan;           // when compiled for the plan executor
@@ -138,17 +143,21 @@ Result<Shape> parse_dims(const std::string& text);
 // Lifetimes of a Program's runtime values under a Plan: two values conflict
 // (may be live at once) unless every access to one happens before every
 // access to the other under every interleaving the Plan's waits allow.
-// Graph inputs and outputs live through the whole run.
+// Graph inputs and outputs live through the whole run. An in-place Concat
+// part (p.aliases) is one group with the Concat's output: the group's
+// accesses are all of its members', and its members always conflict.
 class PlanLifetimes {
  public:
   PlanLifetimes(const Program& p, const Plan& plan);
   const std::vector<const Value*>& values() const { return values_; }
   size_t index(const Value* v) const { return index_.at(v); }
   bool conflict(size_t i, size_t j) const;
+  size_t group(size_t i) const { return group_[i]; }
+  bool is_root(size_t i) const { return values_[roots_[group_[i]]] == values_[i]; }
 
  private:
   struct Use {
-    int producer = -1;  // step; -1 for graph inputs
+    std::vector<int> producers;  // steps; none for graph inputs
     std::vector<int> consumers;
     bool pinned = false;
   };
@@ -156,11 +165,14 @@ class PlanLifetimes {
   const Plan& plan_;
   std::vector<const Value*> values_;
   std::unordered_map<const Value*, size_t> index_;
+  std::vector<size_t> group_;  // per value: its group's Use
+  std::vector<size_t> roots_;  // per group: the value that holds the others
   std::vector<Use> uses_;
 };
 
 // Memory plan for a parallel Plan: values share bytes only where they do
-// not conflict (PlanLifetimes).
+// not conflict (PlanLifetimes); in-place parts lie inside their Concat's
+// output.
 MemoryPlan plan_memory_parallel(const Program& p, const Plan& plan);
 
 // Points every Step's inputs and outputs at Slots: constants at their

@@ -1,7 +1,9 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <unordered_set>
 
+#include "base/strings.h"
 #include "passes/passes.h"
 
 namespace tessera {
@@ -40,14 +42,23 @@ MemoryPlan place_values(const std::vector<const Value*>& values, const std::func
   return plan;
 }
 
+void place_aliases(MemoryPlan* plan, const AliasMap& aliases) {
+  for (const auto& [v, a] : aliases) {
+    plan->offset[v] = plan->offset.at(a.base) + a.offset;
+    plan->naive_bytes += value_bytes(v);
+  }
+}
+
 // Sequential order: a value lives from the step that writes it to the last
-// step that reads it; two values conflict when those intervals overlap.
-MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& order) {
+// step that reads it; two values conflict when those intervals overlap. An
+// in-place Concat part counts as an access to the Concat's output.
+MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& order, const AliasMap& aliases) {
   const int end = static_cast<int>(order.size());
   std::unordered_map<const Value*, std::pair<int, int>> live;
   std::vector<const Value*> values;
   auto touch = [&](const Value* v, int step) {
     if (v == nullptr || v->is_constant()) return;
+    if (auto a = aliases.find(v); a != aliases.end()) v = a->second.base;
     auto [it, inserted] = live.try_emplace(v, step, step);
     if (inserted) values.push_back(v);
     it->second.first = std::min(it->second.first, step);
@@ -67,9 +78,113 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& order) {
   std::vector<std::pair<int, int>> iv;
   iv.reserve(values.size());
   for (const Value* v : values) iv.push_back(live[v]);
-  return place_values(values, [&](size_t a, size_t b) {
+  MemoryPlan plan = place_values(values, [&](size_t a, size_t b) {
     return iv[a].first <= iv[b].second && iv[b].first <= iv[a].second;
   });
+  place_aliases(&plan, aliases);
+  return plan;
+}
+
+int64_t concat_part_offset(const Node& n, size_t i) {
+  if (n.outputs.size() != 1 || i >= n.inputs.size() || n.inputs[i] == nullptr) return -1;
+  const Value* y = n.outputs[0];
+  const Shape& out = y->shape;
+  int axis;
+  if (!normalize_axis(n.attr_int("axis", 0), out.rank(), &axis) || dims_product(out.dims, 0, axis) != 1) return -1;
+  const int64_t inner = dims_product(out.dims, axis + 1, out.rank()) * static_cast<int64_t>(dtype_size(y->dtype));
+  int64_t offset = 0;
+  for (size_t k = 0; k < i; ++k) {
+    if (n.inputs[k] == nullptr || n.inputs[k]->shape.rank() != out.rank()) return -1;
+    offset += n.inputs[k]->shape.dims[axis] * inner;
+  }
+  const Value* x = n.inputs[i];
+  if (x->dtype != y->dtype || x->shape.rank() != out.rank()) return -1;
+  const int64_t bytes = x->shape.dims[axis] * inner;
+  if (bytes <= 0 || bytes % 64 != 0 || offset % 64 != 0 || offset + bytes > out.numel() * static_cast<int64_t>(dtype_size(y->dtype)))
+    return -1;
+  return offset;
+}
+
+namespace {
+
+// Whether `x`, input i of Concat-like `n`, is a value that may live inside
+// n's output: made by a node, read by n once, and not a graph output.
+bool part_may_alias(const Node& n, size_t i) {
+  const Value* x = n.inputs[i];
+  if (x == nullptr || x->is_constant() || x->is_input || x->is_output || n.outputs[0]->is_constant()) return false;
+  return std::count(n.inputs.begin(), n.inputs.end(), x) == 1;
+}
+
+bool holds_in_place_parts(const Node* n) {
+  if (n == nullptr || n->op_type != "TesseraConcat") return false;
+  for (int64_t f : n->attr_ints("in_place"))
+    if (f != 0) return true;
+  return false;
+}
+
+}  // namespace
+
+int place_concats_in_place(Graph& g) {
+  // Each value's live producer, from the node list (earlier passes do not
+  // keep Value::producer up to date).
+  std::unordered_map<const Value*, const Node*> producer;
+  for (auto& np : g.nodes())
+    if (!np->dead)
+      for (const Value* o : np->outputs) producer[o] = np.get();
+  std::unordered_set<const Value*> aliased;
+  int changed = 0;
+  // Nodes are in topological order, so a Concat feeding another is
+  // decided first and the no-nesting rule sees its result.
+  for (auto& np : g.nodes()) {
+    Node& n = *np;
+    if (n.dead || n.op_type != "Concat" || n.outputs.size() != 1) continue;
+    std::vector<int64_t> flags(n.inputs.size(), 0);
+    bool any = false;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const Value* x = n.inputs[i];
+      if (concat_part_offset(n, i) < 0 || !part_may_alias(n, i) || aliased.count(x) != 0) continue;
+      auto made = producer.find(x);
+      if (made == producer.end() || holds_in_place_parts(made->second)) continue;
+      flags[i] = 1;
+      aliased.insert(x);
+      any = true;
+    }
+    if (!any) continue;
+    n.op_type = "TesseraConcat";
+    Attribute a;
+    a.kind = Attribute::Kind::kInts;
+    a.ints = flags;
+    n.attrs["in_place"] = a;
+    ++changed;
+  }
+  return changed;
+}
+
+Result<AliasMap> value_aliases(const Graph& g) {
+  AliasMap aliases;
+  std::unordered_map<const Value*, const Node*> producer;
+  for (auto& np : g.nodes())
+    for (const Value* o : np->outputs) producer[o] = np.get();
+  for (auto& np : g.nodes()) {
+    const Node& n = *np;
+    if (n.op_type != "TesseraConcat") continue;
+    const std::vector<int64_t> flags = n.attr_ints("in_place");
+    if (flags.size() != n.inputs.size() || n.outputs.size() != 1)
+      return invalid_argument(str_cat(n.label(), ": attribute 'in_place' needs one entry per input"));
+    for (size_t i = 0; i < flags.size(); ++i) {
+      if (flags[i] == 0) continue;
+      const Value* x = n.inputs[i];
+      const int64_t offset = concat_part_offset(n, i);
+      if (flags[i] != 1 || offset < 0 || !part_may_alias(n, i) || producer.count(x) == 0)
+        return invalid_argument(str_cat(n.label(), ": input ", i, " cannot be written in place"));
+      if (!aliases.try_emplace(x, Alias{n.outputs[0], static_cast<size_t>(offset)}).second)
+        return invalid_argument(str_cat(n.label(), ": input '", x->name, "' is in place in two Concats"));
+    }
+  }
+  for (const auto& [x, a] : aliases)  // no nesting
+    if (aliases.count(a.base) != 0)
+      return invalid_argument(str_cat("value '", a.base->name, "' holds in-place parts and is itself in place"));
+  return aliases;
 }
 
 }  // namespace tessera

@@ -44,6 +44,31 @@ struct SimplifyStats {
 };
 SimplifyStats simplify(Graph& g);
 
+// In-place Concat. When every dimension of a Concat's output before the
+// axis is 1, each part is one contiguous byte range of the output; a part
+// whose range starts and ends on a 64-byte boundary can be written there
+// by the node that makes it, and the Concat then has nothing to copy for
+// it. place_concats_in_place turns Concats with such parts into
+// TesseraConcat (attribute `in_place`: 1 or 0 per input) and returns how
+// many; the memory planners place each in-place part at its Alias.
+// A part qualifies when it is a runtime value made by a node (neither a
+// constant, a graph input nor a graph output), appears once among the
+// Concat's inputs, is in place in no other Concat, and does not itself
+// hold in-place parts (no nesting).
+struct Alias {
+  const Value* base = nullptr;  // the Concat's output
+  size_t offset = 0;            // bytes into it
+};
+using AliasMap = std::unordered_map<const Value*, Alias>;
+int place_concats_in_place(Graph& g);
+// The aliases g's TesseraConcats ask for, each checked against the rules
+// above (graphs read from files are not trusted); the error names the node
+// and the part.
+Result<AliasMap> value_aliases(const Graph& g);
+// Byte offset of input `i` inside the output of Concat-like node `n`, or
+// -1 when that part cannot be in place there (layout or alignment).
+int64_t concat_part_offset(const Node& n, size_t i);
+
 // Arena placement of runtime values (not constants). Offsets are multiples
 // of 64. `order` is the execution order of nodes; a value lives from the
 // step that writes it to the last step that reads it; graph inputs live
@@ -54,7 +79,9 @@ struct MemoryPlan {
   size_t naive_bytes = 0;  // sum of all sizes, for comparison
   std::unordered_map<const Value*, size_t> offset;
 };
-MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& order);
+// In-place Concat parts (`aliases`) share their Concat output's lifetime and
+// take their offset from its place.
+MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& order, const AliasMap& aliases);
 
 // The placement under both plans: `values` get offsets, largest first, each
 // at the lowest offset not used by an already placed value it conflicts with
@@ -62,5 +89,8 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& order);
 MemoryPlan place_values(const std::vector<const Value*>& values,
                         const std::function<bool(size_t, size_t)>& conflict);
 size_t value_bytes(const Value* v);  // rounded up to 64
+// Gives each in-place part its place inside its (already placed) base and
+// counts it in naive_bytes.
+void place_aliases(MemoryPlan* plan, const AliasMap& aliases);
 
 }  // namespace tessera

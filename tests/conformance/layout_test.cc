@@ -55,6 +55,45 @@ TEST_F(Layout, TransposeAnyPermutation) {
   expect_matches({"Transpose", {{big}}}, {transpose_ref(big, {1, 0})});
 }
 
+// TesseraConcat copies only the parts not marked in place and leaves the
+// bytes of the others alone (their producers wrote them there), however
+// its copy is cut into rTasks.
+TEST_F(Layout, InPlaceConcatCopiesOnlyTheOtherParts) {
+  Graph g;
+  std::vector<Tensor> parts = {rng.floats(Shape{1, 5, 3}), rng.floats(Shape{1, 4, 3}), rng.floats(Shape{1, 0, 3}),
+                               rng.floats(Shape{1, 7, 3})};
+  const std::vector<int64_t> in_place = {0, 1, 0, 0};
+  std::vector<Value*> ins;
+  for (size_t i = 0; i < parts.size(); ++i)
+    ins.push_back(g.add_input("x" + std::to_string(i), DType::kFloat32, parts[i].shape()));
+  Node* n = g.add_node("TesseraConcat", "cat", ins, 1);
+  n->attrs["axis"] = attr_i(1);
+  n->attrs["in_place"] = attr_ints(in_place);
+  n->outputs[0]->dtype = DType::kFloat32;
+  n->outputs[0]->shape = Shape{1, 16, 3};
+  const RKernel* k = cpu_kernel_find("TesseraConcat");
+  ASSERT_NE(k, nullptr);
+  for (int64_t tasks : {0, 1, 2, 3, 5, 64}) {
+    auto op = k->make(*n, KernelParams{tasks});
+    ASSERT_TRUE(op.ok()) << op.status().to_string();
+    std::vector<float> out(48, 7.0f);
+    std::vector<const void*> in;
+    for (const Tensor& t : parts) in.push_back(t.raw());
+    void* outs[] = {out.data()};
+    TaskArgs args{in.data(), outs, nullptr};
+    for (int64_t t = 0; t < (*op)->tasks(); ++t) (*op)->run(t, args);
+    size_t at = 0;
+    for (size_t i = 0; i < parts.size(); ++i)
+      for (int64_t e = 0; e < parts[i].numel(); ++e, ++at)
+        ASSERT_EQ(out[at], in_place[i] ? 7.0f : parts[i].data<float>()[e])
+            << "tasks " << tasks << ", part " << i << ", element " << e;
+  }
+  // In-place parts need one outer row: a batch of 2 is refused.
+  n->outputs[0]->shape = Shape{2, 16, 3};
+  for (Value* v : ins) v->shape.dims[0] = 2;
+  EXPECT_FALSE(k->make(*n, KernelParams{0}).ok());
+}
+
 TEST_F(Layout, ConcatAndSplit) {
   Tensor a = rng.floats(Shape{2, 3, 4}), b = rng.floats(Shape{2, 1, 4}), c = rng.floats(Shape{2, 0, 4});
   Tensor cat(DType::kFloat32, Shape{2, 4, 4});

@@ -163,6 +163,34 @@ TEST_F(Forged, ValuesSharingBytesWhileLive) {
   expect_refused("share arena bytes");
 }
 
+// NASNet-like's Concats have parts their producers write in place: each
+// must lie exactly at its slice, and the flags must be ones the compiler
+// could have set.
+TEST_F(Forged, InPlacePartAwayFromItsSlice) {
+  ASSERT_FALSE(p_->aliases.empty());
+  const auto& [part, alias] = *p_->aliases.begin();
+  p_->memory.offset[part] = p_->memory.offset[alias.base] + alias.offset + 64;
+  expect_refused("is written in place into");
+}
+
+TEST_F(Forged, InPlaceFlagOnAPartThatCannotBe) {
+  for (auto& n : p_->graph->nodes())
+    if (n->op_type == "TesseraConcat") {
+      n->attrs["in_place"].ints[0] = 2;
+      break;
+    }
+  expect_refused("cannot be written in place");
+}
+
+TEST_F(Forged, InPlaceFlagsOfTheWrongLength) {
+  for (auto& n : p_->graph->nodes())
+    if (n->op_type == "TesseraConcat") {
+      n->attrs["in_place"].ints.pop_back();
+      break;
+    }
+  expect_refused("one entry per input");
+}
+
 TEST_F(Forged, ValueOutsideTheArena) {
   const Value* out = p_->graph->outputs()[0];
   p_->memory.offset[out] = p_->memory.arena_bytes;

@@ -92,6 +92,7 @@ constexpr OpDef kOps[] = {
     {"LSTM", 3, 8, infer_lstm, flops_rnn},
     // Internal ops, made by compiler lowering (never in ONNX files).
     {"TesseraAttention", 3, 5, infer_attention, flops_attention},
+    {"TesseraConcat", 1, 1024, infer_concat, flops_zero},
     {"TesseraFusedConv", 2, 4, infer_fused_conv, flops_conv},
     {"TesseraFusedElementwise", 1, 8, infer_fused_elementwise, flops_fused_elementwise},
     {"TesseraFusedGemm", 2, 4, infer_fused_gemm, flops_gemm},

@@ -168,6 +168,59 @@ Result<std::unique_ptr<ROp>> make_concat(const Node& n, const KernelParams& p) {
   return std::unique_ptr<ROp>(new SlabCopyOp(SlabCopyOp::Dir::kConcat, dims_product(out.dims, 0, axis), slab, p));
 }
 
+// TesseraConcat: a Concat some of whose parts their producers wrote in
+// place, straight into the output (passes.h, "In-place Concat"); it copies
+// the others. Its output is one outer row, so each part it copies is one
+// byte range; an rTask is a contiguous range of the bytes it copies. With
+// every part in place it is one rTask that does nothing, left in the Plan
+// as the point the output's readers wait on.
+class ConcatRestOp : public ROp {
+ public:
+  struct Part {
+    size_t input;
+    int64_t dst, bytes;
+  };
+  ConcatRestOp(std::vector<Part> parts, const KernelParams& p) : parts_(std::move(parts)) {
+    for (const Part& part : parts_) total_ += part.bytes;
+    tasks_ = choose_tasks(total_, kGrain * 4, p);
+  }
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t b, e, at = 0;
+    task_range(total_, tasks_, task, &b, &e);
+    for (const Part& part : parts_) {
+      const int64_t lo = std::max(b, at), hi = std::min(e, at + part.bytes);
+      if (lo < hi)
+        std::memcpy(static_cast<char*>(args.out[0]) + part.dst + (lo - at),
+                    static_cast<const char*>(args.in[part.input]) + (lo - at), static_cast<size_t>(hi - lo));
+      at += part.bytes;
+    }
+  }
+
+ private:
+  std::vector<Part> parts_;
+  int64_t total_ = 0;
+};
+
+Result<std::unique_ptr<ROp>> make_concat_rest(const Node& n, const KernelParams& p) {
+  const Shape& out = n.outputs[0]->shape;
+  int axis;
+  if (!normalize_axis(n.attr_int("axis", 0), out.rank(), &axis)) return invalid_argument(str_cat(n.label(), ": axis"));
+  const std::vector<int64_t> in_place = n.attr_ints("in_place");
+  if (in_place.size() != n.inputs.size())
+    return invalid_argument(str_cat(n.label(), ": attribute 'in_place' needs one entry per input"));
+  if (dims_product(out.dims, 0, axis) != 1)
+    return invalid_argument(str_cat(n.label(), ": in-place parts need every dimension before the axis to be 1"));
+  const int64_t inner = dims_product(out.dims, axis + 1, out.rank()) * static_cast<int64_t>(dtype_size(n.outputs[0]->dtype));
+  std::vector<ConcatRestOp::Part> parts;
+  int64_t dst = 0;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    const int64_t bytes = n.inputs[i]->shape.dims[axis] * inner;
+    if (in_place[i] == 0 && bytes > 0) parts.push_back({i, dst, bytes});
+    dst += bytes;
+  }
+  return std::unique_ptr<ROp>(new ConcatRestOp(std::move(parts), p));
+}
+
 Result<std::unique_ptr<ROp>> make_split(const Node& n, const KernelParams& p) {
   const Shape& x = n.inputs[0]->shape;
   int axis;
@@ -495,6 +548,7 @@ const RKernel kKernels[] = {
     {"Slice", "strided_copy", "merged-dim strided copy", make_slice},
     {"Expand", "strided_copy", "broadcast copy", make_expand},
     {"Concat", "concat.rows", "", make_concat},
+    {"TesseraConcat", "concat.rest", "copies the parts not written in place", make_concat_rest},
     {"Split", "split.rows", "", make_split},
     {"Gather", "gather.rows", "", make_gather},
     {"Tile", "index_map", "", make_tile},
