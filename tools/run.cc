@@ -37,6 +37,7 @@ const cli::Command kRun = {
         {"--threads", "N", "vEUs / worker threads, including the caller (default: all cores)"},
         {"--executor", "NAME", "plan | two-layer | sequential (default plan)"},
         {"--policy", "NAME", "plan executor's scheduling policy: auto | wavefront | critical-path (default auto)"},
+        {"--no-pin", "", "plan executor: leave threads unpinned (default: vEU i on core i, the caller on core 0)"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
         {"--json", "", "print one JSON object on stdout at the end"},
@@ -160,6 +161,7 @@ int run_main(int argc, char** argv) {
   SessionOptions so;
   so.executor = Executor::kPlan;
   so.threads = static_cast<int>(*threads);
+  so.pin = !a.has("--no-pin");
   if (a.has("--executor") && !executor_parse(a.get("--executor"), &so.executor))
     return cli::usage_error(kRun, str_cat("--executor must be plan, two-layer or sequential, got '",
                                           a.get("--executor"), "'"));
@@ -169,6 +171,8 @@ int run_main(int argc, char** argv) {
                                           a.get("--policy"), "'"));
   if (a.has("--policy") && so.executor != Executor::kPlan)
     return cli::usage_error(kRun, "--policy applies to the plan executor only");
+  if (a.has("--no-pin") && so.executor != Executor::kPlan)
+    return cli::usage_error(kRun, "--no-pin applies to the plan executor only");
   if (a.has("--trace") && so.executor != Executor::kPlan) return cli::usage_error(kRun, "--trace needs the plan executor");
 
   CompileOptions co;

@@ -55,7 +55,7 @@ Session::Session(std::unique_ptr<Program> program, const SessionOptions& options
   if (options_.executor == Executor::kPlan) {
     for (size_t i = 0; i < program_->steps.size(); ++i)
       step_args_.push_back({program_->steps[i].op.get(), in_ptrs_[i].data(), out_ptrs_[i].data()});
-    vdevice_ = std::make_unique<CpuVDevice>(threads_, program_->max_scratch_bytes, /*pin=*/true);
+    vdevice_ = std::make_unique<CpuVDevice>(threads_, program_->max_scratch_bytes, options_.pin);
   }
 }
 

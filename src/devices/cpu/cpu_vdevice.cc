@@ -17,11 +17,16 @@ namespace {
 
 constexpr int kParkSpins = 100000;  // ~50 µs of pause instructions
 
+// Whether this thread has been pinned to PU 0 as a caller. Thread-local, not
+// a thread id kept by the device: ids of finished threads are reused.
+thread_local bool caller_pinned = false;
+
 }  // namespace
 
 CpuVDevice::CpuVDevice(int veus, size_t scratch_bytes, bool pin)
     : veus_(veus),
       oversubscribed_(veus > cpu_topology().pus),
+      pin_(pin),
       counters_(new Counter[static_cast<size_t>(veus)]),
       base_(static_cast<size_t>(veus), 0),
       wait_ns_(static_cast<size_t>(veus), 0) {
@@ -107,6 +112,10 @@ void CpuVDevice::execute(int u) {
 
 void CpuVDevice::run(const Plan& plan, const std::vector<StepArgs>& steps) {
   TESSERA_CHECK(plan.veus == veus_);
+  if (pin_ && !caller_pinned) {  // once per calling thread; a failure is not retried
+    pin_current_thread(0);
+    caller_pinned = true;
+  }
   if (&plan != last_plan_) {  // a new plan: restart the counter epochs
     for (int u = 0; u < veus_; ++u) counters_[u].value.store(0, std::memory_order_relaxed);
     run_no_ = 0;

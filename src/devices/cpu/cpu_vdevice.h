@@ -1,7 +1,11 @@
 // CpuVDevice: N vEUs (worker threads pinned to cores, by hwloc's topology)
 // that execute a Plan.
 //
-// vEU 0 is the calling thread; vEUs 1..N-1 are workers. A run publishes the
+// vEU 0 is the calling thread; vEUs 1..N-1 are workers. With pinning on,
+// the first run from a thread pins that thread to PU 0: left free, the OS
+// may place it on a worker's PU, where it shares the core with a spinning
+// worker for milliseconds (char_lm: runs of 8 ms instead of 0.03). That is
+// the one system call a run may make, once per calling thread. A run publishes the
 // run (one generation bump, plus one futex wake only if some worker has
 // parked), then every vEU walks its own instruction list:
 //   run     call the rTask with its resolved arguments and this vEU's scratch
@@ -43,8 +47,8 @@ struct StepArgs {
 class CpuVDevice {
  public:
   // `pin`: pin worker vEU i to PU i of the topology order (one PU per core
-  // first; see topology.h); vEU 0 is the caller's thread and keeps its
-  // affinity. `scratch_bytes` per vEU.
+  // first; see topology.h), and each thread that calls run() to PU 0 (its
+  // affinity stays so after the run). `scratch_bytes` per vEU.
   CpuVDevice(int veus, size_t scratch_bytes, bool pin);
   ~CpuVDevice();
   CpuVDevice(const CpuVDevice&) = delete;
@@ -70,6 +74,7 @@ class CpuVDevice {
 
   const int veus_;
   const bool oversubscribed_;
+  const bool pin_;
   std::vector<std::thread> threads_;
   std::unique_ptr<Counter[]> counters_;
   void* scratch_ = nullptr;
