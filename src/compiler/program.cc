@@ -107,6 +107,12 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   if (options.concat_in_place) p->stats.concats_in_place = place_concats_in_place(*g);
   TESSERA_RETURN_IF_ERROR(verify_graph(*g));
   TESSERA_ASSIGN_OR_RETURN(p->aliases, value_aliases(*g));
+  // With variants, an op its kernel would cut into more rTasks than there
+  // are vEUs starts as one rTask per vEU (heavy ops keep their kernel's
+  // grain and a single rTask as variants): each vEU does one share of each
+  // op, with the fewest dispatches and the largest tiles; ops smaller than
+  // that keep their grain. See docs/architecture.md, "Variants".
+  const bool vary = options.build_plan && options.variants && options.schedule.policy != Policy::kRandom;
   std::vector<const Node*> order;
   for (auto& n : g->nodes()) {
     Step s;
@@ -114,6 +120,10 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
     s.kernel = cpu_kernel_find(n->op_type);
     s.params.tasks = options.tasks_per_op;
     TESSERA_ASSIGN_OR_RETURN(s.op, s.kernel->make(*n, s.params));
+    if (vary && options.tasks_per_op == 0 && s.op->tasks() > options.schedule.veus) {
+      s.params.tasks = options.schedule.veus;
+      TESSERA_ASSIGN_OR_RETURN(s.op, s.kernel->make(*n, s.params));
+    }
     p->max_scratch_bytes = std::max(p->max_scratch_bytes, s.op->scratch_bytes());
     p->stats.rtasks += s.op->tasks();
     order.push_back(n.get());
@@ -125,7 +135,6 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
     // cache) or by the analytic model; the policy picks among them.
     std::optional<Profiler> prof;
     if (options.profile) prof.emplace(options.profile_options);
-    const bool vary = options.variants && options.schedule.policy != Policy::kRandom;
     TESSERA_ASSIGN_OR_RETURN(auto variants, make_variants(*p, vary ? options.schedule.veus : 0));
     cost_variants(
         *p, variants,

@@ -180,8 +180,7 @@ Result<std::vector<std::vector<Variant>>> make_variants(const Program& p, int ve
     if (veus < 1) continue;
     if (!heavy(st.node->op_type)) continue;
     std::vector<int64_t> seen = {st.op->tasks()};
-    for (int64_t want : {static_cast<int64_t>(veus), int64_t{1}}) {
-      if (want >= st.op->tasks()) continue;
+    for (int64_t want : {int64_t{0}, static_cast<int64_t>(veus), int64_t{1}}) {  // 0: the kernel's grain
       KernelParams kp;
       kp.tasks = want;
       TESSERA_ASSIGN_OR_RETURN(auto op, st.kernel->make(*st.node, kp));

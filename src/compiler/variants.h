@@ -1,12 +1,13 @@
 // rKernel variants: the same op cut into different numbers of rTasks, and
 // the choice among them by their effect on the Plan.
 //
-// Heavy ops (Conv, ConvTranspose, MatMul, Gemm and their fused forms, fused
+// Every op starts (compile_graph) from at most one rTask per vEU. Heavy ops
+// (Conv, ConvTranspose, MatMul, Gemm and their fused forms, fused
 // elementwise chains, recurrent cells and input projections) get up to
-// three tilings: the kernel's own grain (fine: many
-// small rTasks, best when an op must spread over idle vEUs), one rTask per
-// vEU, and the whole op as one rTask (coarse: least overhead and the
-// largest GEMM tiles, best when other work keeps the vEUs busy). Each
+// three tilings: that start, the kernel's own grain (fine: many small
+// rTasks, best when an op must spread over idle vEUs), and the whole op as
+// one rTask (coarse: least overhead and the largest GEMM tiles, best when
+// other work keeps the vEUs busy). Each
 // variant has its rTask count, scratch need and measured (or analytic)
 // cost per rTask.
 //

@@ -241,6 +241,45 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
   }
 }
 
+// A grouped 3x3 conv cut into a given number of rTasks splits its groups,
+// as its default tiling does: each rTask writes whole output channels and
+// reads only its groups' weights. (Cut by rows instead, every rTask would
+// transform every group's weights: regnet's grouped convs ran 30 % slower.)
+TEST_F(Nn, GroupedWinogradConvCutIntoRTasksSplitsGroups) {
+  Graph g;
+  const int64_t c = 48, groups = 3, h = 7, w = 7;
+  Value* x = g.add_input("x", DType::kFloat32, Shape{1, c, h, w});
+  Value* wt = g.add_constant("w", rng.floats(Shape{c, c / groups, 3, 3}));
+  Node* n = g.add_node("Conv", "conv", {x, wt}, 1);
+  n->attrs["group"] = attr_i(groups);
+  n->attrs["pads"] = attr_ints({1, 1, 1, 1});
+  n->outputs[0]->dtype = DType::kFloat32;
+  n->outputs[0]->shape = Shape{1, c, h, w};
+  const RKernel* k = cpu_kernel_find("Conv");
+  ASSERT_NE(k, nullptr);
+  Tensor in = rng.floats(Shape{1, c, h, w});
+  for (int64_t tasks : {2, 3}) {
+    auto op = k->make(*n, KernelParams{tasks});
+    ASSERT_TRUE(op.ok()) << op.status().to_string();
+    ASSERT_EQ((*op)->tasks(), tasks);
+    std::vector<float> out(static_cast<size_t>(c * h * w), std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> scratch((*op)->scratch_bytes() / sizeof(float) + 1);
+    const void* ins[] = {in.raw(), wt->constant->raw()};
+    void* outs[] = {out.data()};
+    (*op)->run(0, TaskArgs{ins, outs, scratch.data()});
+    int64_t whole = 0;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      int64_t written = 0;
+      for (int64_t i = 0; i < h * w; ++i) written += !std::isnan(out[static_cast<size_t>(ch * h * w + i)]);
+      ASSERT_TRUE(written == 0 || written == h * w) << tasks << " rTasks: channel " << ch << " is partly written";
+      whole += written == h * w;
+    }
+    EXPECT_GT(whole, 0) << tasks << " rTasks";
+    EXPECT_LT(whole, c) << tasks << " rTasks";
+    EXPECT_EQ(whole % (c / groups), 0) << tasks << " rTasks: rTask 0 wrote part of a group";
+  }
+}
+
 TEST_F(Nn, Conv1d) {
   ConvSpec s{2, 4, 1, 17, 6, 1, 3, 2, {1, 2}, {1, 1}, {0, 1, 0, 1}};
   Tensor x = rng.floats(Shape{2, 4, 17}), w = rng.floats(Shape{6, 2, 3});

@@ -76,8 +76,8 @@ class WinogradOp : public ROp {
     units_ = c.group > 1 ? c.group : (c.cout + kCoUnit - 1) / kCoUnit;
     const int64_t max_ob = c.group > 1 ? units_ : std::max<int64_t>(1, units_ / kMinCoUnits);
     const bool big = kPoints * c.cout * cin_g_ * static_cast<int64_t>(sizeof(float)) > kWeightsInL2;
-    if (p.tasks > 0) {
-      ob_ = big ? std::clamp<int64_t>(p.tasks, 1, max_ob) : 1;
+    if (p.tasks > 0) {  // grouped: blocks of groups first, as by default
+      ob_ = big || c.group > 1 ? std::clamp<int64_t>(p.tasks, 1, max_ob) : 1;
       rb_ = std::clamp<int64_t>(p.tasks / ob_, 1, rows);
       if (rb_ * ob_ < p.tasks) ob_ = std::clamp<int64_t>(p.tasks / rb_, 1, max_ob);
     } else {
