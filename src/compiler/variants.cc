@@ -6,9 +6,8 @@
 #include "compiler/program.h"
 
 namespace tessera {
-namespace {
 
-bool heavy(const std::string& op) {
+bool is_heavy_op(const std::string& op) {
   static const char* kHeavy[] = {"Conv", "ConvTranspose", "MatMul", "Gemm", "TesseraFusedConv", "TesseraFusedGemm",
                                  "TesseraFusedMatMul", "TesseraFusedElementwise", "TesseraAttention",
                                  "TesseraLstmCell", "TesseraGruCell", "TesseraRnnProj"};
@@ -16,6 +15,8 @@ bool heavy(const std::string& op) {
     if (op == h) return true;
   return false;
 }
+
+namespace {
 
 // The critical-path search tries alternatives for at most this many of the
 // heaviest ops (each try is one scheduling pass).
@@ -178,7 +179,7 @@ Result<std::vector<std::vector<Variant>>> make_variants(const Program& p, int ve
     cur.params = st.params;
     out[s].push_back(std::move(cur));
     if (veus < 1) continue;
-    if (!heavy(st.node->op_type)) continue;
+    if (!is_heavy_op(st.node->op_type)) continue;
     std::vector<int64_t> seen = {st.op->tasks()};
     for (int64_t want : {int64_t{0}, static_cast<int64_t>(veus), int64_t{1}}) {  // 0: the kernel's grain
       KernelParams kp;

@@ -26,6 +26,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "compiler/plan.h"
@@ -42,6 +43,9 @@ struct Variant {
   std::unique_ptr<ROp> op;  // null while it is the step's chosen op
   double cost_us = 0;       // one rTask
 };
+
+// Whether ops of this type (ONNX or Tessera) get variants.
+bool is_heavy_op(const std::string& op_type);
 
 // Per step, its variants: first the step's current op (held by the step),
 // then, for heavy ops, the other tilings for `veus` vEUs (none if veus is
