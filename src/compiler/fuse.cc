@@ -2,12 +2,12 @@
 //
 // Epilogues: Conv, Gemm or MatMul (then, for MatMul, optionally an Add of
 // a constant bias per output column), then optionally an Add of a
-// same-shape tensor (a residual), then optionally an activation, become one
-// TesseraFusedConv / TesseraFusedGemm / TesseraFusedMatMul whose rTasks
-// apply the Adds and the
+// same-shape tensor (a residual), then optionally an activation (one op, or
+// GELU's five as PyTorch exports them), become one TesseraFusedConv /
+// TesseraFusedGemm / TesseraFusedMatMul whose rTasks apply the Adds and the
 // activation to their own output tile while it is in cache
-// (kernels/cpu/epilogue.h). Each fused op saves one or two full passes
-// (read and write) over the tensor, and one or two steps of the Plan.
+// (kernels/cpu/epilogue.h). Each fused op saves one or more full passes
+// (read and write) over the tensor, and as many steps of the Plan.
 //
 // Elementwise chains: float elementwise ops, each the only reader of the
 // previous one's output and all of the same output shape, become one
@@ -87,6 +87,53 @@ bool activation(const Node& n, const Value* y, std::string* act, float* alpha, f
     return false;
   }
   *act = t;
+  return true;
+}
+
+// A float32 constant holding one value, or nullptr.
+const float* scalar_constant(const Value* v) {
+  if (v == nullptr || !v->is_constant() || v->dtype != DType::kFloat32 || v->shape.numel() != 1) return nullptr;
+  return v->constant->data<float>();
+}
+
+// PyTorch's exact GELU as exported, reading `y`: Div(y, c) -> Erf ->
+// Add(., 1) -> Mul(y, .) -> Mul(., h) with c and h scalar constants, y read
+// by the Div and the first Mul only and each other result only by the next
+// op. On a match fills the five nodes (in order), c and h.
+bool gelu(const Graph& g, const Value* y, std::vector<Node*>* nodes, float* c, float* h) {
+  if (y->is_output) return false;
+  std::vector<Node*> readers;
+  for (auto& np : g.nodes()) {
+    if (np->dead) continue;
+    for (const Value* in : np->inputs)
+      if (in == y) readers.push_back(np.get());
+  }
+  if (readers.size() != 2) return false;
+  Node* div = readers[0]->op_type == "Div" ? readers[0] : readers[1];
+  Node* mul = div == readers[0] ? readers[1] : readers[0];
+  if (div->op_type != "Div" || div->inputs.size() != 2 || div->inputs[0] != y) return false;
+  const float* divisor = scalar_constant(div->inputs[1]);
+  if (divisor == nullptr) return false;
+  Node* erf = sole_consumer(g, div->outputs[0]);
+  if (erf == nullptr || erf->op_type != "Erf" || erf->inputs.size() != 1) return false;
+  Node* add = sole_consumer(g, erf->outputs[0]);
+  if (add == nullptr || add->op_type != "Add" || add->inputs.size() != 2) return false;
+  const float* one = scalar_constant(add->inputs[0] == erf->outputs[0] ? add->inputs[1] : add->inputs[0]);
+  if (one == nullptr || *one != 1.f) return false;
+  if (sole_consumer(g, add->outputs[0]) != mul || mul->op_type != "Mul" || mul->inputs.size() != 2) return false;
+  if (!((mul->inputs[0] == y && mul->inputs[1] == add->outputs[0]) ||
+        (mul->inputs[1] == y && mul->inputs[0] == add->outputs[0])))
+    return false;
+  Node* last = sole_consumer(g, mul->outputs[0]);
+  if (last == nullptr || last->op_type != "Mul" || last->inputs.size() != 2) return false;
+  const float* half = scalar_constant(last->inputs[0] == mul->outputs[0] ? last->inputs[1] : last->inputs[0]);
+  if (half == nullptr) return false;
+  for (const Node* n : {div, erf, add, mul, last})
+    if (n->outputs.size() != 1 || n->outputs[0]->dtype != DType::kFloat32 || !(n->outputs[0]->shape == y->shape))
+      return false;
+  *nodes = {div, erf, add, mul, last};
+  *c = *divisor;
+  *h = *half;
   return true;
 }
 
@@ -191,9 +238,14 @@ Result<int> fuse_epilogues(Graph& g) {
     }
     std::string act = "none";
     float alpha = 0, beta = 0;
+    std::vector<Node*> gelu_nodes;
     if (c != nullptr && activation(*c, y, &act, &alpha, &beta)) {
       absorbed.push_back(c);
       y = c->outputs[0];
+    } else if (c == nullptr && gelu(g, y, &gelu_nodes, &alpha, &beta)) {
+      act = "Gelu";
+      absorbed.insert(absorbed.end(), gelu_nodes.begin(), gelu_nodes.end());
+      y = gelu_nodes.back()->outputs[0];
     }
     if (absorbed.empty()) continue;
     n.dead = true;

@@ -181,7 +181,9 @@ TEST(Fusion, BitwiseEqualToUnfusedOnTheZoo) {
       else if (st.node->op_type == "TesseraAttention")  // + scale, mask, Softmax, second MatMul
         absorbed += 2 + (st.node->input(3) != nullptr) + (st.node->input(4) != nullptr);
       else if (st.node->op_type.rfind("TesseraFused", 0) == 0)
-        absorbed += (st.node->input(3) != nullptr) + (st.node->attr_string("activation", "none") != "none") +
+        absorbed += (st.node->input(3) != nullptr) +
+                    (st.node->attr_string("activation", "none") == "Gelu" ? 5  // Div, Erf, Add, Mul, Mul
+                     : st.node->attr_string("activation", "none") != "none") +
                     (st.node->op_type == "TesseraFusedMatMul" && st.node->input(2) != nullptr);  // its bias Add
     }
     // An activation moved before a Concat of k inputs became k of them.
@@ -216,7 +218,7 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
     a.f = v;
     return a;
   };
-  for (const char* act : {"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"}) {
+  for (const char* act : {"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu"}) {
     // conv (im2col), conv + residual (8 channels: Winograd), gemm +
     // residual, matmul + bias + residual, and depthwise convs wide enough
     // for the by-rows path (stride 1 and 2), and a 3-channel stride-2 conv
@@ -270,6 +272,17 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
           Value* r = g->add_input("r", DType::kFloat32, rs);
           y = g->add_node("Add", "add", {r, y}, 1)->outputs[0];
         }
+        if (std::string(act) == "Gelu") {  // as PyTorch exports it: (y * (erf(y / sqrt 2) + 1)) * 0.5
+          Value* d = g->add_node("Div", "div", {y, g->add_constant("c", Tensor::from_floats({1.4142135f}, Shape{}))}, 1)
+                         ->outputs[0];
+          Value* e = g->add_node("Erf", "erf", {d}, 1)->outputs[0];
+          Value* u = g->add_node("Add", "add1", {e, g->add_constant("one", Tensor::from_floats({1.f}, Shape{}))}, 1)
+                         ->outputs[0];
+          Value* v = g->add_node("Mul", "mul", {y, u}, 1)->outputs[0];
+          Node* h = g->add_node("Mul", "half", {v, g->add_constant("h", Tensor::from_floats({0.5f}, Shape{}))}, 1);
+          g->mark_output(h->outputs[0]);
+          return g;
+        }
         std::vector<Value*> ins = {y};
         if (std::string(act) == "Clip") {
           ins.push_back(g->add_constant("lo", Tensor::from_floats({-0.5f}, Shape{})));
@@ -299,6 +312,47 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
                      run_outputs(std::move(*plain), Executor::kSequential, inputs),
                      std::string(act) + " variant " + std::to_string(variant));
     }
+  }
+}
+
+// GELU goes into the epilogue only in the exact form PyTorch exports: not
+// with another constant in its Add, nor when the MatMul's output is read
+// elsewhere too. Either way the result equals the unfused graph's.
+TEST(Fusion, GeluEpilogueOnlyInItsExactForm) {
+  std::mt19937 rng(11);
+  for (int form = 0; form < 3; ++form) {  // 0: exact; 1: Add of 2; 2: y also an output
+    auto build = [&] {
+      rng.seed(5);
+      auto g = std::make_unique<Graph>();
+      Value* x = g->add_input("x", DType::kFloat32, Shape{6, 12});
+      Value* y = g->add_node("MatMul", "mm", {x, g->add_constant("w", uniform_tensor(rng, -1, 1, Shape{12, 40}))}, 1)
+                     ->outputs[0];
+      Value* d = g->add_node("Div", "div", {y, g->add_constant("c", Tensor::from_floats({1.4142135f}, Shape{}))}, 1)
+                     ->outputs[0];
+      Value* e = g->add_node("Erf", "erf", {d}, 1)->outputs[0];
+      Value* one = g->add_constant("one", Tensor::from_floats({form == 1 ? 2.f : 1.f}, Shape{}));
+      Value* u = g->add_node("Add", "add1", {one, e}, 1)->outputs[0];
+      Value* v = g->add_node("Mul", "mul", {u, y}, 1)->outputs[0];
+      Node* h = g->add_node("Mul", "half", {g->add_constant("h", Tensor::from_floats({0.5f}, Shape{})), v}, 1);
+      g->mark_output(h->outputs[0]);
+      if (form == 2) g->mark_output(y);
+      return g;
+    };
+    std::map<std::string, Tensor> inputs = {{"x", uniform_tensor(rng, -3, 3, Shape{6, 12})}};
+    CompileOptions co;
+    co.fuse = false;
+    auto plain = compile_graph(build(), co);
+    co.fuse = true;
+    auto fused = compile_graph(build(), co);
+    ASSERT_TRUE(plain.ok() && fused.ok());
+    int gelu = 0;
+    for (const Step& st : (*fused)->steps) gelu += st.node->attr_string("activation", "none") == "Gelu";
+    EXPECT_EQ(gelu, form == 0 ? 1 : 0) << "form " << form;
+    if (form == 0) {
+      EXPECT_EQ((*fused)->steps.size(), 1u);
+    }
+    expect_bitwise(run_outputs(std::move(*fused), Executor::kSequential, inputs),
+                   run_outputs(std::move(*plain), Executor::kSequential, inputs), "form " + std::to_string(form));
   }
 }
 

@@ -237,8 +237,8 @@ double flops_rnn(const Node& n) {
 // by the compiler's fusion pass: y = act(op(x, w, b) + residual). Inputs
 // 0-2 are the op's own; input 3, when present, is the residual (same shape
 // and dtype as the output). Attributes: the op's own plus "activation"
-// (none, Relu, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish) and
-// "activation_alpha" / "activation_beta".
+// (none, Relu, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Gelu)
+// and "activation_alpha" / "activation_beta" (kernels/cpu/epilogue.h).
 namespace {
 Status check_epilogue(Node& n) {
   if (Value* r = n.input(3)) {
@@ -247,7 +247,8 @@ Status check_epilogue(Node& n) {
       return invalid_argument(str_cat("residual ", r->shape.to_string(), " does not match the output ",
                                       y->shape.to_string()));
   }
-  static const char* kActs[] = {"none", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"};
+  static const char* kActs[] = {"none", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
+                                "Gelu"};
   std::string act = n.attr_string("activation", "none");
   for (const char* a : kActs)
     if (act == a) return Status();

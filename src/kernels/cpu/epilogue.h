@@ -22,9 +22,11 @@
 namespace tessera {
 
 struct Epilogue {
-  enum class Act : uint8_t { kNone, kRelu, kClip, kLeakyRelu, kSigmoid, kTanh, kHardSigmoid, kHardSwish };
+  enum class Act : uint8_t { kNone, kRelu, kClip, kLeakyRelu, kSigmoid, kTanh, kHardSigmoid, kHardSwish, kGelu };
   Act act = Act::kNone;
-  float alpha = 0, beta = 0;  // Clip: min, max; LeakyRelu: alpha; HardSigmoid: alpha, beta
+  // Clip: min, max; LeakyRelu: alpha; HardSigmoid: alpha, beta; Gelu: the
+  // divisor and the final factor of ((y * (erf(y / alpha) + 1)) * beta).
+  float alpha = 0, beta = 0;
   bool residual = false;      // input 3 is added first
 
   bool empty() const { return act == Act::kNone && !residual; }
@@ -45,6 +47,7 @@ struct Epilogue {
     else if (a == "Tanh") e.act = Act::kTanh;
     else if (a == "HardSigmoid") e.act = Act::kHardSigmoid;
     else if (a == "HardSwish") e.act = Act::kHardSwish;
+    else if (a == "Gelu") e.act = Act::kGelu;
     else return invalid_argument(n.label() + ": unknown fused activation '" + a + "'");
     return e;
   }
@@ -88,6 +91,23 @@ struct Epilogue {
       case Act::kHardSwish:
         for (int64_t i = 0; i < n; ++i) y[i] = y[i] * std::fmax(0.f, std::fmin(1.f, y[i] / 6.f + 0.5f));
         return;
+      case Act::kGelu: {
+        // PyTorch's exact GELU as exported: Div, Erf, Add 1, Mul by y, Mul.
+        // One loop per op over a block, each result rounded to float as the
+        // unfused ops store it (no step contracts into the next).
+        constexpr int64_t kBlock = 256;
+        float t[kBlock];
+        for (int64_t j = 0; j < n; j += kBlock) {
+          const int64_t m = n - j < kBlock ? n - j : kBlock;
+          float* __restrict yj = y + j;
+          for (int64_t i = 0; i < m; ++i) t[i] = yj[i] / a;
+          for (int64_t i = 0; i < m; ++i) t[i] = fast_erf(t[i]);
+          for (int64_t i = 0; i < m; ++i) t[i] = t[i] + 1.f;
+          for (int64_t i = 0; i < m; ++i) t[i] = yj[i] * t[i];
+          for (int64_t i = 0; i < m; ++i) yj[i] = t[i] * b;
+        }
+        return;
+      }
     }
   }
 };
