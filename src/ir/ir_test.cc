@@ -93,5 +93,22 @@ TEST(Ops, BroadcastAndWindowGeometry) {
   EXPECT_EQ(geo->out[0], 56);  // (112 - 3) / 2 + 1 = 55.5 -> 56 with ceil
 }
 
+// A variadic op with an input left empty (a forged Executable can say so)
+// is refused by name, not read through a null pointer (the Einsum case was
+// found by fuzz_executable_load).
+TEST(Ops, VariadicOpsRefuseAnEmptyInput) {
+  for (const char* type : {"Einsum", "Concat", "TesseraConcat", "Max", "Min", "TesseraFusedElementwise"}) {
+    Graph g;
+    Value* x = g.add_input("x", DType::kFloat32, Shape{2, 3});
+    Node* n = g.add_node(type, "v", {x, nullptr}, 1);
+    n->attrs["equation"].kind = Attribute::Kind::kString;
+    n->attrs["equation"].s = "ij,jk->ik";
+    n->attrs["axis"].i = 0;
+    Status st = op_infer(*n);
+    ASSERT_FALSE(st.ok()) << type;
+    EXPECT_NE(st.message().find("required input 1 is missing"), std::string::npos) << type << ": " << st.message();
+  }
+}
+
 }  // namespace
 }  // namespace tessera

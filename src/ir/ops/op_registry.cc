@@ -38,15 +38,15 @@ constexpr OpDef kOps[] = {
     {"Equal", 2, 2, infer_broadcast_bool, flops_out_numel},
     {"Greater", 2, 2, infer_broadcast_bool, flops_out_numel},
     {"Less", 2, 2, infer_broadcast_bool, flops_out_numel},
-    {"Max", 1, 64, infer_broadcast, flops_out_numel},
-    {"Min", 1, 64, infer_broadcast, flops_out_numel},
+    {"Max", 1, 64, infer_broadcast, flops_out_numel, /*all_required=*/true},
+    {"Min", 1, 64, infer_broadcast, flops_out_numel, /*all_required=*/true},
     {"Mod", 2, 2, infer_broadcast, flops_out_numel},
     {"Mul", 2, 2, infer_broadcast, flops_out_numel},
     {"Pow", 2, 2, infer_broadcast, flops_out_numel},
     {"Sub", 2, 2, infer_broadcast, flops_out_numel},
     {"Where", 3, 3, infer_where, flops_zero},
     // Linear algebra.
-    {"Einsum", 1, 2, infer_einsum, flops_einsum},
+    {"Einsum", 1, 2, infer_einsum, flops_einsum, /*all_required=*/true},
     {"Gemm", 2, 3, infer_gemm, flops_gemm},
     {"MatMul", 2, 2, infer_matmul, flops_matmul},
     // Convolution and pooling.
@@ -69,7 +69,7 @@ constexpr OpDef kOps[] = {
     {"ReduceMin", 1, 2, infer_reduce, flops_in_numel},
     {"ReduceSum", 1, 2, infer_reduce, flops_in_numel},
     // Layout and data movement.
-    {"Concat", 1, 1024, infer_concat, flops_zero},
+    {"Concat", 1, 1024, infer_concat, flops_zero, /*all_required=*/true},
     {"ConstantOfShape", 1, 1, infer_constant_of_shape, flops_zero},
     {"Expand", 2, 2, infer_expand, flops_zero},
     {"Flatten", 1, 1, infer_flatten, flops_zero},
@@ -92,9 +92,9 @@ constexpr OpDef kOps[] = {
     {"LSTM", 3, 8, infer_lstm, flops_rnn},
     // Internal ops, made by compiler lowering (never in ONNX files).
     {"TesseraAttention", 3, 5, infer_attention, flops_attention},
-    {"TesseraConcat", 1, 1024, infer_concat, flops_zero},
+    {"TesseraConcat", 1, 1024, infer_concat, flops_zero, /*all_required=*/true},
     {"TesseraFusedConv", 2, 4, infer_fused_conv, flops_conv},
-    {"TesseraFusedElementwise", 1, 8, infer_fused_elementwise, flops_fused_elementwise},
+    {"TesseraFusedElementwise", 1, 8, infer_fused_elementwise, flops_fused_elementwise, /*all_required=*/true},
     {"TesseraFusedGemm", 2, 4, infer_fused_gemm, flops_gemm},
     {"TesseraFusedMatMul", 2, 4, infer_fused_matmul, flops_matmul},
     {"TesseraLstmCell", 1, 4, infer_rnn_cell, flops_rnn_cell},
@@ -124,7 +124,7 @@ Status op_infer(Node& n) {
   if (count < d->min_inputs || count > d->max_inputs)
     return invalid_argument(str_cat(n.label(), " has ", count, " inputs; ", n.op_type, " takes ", d->min_inputs,
                                     d->min_inputs == d->max_inputs ? "" : str_cat(" to ", d->max_inputs)));
-  for (int i = 0; i < d->min_inputs; ++i)
+  for (int i = 0; i < (d->all_required ? count : d->min_inputs); ++i)
     if (n.inputs[i] == nullptr) return invalid_argument(str_cat(n.label(), ": required input ", i, " is missing"));
   for (Value* in : n.inputs) {
     if (in == nullptr) continue;

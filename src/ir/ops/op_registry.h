@@ -34,6 +34,9 @@ struct OpDef {
   Status (*infer)(Node& n);
   // Floating-point operations for one run (multiply-add = 2); shapes bound.
   double (*flops)(const Node& n);
+  // Variadic ops: every input given is required (none may be left empty),
+  // not only the first min_inputs.
+  bool all_required = false;
 };
 
 // nullptr when the op type is not defined.
