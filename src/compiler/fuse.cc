@@ -397,6 +397,60 @@ bool same_batch(const Shape& a, const Shape& b) {
 
 }  // namespace
 
+namespace {
+
+// The live node producing `v`, or nullptr.
+Node* live_producer(const Graph& g, const Value* v) {
+  for (auto& np : g.nodes())
+    if (!np->dead)
+      for (const Value* o : np->outputs)
+        if (o == v) return np.get();
+  return nullptr;
+}
+
+// Multi-head attention as PyTorch exports it splits each head out of rows
+// of heads: x = Transpose(Reshape(X [B, S, H*D] -> [B, S, H, D]), perm).
+// If `x` is that, read only by `reader` and each step only by the next: X,
+// with H in *heads and the two nodes appended to *nodes.
+Value* rows_of_heads(const Graph& g, Value* x, const std::vector<int64_t>& perm, const Node* reader, int64_t* heads,
+                     std::vector<Node*>* nodes) {
+  if (sole_consumer(g, x) != reader) return nullptr;
+  Node* tr = live_producer(g, x);
+  if (tr == nullptr || tr->op_type != "Transpose" || tr->attr_ints("perm") != perm) return nullptr;
+  Value* split = tr->inputs[0];
+  Node* rs = live_producer(g, split);
+  if (rs == nullptr || rs->op_type != "Reshape" || sole_consumer(g, split) != tr) return nullptr;
+  Value* rows = rs->inputs[0];
+  const Shape& a = rows->shape;
+  const Shape& b = split->shape;
+  if (rows->dtype != DType::kFloat32 || a.rank() != 3 || b.rank() != 4 || a[0] != b[0] || a[1] != b[1] ||
+      a[2] != b[2] * b[3] || b[2] < 1)
+    return nullptr;
+  *heads = b[2];
+  nodes->push_back(tr);
+  nodes->push_back(rs);
+  return rows;
+}
+
+// The inverse after the attention: y [B, H, S, Dv] -> Transpose(0, 2, 1, 3)
+// -> Reshape to [B, S, H*Dv], each read only by the next: the Reshape's
+// output, with the two nodes appended to *nodes.
+Value* heads_to_rows(const Graph& g, Value* y, std::vector<Node*>* nodes) {
+  Node* tr = sole_consumer(g, y);
+  if (tr == nullptr || tr->op_type != "Transpose" || tr->attr_ints("perm") != std::vector<int64_t>{0, 2, 1, 3})
+    return nullptr;
+  Node* rs = sole_consumer(g, tr->outputs[0]);
+  if (rs == nullptr || rs->op_type != "Reshape" || rs->inputs[0] != tr->outputs[0]) return nullptr;
+  const Shape& a = y->shape;
+  const Shape& b = rs->outputs[0]->shape;
+  if (a.rank() != 4 || b.rank() != 3 || b[0] != a[0] || b[1] != a[2] || b[2] != a[1] * a[3]) return nullptr;
+  nodes->push_back(tr);
+  nodes->push_back(rs);
+  return rs->outputs[0];
+}
+
+}  // namespace
+
 Result<int> fuse_attention(Graph& g) {
   int fused = 0;
   const size_t original = g.nodes().size();
@@ -448,12 +502,35 @@ Result<int> fuse_attention(Graph& g) {
       continue;
     absorbed.push_back(c);
     absorbed.push_back(mm2);
+    // The heads split out of rows and merged back: read and written in
+    // place instead (AttentionGeometry::heads).
+    Value* out = mm2->outputs[0];
+    std::vector<Node*> layout;
+    int64_t hq = 0, hk = 0, hv = 0;
+    Value* rq = rows_of_heads(g, q, {0, 2, 1, 3}, mm1, &hq, &layout);
+    Value* rk = rq ? rows_of_heads(g, kt, {0, 2, 3, 1}, mm1, &hk, &layout) : nullptr;
+    Value* rv = rk ? rows_of_heads(g, v, {0, 2, 1, 3}, mm2, &hv, &layout) : nullptr;
+    Value* rows_out = rv ? heads_to_rows(g, out, &layout) : nullptr;
+    const bool by_heads = rows_out != nullptr && hq == hk && hk == hv && q != kt && q != v && kt != v;
+    if (by_heads) {
+      q = rq;
+      kt = rk;
+      v = rv;
+      out = rows_out;
+      absorbed.insert(absorbed.end(), layout.begin(), layout.end());
+    }
     mm1->dead = true;
     for (Node* a : absorbed) a->dead = true;
     std::vector<Value*> inputs = {q, kt, v, scale, mask};
     while (inputs.back() == nullptr) inputs.pop_back();
-    Node* f = g.add_node_producing("TesseraAttention", mm1->name, inputs, {mm2->outputs[0]});
+    Node* f = g.add_node_producing("TesseraAttention", mm1->name, inputs, {out});
     f->opset = mm1->opset;
+    if (by_heads) {
+      Attribute h;
+      h.kind = Attribute::Kind::kInt;
+      h.i = hq;
+      f->attrs["heads"] = h;
+    }
     Attribute a;
     a.kind = Attribute::Kind::kString;
     a.s = scale_op;

@@ -167,6 +167,11 @@ TEST(Fusion, BitwiseEqualToUnfusedOnTheZoo) {
     const int n = (*fused)->stats.fused + (*fused)->stats.chains_fused + (*fused)->stats.attention_fused;
     if (model == "bert_tiny") {
       EXPECT_EQ((*fused)->stats.attention_fused, 2);  // one per layer
+      for (const Step& st : (*fused)->steps) {  // the heads read and written in place of their layout ops
+        if (st.node->op_type == "TesseraAttention") {
+          EXPECT_EQ(st.node->attr_int("heads", 0), 2);
+        }
+      }
     }
     total += n;
     if (model == "resnet18" || model == "mobilenet_v2" || model == "mlp") {
@@ -179,7 +184,8 @@ TEST(Fusion, BitwiseEqualToUnfusedOnTheZoo) {
       if (st.node->op_type == "TesseraFusedElementwise")
         absorbed += st.node->attrs.at("ops").strings.size() - 1;
       else if (st.node->op_type == "TesseraAttention")  // + scale, mask, Softmax, second MatMul
-        absorbed += 2 + (st.node->input(3) != nullptr) + (st.node->input(4) != nullptr);
+        absorbed += 2 + (st.node->input(3) != nullptr) + (st.node->input(4) != nullptr) +
+                    (st.node->attr_int("heads", 0) > 0 ? 8 : 0);  // a Reshape and a Transpose per Q, K, V, Y
       else if (st.node->op_type.rfind("TesseraFused", 0) == 0)
         absorbed += (st.node->input(3) != nullptr) +
                     (st.node->attr_string("activation", "none") == "Gelu" ? 5  // Div, Erf, Add, Mul, Mul
@@ -473,6 +479,85 @@ TEST(Fusion, ActivationMovesBeforeConcat) {
 // The attention pattern in its forms (scale by Div or Mul or none, mask of
 // full shape, per key, per batch entry, or none; 3-D and 4-D): fused into
 // one rOperator, equal to the unfused ops within rel-L2 1e-6.
+// Multi-head attention as PyTorch exports it: each of Q, K, V reshaped
+// from rows of heads [B, S, H*D] and transposed to one matrix per head, the
+// result transposed and reshaped back. The attention reads and writes the
+// rows of heads itself (8 layout ops fewer), bitwise equal to the unfused
+// graph; a graph whose output is the per-head result keeps its layout ops.
+TEST(Fusion, AttentionReadsAndWritesRowsOfHeads) {
+  std::mt19937 rng(9);
+  struct Case {
+    int64_t b, h, s, d, t, dv;
+    bool mask, per_head_output;
+  };
+  for (const Case& c : {Case{1, 2, 64, 64, 64, 64, true, false}, Case{2, 3, 7, 8, 11, 5, false, false},
+                        Case{1, 1, 9, 16, 9, 16, true, false}, Case{2, 2, 5, 4, 6, 4, true, true}}) {
+    auto perm = [](std::vector<int64_t> p) {
+      Attribute a;
+      a.kind = Attribute::Kind::kInts;
+      a.ints = std::move(p);
+      return a;
+    };
+    auto build = [&] {
+      auto g = std::make_unique<Graph>();
+      auto heads = [&](const char* name, int64_t rows, int64_t width, std::vector<int64_t> p) {
+        Value* x = g->add_input(name, DType::kFloat32, Shape{c.b, rows, c.h * width});
+        Value* shape = g->add_constant(std::string(name) + "_shape",
+                                       Tensor::from_int64s({c.b, rows, c.h, width}, Shape{4}));
+        Value* r = g->add_node("Reshape", std::string(name) + "_reshape", {x, shape}, 1)->outputs[0];
+        Node* tr = g->add_node("Transpose", std::string(name) + "_transpose", {r}, 1);
+        tr->attrs["perm"] = perm(std::move(p));
+        return tr->outputs[0];
+      };
+      Value* q = heads("q", c.s, c.d, {0, 2, 1, 3});
+      Value* k = heads("k", c.t, c.d, {0, 2, 3, 1});
+      Value* v = heads("v", c.t, c.dv, {0, 2, 1, 3});
+      Value* y = g->add_node("MatMul", "qk", {q, k}, 1)->outputs[0];
+      y = g->add_node("Div", "scale", {y, g->add_constant("sc", Tensor::from_floats({8.f}, Shape{}))}, 1)->outputs[0];
+      if (c.mask) y = g->add_node("Add", "mask", {y, g->add_input("m", DType::kFloat32, Shape{c.b, 1, 1, c.t})}, 1)
+                          ->outputs[0];
+      y = g->add_node("Softmax", "softmax", {y}, 1)->outputs[0];
+      y = g->add_node("MatMul", "pv", {y, v}, 1)->outputs[0];
+      if (c.per_head_output) g->mark_output(y);
+      Node* tr = g->add_node("Transpose", "y_transpose", {y}, 1);
+      tr->attrs["perm"] = perm({0, 2, 1, 3});
+      Value* shape = g->add_constant("y_shape", Tensor::from_int64s({c.b, c.s, c.h * c.dv}, Shape{3}));
+      g->mark_output(g->add_node("Reshape", "y_reshape", {tr->outputs[0], shape}, 1)->outputs[0]);
+      return g;
+    };
+    std::map<std::string, Tensor> inputs = {{"q", uniform_tensor(rng, -1, 1, Shape{c.b, c.s, c.h * c.d})},
+                                            {"k", uniform_tensor(rng, -1, 1, Shape{c.b, c.t, c.h * c.d})},
+                                            {"v", uniform_tensor(rng, -1, 1, Shape{c.b, c.t, c.h * c.dv})}};
+    if (c.mask) inputs["m"] = uniform_tensor(rng, -3, 0, Shape{c.b, 1, 1, c.t});
+    CompileOptions co;
+    co.fuse = false;
+    auto plain = compile_graph(build(), co);
+    co.fuse = true;
+    auto fused = compile_graph(build(), co);
+    ASSERT_TRUE(plain.ok() && fused.ok()) << (plain.ok() ? fused.status().to_string() : plain.status().to_string());
+    ASSERT_EQ((*fused)->stats.attention_fused, 1);
+    int64_t heads = -1;
+    for (const Step& st : (*fused)->steps)
+      if (st.node->op_type == "TesseraAttention") heads = st.node->attr_int("heads", 0);
+    EXPECT_EQ(heads, c.per_head_output ? 0 : c.h);
+    if (!c.per_head_output) {
+      EXPECT_EQ((*fused)->steps.size(), 1u);
+    }
+    for (int64_t tasks : {0, 1, 3}) {  // rTasks that split score matrices part way
+      CompileOptions cot = co;
+      cot.tasks_per_op = tasks;
+      auto f = compile_graph(build(), cot);
+      ASSERT_TRUE(f.ok());
+      co.fuse = false;
+      auto p = compile_graph(build(), co);
+      co.fuse = true;
+      expect_bitwise(run_outputs(std::move(*f), Executor::kSequential, inputs),
+                     run_outputs(std::move(*p), Executor::kSequential, inputs),
+                     str_cat("b", c.b, " h", c.h, " s", c.s, " t", c.t, " tasks ", tasks));
+    }
+  }
+}
+
 TEST(Fusion, AttentionPatterns) {
   std::mt19937 rng(3);
   auto random = [&](Shape s) { return uniform_tensor(rng, -1.f, 1.f, std::move(s)); };

@@ -284,13 +284,33 @@ Status infer_fused_matmul(Node& n) {
 // Kt [..., D, T], V [..., T, Dv], the same leading dims on all three, an
 // optional scalar scale (input 3; "scale_op" says Div or Mul) and an
 // optional mask (input 4) that broadcasts to [..., S, T].
-Status infer_attention(Node& n) {
+Result<AttentionGeometry> attention_geometry(const Node& n) {
   const Value* q = n.inputs[0];
   const Value* kt = n.inputs[1];
   const Value* v = n.inputs[2];
   if (q->dtype != DType::kFloat32 || kt->dtype != DType::kFloat32 || v->dtype != DType::kFloat32)
     return invalid_argument("attention inputs must be float32");
+  AttentionGeometry g;
+  g.heads = n.attr_int("heads", 0);
   const int r = q->shape.rank();
+  if (g.heads < 0) return invalid_argument(str_cat("attention heads ", g.heads));
+  if (g.heads > 0) {
+    const int64_t h = g.heads;
+    if (r != 3 || kt->shape.rank() != 3 || v->shape.rank() != 3)
+      return invalid_argument("attention by heads needs Q, K and V of rank 3");
+    if (kt->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] || kt->shape[1] != v->shape[1] ||
+        q->shape[2] < h || v->shape[2] < h || q->shape[2] % h != 0 || v->shape[2] % h != 0 || kt->shape[2] != q->shape[2])
+      return invalid_argument(str_cat("attention by ", h, " heads: Q ", q->shape.to_string(), ", K ",
+                                      kt->shape.to_string(), ", V ", v->shape.to_string(), " do not match"));
+    g.batch = q->shape[0] * h;
+    g.s = q->shape[1];
+    g.d = q->shape[2] / h;
+    g.t = kt->shape[1];
+    g.dv = v->shape[2] / h;
+    g.scores = {q->shape[0], h, g.s, g.t};
+    g.out = {q->shape[0], g.s, h * g.dv};
+    return g;
+  }
   if (r < 2 || kt->shape.rank() != r || v->shape.rank() != r)
     return invalid_argument("attention Q, K and V must have the same rank, at least 2");
   for (int i = 0; i < r - 2; ++i)
@@ -300,36 +320,43 @@ Status infer_attention(Node& n) {
   if (q->shape[r - 1] != kt->shape[r - 2] || kt->shape[r - 1] != v->shape[r - 2])
     return invalid_argument(str_cat("attention inner dims do not match: Q ", q->shape.to_string(), ", K ",
                                     kt->shape.to_string(), ", V ", v->shape.to_string()));
+  g.batch = dims_product(q->shape.dims, 0, r - 2);
+  g.s = q->shape[r - 2];
+  g.d = q->shape[r - 1];
+  g.t = kt->shape[r - 1];
+  g.dv = v->shape[r - 1];
+  g.scores = q->shape.dims;
+  g.scores[r - 1] = g.t;
+  g.out = q->shape.dims;
+  g.out[r - 1] = g.dv;
+  return g;
+}
+
+Status infer_attention(Node& n) {
+  TESSERA_ASSIGN_OR_RETURN(AttentionGeometry g, attention_geometry(n));
   if (const Value* sc = n.input(3))
     if (sc->dtype != DType::kFloat32 || sc->shape.numel() != 1 || !sc->is_constant())
       return invalid_argument("attention scale must be a constant float scalar");
   std::string op = n.attr_string("scale_op", "Div");
   if (op != "Div" && op != "Mul") return invalid_argument(str_cat("attention scale_op '", op, "'"));
-  std::vector<int64_t> scores = q->shape.dims;
-  scores[r - 1] = kt->shape[r - 1];
   if (const Value* m = n.input(4)) {
     if (m->dtype != DType::kFloat32) return invalid_argument("attention mask must be float32");
-    TESSERA_ASSIGN_OR_RETURN(Shape b, broadcast_shapes(Shape(scores), m->shape));
-    if (!(b == Shape(scores)))
+    TESSERA_ASSIGN_OR_RETURN(Shape b, broadcast_shapes(Shape(g.scores), m->shape));
+    if (!(b == Shape(g.scores)))
       return invalid_argument(str_cat("attention mask ", m->shape.to_string(), " does not broadcast to the scores ",
-                                      Shape(scores).to_string()));
+                                      Shape(g.scores).to_string()));
   }
-  std::vector<int64_t> out = q->shape.dims;
-  out[r - 1] = v->shape[r - 1];
   n.outputs[0]->dtype = DType::kFloat32;
-  n.outputs[0]->shape = Shape(out);
+  n.outputs[0]->shape = Shape(g.out);
   n.outputs[0]->shape_known = true;
   return Status();
 }
 
 double flops_attention(const Node& n) {
-  const Shape& q = n.inputs[0]->shape;
-  const Shape& kt = n.inputs[1]->shape;
-  const Shape& v = n.inputs[2]->shape;
-  const int r = q.rank();
-  double rows = static_cast<double>(q.numel() / std::max<int64_t>(q[r - 1], 1));
-  double t = static_cast<double>(kt[r - 1]);
-  return rows * t * (2.0 * static_cast<double>(q[r - 1]) + 2.0 * static_cast<double>(v[r - 1]) + 5.0);
+  auto g = attention_geometry(n);
+  if (!g.ok()) return 0;
+  const double rows = static_cast<double>(g->batch * g->s);
+  return rows * static_cast<double>(g->t) * (2.0 * static_cast<double>(g->d) + 2.0 * static_cast<double>(g->dv) + 5.0);
 }
 
 }  // namespace tessera

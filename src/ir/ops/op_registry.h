@@ -68,6 +68,20 @@ Result<WindowGeometry> window_geometry(const Node& n, const Shape& input, const 
 // For ConvTranspose: output extents from pads/output_padding/output_shape.
 Result<WindowGeometry> conv_transpose_geometry(const Node& n, const Shape& input, const std::vector<int64_t>& kernel);
 
+// TesseraAttention's geometry, shared by shape inference and the kernel.
+// By default Q [..., S, D], Kt [..., D, T], V [..., T, Dv] -> [..., S, Dv].
+// With attribute heads = H (> 0), the per-head layout ops around it were
+// absorbed: Q [B, S, H*D], K [B, T, H*D] (not transposed), V [B, T, H*Dv]
+// -> [B, S, H*Dv], head h reading columns [h*D, (h+1)*D) of each row.
+struct AttentionGeometry {
+  int64_t heads = 0;             // 0: the default layout
+  int64_t batch = 1;             // score matrices: product of batch dims (B*H with heads)
+  int64_t s = 0, d = 0, t = 0, dv = 0;
+  std::vector<int64_t> scores;   // the scores' shape: [..., S, T] ([B, H, S, T] with heads)
+  std::vector<int64_t> out;      // the output's shape
+};
+Result<AttentionGeometry> attention_geometry(const Node& n);
+
 // Reads input i as a constant int64 list; error if absent or not constant.
 Result<std::vector<int64_t>> const_ints_input(const Node& n, size_t i, const char* what);
 

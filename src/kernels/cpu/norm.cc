@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "base/strings.h"
+#include "ir/ops/op_registry.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/row_math.h"
@@ -229,66 +230,85 @@ Result<std::unique_ptr<ROp>> make_softmax(const Node& n, const KernelParams& p) 
 // [S, T] score matrix never goes to memory.
 class AttentionOp : public ROp {
  public:
-  AttentionOp(int64_t batch, int64_t s, int64_t d, int64_t t, int64_t dv, int scale_op, float scale,
-              std::vector<int64_t> mask_batch, int64_t mask_row, int64_t mask_col, bool has_mask,
-              const KernelParams& p)
-      : batch_(batch), s_(s), d_(d), t_(t), dv_(dv), scale_op_(scale_op), scale_(scale),
+  // heads == 0: Q [batch, s, d], Kt [batch, d, t], V [batch, t, dv] -> Y
+  // [batch, s, dv]. heads == H: batch is B*H and each is head h of image b
+  // inside rows of H heads: Q [B, s, H*d], K [B, t, H*d], V [B, t, H*dv]
+  // -> Y [B, s, H*dv] (op_registry.h, AttentionGeometry).
+  AttentionOp(const AttentionGeometry& g, int scale_op, float scale, std::vector<int64_t> mask_batch,
+              int64_t mask_row, int64_t mask_col, bool has_mask, const KernelParams& p)
+      : batch_(g.batch), s_(g.s), d_(g.d), t_(g.t), dv_(g.dv), heads_(g.heads), scale_op_(scale_op), scale_(scale),
         mask_batch_(std::move(mask_batch)), mask_row_(mask_row), mask_col_(mask_col), has_mask_(has_mask) {
-    const int64_t per_row = std::max<int64_t>(1, 2 * t * (d + dv));
-    tasks_ = choose_tasks(batch * s, std::max<int64_t>(1, (int64_t{1} << 20) / per_row), p);
-    const int64_t rows = std::min(s, (batch * s + tasks_ - 1) / tasks_);
-    scratch_bytes_ = static_cast<size_t>(rows * t) * sizeof(float);
+    const int64_t per_row = std::max<int64_t>(1, 2 * t_ * (d_ + dv_));
+    tasks_ = choose_tasks(batch_ * s_, std::max<int64_t>(1, (int64_t{1} << 20) / per_row), p);
+    const int64_t rows = std::min(s_, (batch_ * s_ + tasks_ - 1) / tasks_);
+    // Scores, then (by heads) the head's K transposed, so that the first
+    // GEMM is the same as on a transposed copy.
+    kt_at_ = rows * t_;
+    scratch_bytes_ = static_cast<size_t>(rows * t_ + (heads_ > 0 ? d_ * t_ : 0)) * sizeof(float);
   }
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t b, e;
     task_range(batch_ * s_, tasks_, task, &b, &e);
     const float* q = static_cast<const float*>(args.in[0]);
-    const float* kt = static_cast<const float*>(args.in[1]);
+    const float* k = static_cast<const float*>(args.in[1]);
     const float* v = static_cast<const float*>(args.in[2]);
     const float* mask = has_mask_ ? static_cast<const float*>(args.in[4]) : nullptr;
     float* y = static_cast<float*>(args.out[0]);
     float* sc = static_cast<float*>(args.scratch);
+    // Row strides, and where score matrix bi's Q, K(t), V and Y start.
+    const int64_t h = std::max<int64_t>(heads_, 1);
+    const int64_t ldq = h * d_, ldv = h * dv_;
     for (int64_t line = b; line < e;) {
       const int64_t bi = line / s_, r0 = line % s_;
       const int64_t r1 = std::min(s_, r0 + (e - line));
       const int64_t rows = r1 - r0;
-      sgemm(false, false, rows, t_, d_, 1.f, q + (bi * s_ + r0) * d_, d_, kt + bi * d_ * t_, t_, 0.f, sc, t_);
+      const int64_t img = bi / h, head = bi % h;
+      const float* qb = q + img * s_ * ldq + head * d_;
+      const float* vb = v + img * t_ * ldv + head * dv_;
+      float* yb = y + img * s_ * ldv + head * dv_;
+      const float* ktb = k + bi * d_ * t_;
+      if (heads_ > 0) {  // K rows [t, d] of this head, transposed to [d, t]
+        float* kt = sc + kt_at_;
+        const float* kb = k + img * t_ * ldq + head * d_;
+        for (int64_t j = 0; j < t_; ++j)
+          for (int64_t i = 0; i < d_; ++i) kt[i * t_ + j] = kb[j * ldq + i];
+        ktb = kt;
+      }
+      sgemm(false, false, rows, t_, d_, 1.f, qb + r0 * ldq, ldq, ktb, t_, 0.f, sc, t_);
       for (int64_t i = 0; i < rows; ++i) {
         float* row = sc + i * t_;
         if (scale_op_ == 1)
-          for (int64_t k = 0; k < t_; ++k) row[k] = row[k] / scale_;
+          for (int64_t k2 = 0; k2 < t_; ++k2) row[k2] = row[k2] / scale_;
         else if (scale_op_ == 2)
-          for (int64_t k = 0; k < t_; ++k) row[k] = row[k] * scale_;
+          for (int64_t k2 = 0; k2 < t_; ++k2) row[k2] = row[k2] * scale_;
         if (mask != nullptr) {
           const float* m = mask + mask_batch_[bi] + (r0 + i) * mask_row_;
           if (mask_col_ == 1)
-            for (int64_t k = 0; k < t_; ++k) row[k] = row[k] + m[k];
+            for (int64_t k2 = 0; k2 < t_; ++k2) row[k2] = row[k2] + m[k2];
           else
-            for (int64_t k = 0; k < t_; ++k) row[k] = row[k] + m[0];
+            for (int64_t k2 = 0; k2 < t_; ++k2) row[k2] = row[k2] + m[0];
         }
         softmax_row(row, row, t_);
       }
-      sgemm(false, false, rows, dv_, t_, 1.f, sc, t_, v + bi * t_ * dv_, dv_, 0.f, y + (bi * s_ + r0) * dv_, dv_);
+      sgemm(false, false, rows, dv_, t_, 1.f, sc, t_, vb, ldv, 0.f, yb + r0 * ldv, ldv);
       line += rows;
     }
   }
 
  private:
-  int64_t batch_, s_, d_, t_, dv_;
+  int64_t batch_, s_, d_, t_, dv_, heads_;
   int scale_op_;  // 0 none, 1 divide, 2 multiply
   float scale_;
   std::vector<int64_t> mask_batch_;  // mask offset of each batch entry
   int64_t mask_row_, mask_col_;
   bool has_mask_;
+  int64_t kt_at_ = 0;  // floats into scratch where K transposed goes
 };
 
 Result<std::unique_ptr<ROp>> make_attention(const Node& n, const KernelParams& p) {
-  const Shape& q = n.inputs[0]->shape;
-  const Shape& kt = n.inputs[1]->shape;
-  const Shape& v = n.inputs[2]->shape;
-  const int r = q.rank();
-  if (r < 2) return invalid_argument(str_cat(n.label(), ": attention needs rank 2 or more"));
-  const int64_t batch = dims_product(q.dims, 0, r - 2);
+  auto geo = attention_geometry(n);
+  if (!geo.ok()) return geo.status().with_context(n.label());
+  const AttentionGeometry& g = *geo;
   int scale_op = 0;
   float scale = 1.f;
   if (const Value* s = n.input(3)) {
@@ -297,13 +317,13 @@ Result<std::unique_ptr<ROp>> make_attention(const Node& n, const KernelParams& p
     scale_op = n.attr_string("scale_op", "Div") == "Div" ? 1 : 2;
   }
   // The mask's element strides over the scores' dims [batch..., S, T]
-  // (0 where it broadcasts), and each batch entry's offset.
-  std::vector<int64_t> mask_batch(static_cast<size_t>(batch), 0);
+  // (0 where it broadcasts), and each score matrix's offset.
+  std::vector<int64_t> mask_batch(static_cast<size_t>(g.batch), 0);
   int64_t mrow = 0, mcol = 0;
   const Value* m = n.input(4);
   if (m != nullptr) {
-    std::vector<int64_t> dims(q.dims.begin(), q.dims.end());
-    dims[r - 1] = kt[r - 1];
+    const std::vector<int64_t>& dims = g.scores;
+    const int r = static_cast<int>(dims.size());
     std::vector<int64_t> md = m->shape.dims;
     if (static_cast<int>(md.size()) > r) return invalid_argument(str_cat(n.label(), ": mask rank"));
     md.insert(md.begin(), static_cast<size_t>(r) - md.size(), 1);
@@ -316,7 +336,7 @@ Result<std::unique_ptr<ROp>> make_attention(const Node& n, const KernelParams& p
     }
     mrow = stride[r - 2];
     mcol = stride[r - 1];
-    for (int64_t bi = 0; bi < batch; ++bi) {
+    for (int64_t bi = 0; bi < g.batch; ++bi) {
       int64_t rest = bi, off = 0;
       for (int i = r - 3; i >= 0; --i) {
         off += (rest % dims[i]) * stride[i];
@@ -325,8 +345,8 @@ Result<std::unique_ptr<ROp>> make_attention(const Node& n, const KernelParams& p
       mask_batch[static_cast<size_t>(bi)] = off;
     }
   }
-  return std::unique_ptr<ROp>(new AttentionOp(batch, q[r - 2], q[r - 1], kt[r - 1], v[r - 1], scale_op, scale,
-                                              std::move(mask_batch), mrow, mcol, m != nullptr, p));
+  return std::unique_ptr<ROp>(
+      new AttentionOp(g, scale_op, scale, std::move(mask_batch), mrow, mcol, m != nullptr, p));
 }
 
 const RKernel kKernels[] = {
