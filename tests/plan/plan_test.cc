@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <random>
 #include <tuple>
@@ -212,6 +213,18 @@ Tensor uniform_tensor(std::mt19937& rng, float lo, float hi, Shape s) {
   return t;
 }
 
+// The graph `build` makes, compiled with fusion off and then on (each from
+// a fresh graph), with `tasks_per_op` rTasks per op (0: the kernels' grain).
+std::pair<Result<std::unique_ptr<Program>>, Result<std::unique_ptr<Program>>> compile_unfused_and_fused(
+    const std::function<std::unique_ptr<Graph>()>& build, int64_t tasks_per_op = 0) {
+  CompileOptions co;
+  co.tasks_per_op = tasks_per_op;
+  co.fuse = false;
+  auto plain = compile_graph(build(), co);
+  co.fuse = true;
+  return {std::move(plain), compile_graph(build(), co)};
+}
+
 // Every activation the epilogue implements, after a Conv (with and without
 // a residual), a Gemm with a residual and a MatMul with bias and residual:
 // fused bitwise equal to unfused.
@@ -306,11 +319,7 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
       if (dw || stem || pw) inputs["x"].data<float>()[2 * 40 + 17] = std::numeric_limits<float>::quiet_NaN();
       inputs["r"] = random(rs);
       if (!residual) inputs.erase("r");
-      CompileOptions co;
-      co.fuse = false;
-      auto plain = compile_graph(build(1), co);
-      co.fuse = true;
-      auto fused = compile_graph(build(1), co);
+      auto [plain, fused] = compile_unfused_and_fused([&] { return build(1); });
       ASSERT_TRUE(plain.ok() && fused.ok()) << act;
       ASSERT_EQ((*fused)->stats.fused, 1) << act << " variant " << variant;
       ASSERT_EQ((*fused)->steps.size(), 1u) << act;
@@ -345,11 +354,7 @@ TEST(Fusion, GeluEpilogueOnlyInItsExactForm) {
       return g;
     };
     std::map<std::string, Tensor> inputs = {{"x", uniform_tensor(rng, -3, 3, Shape{6, 12})}};
-    CompileOptions co;
-    co.fuse = false;
-    auto plain = compile_graph(build(), co);
-    co.fuse = true;
-    auto fused = compile_graph(build(), co);
+    auto [plain, fused] = compile_unfused_and_fused(build);
     ASSERT_TRUE(plain.ok() && fused.ok());
     int gelu = 0;
     for (const Step& st : (*fused)->steps) gelu += st.node->attr_string("activation", "none") == "Gelu";
@@ -414,11 +419,7 @@ TEST(Fusion, RandomElementwiseChainsBitwiseEqual) {
       return g;
     };
     std::map<std::string, Tensor> inputs;
-    CompileOptions co;
-    co.fuse = false;
-    auto plain = compile_graph(build(&inputs), co);
-    co.fuse = true;
-    auto fused = compile_graph(build(&inputs), co);
+    auto [plain, fused] = compile_unfused_and_fused([&] { return build(&inputs); });
     ASSERT_TRUE(plain.ok() && fused.ok()) << seed;
     fused_ops += (*fused)->stats.chains_fused;
     EXPECT_LT((*fused)->steps.size(), (*plain)->steps.size()) << "seed " << seed;
@@ -457,11 +458,7 @@ TEST(Fusion, ActivationMovesBeforeConcat) {
     };
     std::map<std::string, Tensor> inputs = {{"x", random(Shape{1, 4, 6, 6})}, {"r", random(Shape{1, 5, 6, 6})}};
     inputs["x"].data<float>()[7] = std::numeric_limits<float>::quiet_NaN();
-    CompileOptions co;
-    co.fuse = false;
-    auto plain = compile_graph(build(), co);
-    co.fuse = true;
-    auto fused = compile_graph(build(), co);
+    auto [plain, fused] = compile_unfused_and_fused(build);
     ASSERT_TRUE(plain.ok() && fused.ok());
     EXPECT_EQ((*fused)->stats.activations_pushed, shared ? 0 : 1);
     int clips = 0;
@@ -529,11 +526,7 @@ TEST(Fusion, AttentionReadsAndWritesRowsOfHeads) {
                                             {"k", uniform_tensor(rng, -1, 1, Shape{c.b, c.t, c.h * c.d})},
                                             {"v", uniform_tensor(rng, -1, 1, Shape{c.b, c.t, c.h * c.dv})}};
     if (c.mask) inputs["m"] = uniform_tensor(rng, -3, 0, Shape{c.b, 1, 1, c.t});
-    CompileOptions co;
-    co.fuse = false;
-    auto plain = compile_graph(build(), co);
-    co.fuse = true;
-    auto fused = compile_graph(build(), co);
+    auto [plain, fused] = compile_unfused_and_fused(build);
     ASSERT_TRUE(plain.ok() && fused.ok()) << (plain.ok() ? fused.status().to_string() : plain.status().to_string());
     ASSERT_EQ((*fused)->stats.attention_fused, 1);
     int64_t heads = -1;
@@ -544,13 +537,8 @@ TEST(Fusion, AttentionReadsAndWritesRowsOfHeads) {
       EXPECT_EQ((*fused)->steps.size(), 1u);
     }
     for (int64_t tasks : {0, 1, 3}) {  // rTasks that split score matrices part way
-      CompileOptions cot = co;
-      cot.tasks_per_op = tasks;
-      auto f = compile_graph(build(), cot);
-      ASSERT_TRUE(f.ok());
-      co.fuse = false;
-      auto p = compile_graph(build(), co);
-      co.fuse = true;
+      auto [p, f] = compile_unfused_and_fused(build, tasks);
+      ASSERT_TRUE(p.ok() && f.ok());
       expect_bitwise(run_outputs(std::move(*f), Executor::kSequential, inputs),
                      run_outputs(std::move(*p), Executor::kSequential, inputs),
                      str_cat("b", c.b, " h", c.h, " s", c.s, " t", c.t, " tasks ", tasks));
@@ -604,11 +592,7 @@ TEST(Fusion, AttentionPatterns) {
       g->mark_output(y);
       return g;
     };
-    CompileOptions co;
-    co.fuse = false;
-    auto plain = compile_graph(build(), co);
-    co.fuse = true;
-    auto fused = compile_graph(build(), co);
+    auto [plain, fused] = compile_unfused_and_fused(build);
     ASSERT_TRUE(plain.ok() && fused.ok()) << (plain.ok() ? fused.status().to_string() : plain.status().to_string());
     ASSERT_EQ((*fused)->stats.attention_fused, 1);
     ASSERT_EQ((*fused)->steps.size(), 1u);
