@@ -187,6 +187,7 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
       {1, 5, 10, 9, 7, 3, 3, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}, "VALID"},
       {1, 64, 14, 14, 64, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
       {1, 64, 13, 13, 32, 3, 3, 1, {2, 2}, {1, 1}, {1, 1, 1, 1}},    // 49 pixels: one chunk of 48, then 1
+      {1, 300, 7, 7, 40, 1, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},     // pointwise, K > 256 (sgemm): 48 + 1 pixels
       // Winograd F(2x2, 3x3): odd output height and width (half tiles),
       // tile rows of 18 (a full and a partial vector), 12 output channels
       // (a partial block of 8), batch 2; asymmetric, zero and double pads;
