@@ -42,8 +42,9 @@ bool executor_parse(std::string_view name, Executor* out);
 struct SessionOptions {
   Executor executor = Executor::kTwoLayer;
   int threads = 0;  // 0: the cores available (plan: the Plan's vEU count)
-  // Plan executor: pin worker vEU i to PU i and the thread calling run() to
-  // PU 0 (devices/cpu/cpu_vdevice.h). Off leaves every affinity alone.
+  // Plan executor: pin worker vEU i to PU i, and the threads that create the
+  // session and call run() to PU 0 (devices/cpu/cpu_vdevice.h). Off leaves
+  // every affinity alone.
   bool pin = true;
 };
 

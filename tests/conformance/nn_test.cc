@@ -5,6 +5,7 @@
 
 #include "base/strings.h"
 #include "ir/ops/op_registry.h"
+#include "kernels/cpu/gemm.h"
 #include "tests/conformance/harness.h"
 
 namespace tessera::testing {
@@ -47,6 +48,41 @@ Tensor matmul_ref(const Tensor& a, const Tensor& b) {
       }
   }
   return y;
+}
+
+// The sgemm every heavy rKernel calls, around the widths it splits into
+// whole 16-column vectors and the rest (33 to 63 columns, not a multiple
+// of 16): every transpose, alpha and beta, and leading dims wider than the
+// matrices, against a double-precision reference.
+TEST_F(Nn, SgemmAcrossSplitWidths) {
+  for (int64_t n : {16, 32, 33, 48, 49, 63, 64, 65}) {
+    for (int ta = 0; ta < 2; ++ta) {
+      for (int tb = 0; tb < 2; ++tb) {
+        const int64_t m = 5, k = 19, lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 1;
+        Tensor a = rng.floats(Shape{(ta ? k : m) * lda}), b = rng.floats(Shape{(tb ? n : k) * ldb});
+        Tensor c = rng.floats(Shape{m * ldc});
+        std::vector<float> got(c.data<float>(), c.data<float>() + c.numel());
+        const float alpha = 0.75f, beta = ta ? 0.f : -0.5f;
+        sgemm(ta, tb, m, n, k, alpha, a.data<float>(), lda, b.data<float>(), ldb, beta, got.data(), ldc);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < ldc; ++j) {
+            const float old = c.data<float>()[i * ldc + j];
+            if (j >= n) {  // past the matrix: untouched
+              ASSERT_EQ(got[static_cast<size_t>(i * ldc + j)], old) << "n " << n << " col " << j;
+              continue;
+            }
+            double acc = 0;
+            for (int64_t p = 0; p < k; ++p)
+              acc += double(a.data<float>()[ta ? p * lda + i : i * lda + p]) *
+                     b.data<float>()[tb ? j * ldb + p : p * ldb + j];
+            const double want = alpha * acc + (beta == 0 ? 0.0 : beta * double(old));
+            ASSERT_NEAR(got[static_cast<size_t>(i * ldc + j)], want, 1e-4)
+                << "n " << n << " ta " << ta << " tb " << tb << " (" << i << ", " << j << ")";
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST_F(Nn, MatMulBatchedBroadcast) {

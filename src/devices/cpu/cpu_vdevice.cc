@@ -41,6 +41,14 @@ CpuVDevice::CpuVDevice(int veus, size_t scratch_bytes, bool pin)
       worker_main(u);
     });
   cpu_kernels_thread_init();
+  pin_caller();  // the usual caller, so that its runs make no system call
+}
+
+void CpuVDevice::pin_caller() const {
+  if (pin_ && !caller_pinned) {  // once per thread; a failure is not retried
+    pin_current_thread(0);
+    caller_pinned = true;
+  }
 }
 
 CpuVDevice::~CpuVDevice() {
@@ -112,10 +120,7 @@ void CpuVDevice::execute(int u) {
 
 void CpuVDevice::run(const Plan& plan, const std::vector<StepArgs>& steps) {
   TESSERA_CHECK(plan.veus == veus_);
-  if (pin_ && !caller_pinned) {  // once per calling thread; a failure is not retried
-    pin_current_thread(0);
-    caller_pinned = true;
-  }
+  pin_caller();
   if (&plan != last_plan_) {  // a new plan: restart the counter epochs
     for (int u = 0; u < veus_; ++u) counters_[u].value.store(0, std::memory_order_relaxed);
     run_no_ = 0;

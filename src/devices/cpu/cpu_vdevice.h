@@ -2,10 +2,11 @@
 // that execute a Plan.
 //
 // vEU 0 is the calling thread; vEUs 1..N-1 are workers. With pinning on,
-// the first run from a thread pins that thread to PU 0: left free, the OS
-// may place it on a worker's PU, where it shares the core with a spinning
-// worker for milliseconds (char_lm: runs of 8 ms instead of 0.03). That is
-// the one system call a run may make, once per calling thread. A run publishes the
+// the constructing thread, and any other thread on its first run, is
+// pinned to PU 0: left free, the OS may place it on a worker's PU, where it
+// shares the core with a spinning worker for milliseconds (char_lm: runs
+// of 8 ms instead of 0.03). That first run from a thread other than the
+// constructing one is the only run that makes a system call. A run publishes the
 // run (one generation bump, plus one futex wake only if some worker has
 // parked), then every vEU walks its own instruction list:
 //   run     call the rTask with its resolved arguments and this vEU's scratch
@@ -47,8 +48,8 @@ struct StepArgs {
 class CpuVDevice {
  public:
   // `pin`: pin worker vEU i to PU i of the topology order (one PU per core
-  // first; see topology.h), and each thread that calls run() to PU 0 (its
-  // affinity stays so after the run). `scratch_bytes` per vEU.
+  // first; see topology.h), and the constructing thread and each thread that
+  // calls run() to PU 0 (their affinity stays so). `scratch_bytes` per vEU.
   CpuVDevice(int veus, size_t scratch_bytes, bool pin);
   ~CpuVDevice();
   CpuVDevice(const CpuVDevice&) = delete;
@@ -70,6 +71,7 @@ class CpuVDevice {
     std::atomic<uint64_t> value{0};
   };
   void worker_main(int veu);
+  void pin_caller() const;  // this thread to PU 0, once per thread
   void execute(int veu);
 
   const int veus_;

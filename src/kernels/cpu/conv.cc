@@ -155,10 +155,10 @@ class ConvOp : public ROp {
       const int64_t max_px = (pixels_ + pb_ - 1) / pb_;
       chunk_px_ = std::clamp<int64_t>(static_cast<int64_t>(kColBytes / (kdim_ * sizeof(float))) / 16 * 16,
                                       kMinPixelBlock, std::max<int64_t>(max_px, 1));
-      // A pixel block only a few vectors wide goes in one chunk of whole
-      // 16-pixel vectors, then the rest: ResNet-18's last 3x3 convs (49
-      // pixels, K = 4608) ran 48 + 1 in 590 us, 32 + 17 in 700, 49 in 750.
-      if (max_px <= kMaxSmallBlock && max_px >= 32) chunk_px_ = max_px / 16 * 16;
+      // A pixel block only a few vectors wide goes in one chunk (sgemm then
+      // splits off its partial vector): ResNet-18's last 3x3 convs (49
+      // pixels, K = 4608) ran 48 + 1 in 590 us, 32 + 17 in 700.
+      if (max_px <= kMaxSmallBlock) chunk_px_ = max_px;
       scratch_bytes_ = static_cast<size_t>(kdim_ * chunk_px_) * sizeof(float);
     }
   }
@@ -238,14 +238,7 @@ class ConvOp : public ROp {
       return;
     }
     if (path_ == Path::kPointwise) {
-      // 32 to 64 pixels: whole 16-pixel vectors, then the rest, as for the
-      // im2col chunks below (EfficientNet-B0's 320 -> 1280 on 7x7, an rTask
-      // of 640 channels: 49 pixels at once 191-220 us, 48 + 1 in 104-115).
-      const int64_t head = px >= 32 && px <= kMaxSmallBlock ? px / 16 * 16 : px;
-      sgemm(false, false, o1 - o0, head, kdim_, 1.f, wg, kdim_, xg + p0, pixels_, 0.f, yg, pixels_);
-      if (head < px)
-        sgemm(false, false, o1 - o0, px - head, kdim_, 1.f, wg, kdim_, xg + p0 + head, pixels_, 0.f, yg + head,
-              pixels_);
+      sgemm(false, false, o1 - o0, px, kdim_, 1.f, wg, kdim_, xg + p0, pixels_, 0.f, yg, pixels_);
     } else {
       float* col = static_cast<float*>(args.scratch);
       for (int64_t q0 = p0; q0 < p1; q0 += chunk_px_) {
