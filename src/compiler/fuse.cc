@@ -3,7 +3,9 @@
 // Epilogues: Conv, Gemm or MatMul (then, for MatMul, optionally an Add of
 // a constant bias per output column), then optionally an Add of a
 // same-shape tensor (a residual), then optionally an activation (one op, or
-// GELU's five as PyTorch exports them), become one TesseraFusedConv /
+// GELU's five as PyTorch exports them), then, for MatMul, optionally a
+// LayerNormalization over the last axis or a Split of the last axis (each
+// output written in place), become one TesseraFusedConv /
 // TesseraFusedGemm / TesseraFusedMatMul whose rTasks apply the Adds and the
 // activation to their own output tile while it is in cache
 // (kernels/cpu/epilogue.h). Each fused op saves one or more full passes
@@ -137,6 +139,41 @@ bool gelu(const Graph& g, const Value* y, std::vector<Node*>* nodes, float* c, f
   return true;
 }
 
+// The LayerNormalization reading `y` (its only reader) over y's last axis,
+// with a float scale and optional bias of one value per element of that
+// axis, and only its first output: what a MatMul's epilogue can take in.
+Node* row_layer_norm(const Graph& g, const Value* y) {
+  Node* n = sole_consumer(g, y);
+  const int r = y->shape.rank();
+  if (n == nullptr || n->op_type != "LayerNormalization" || n->inputs.size() < 2 || n->inputs[0] != y ||
+      n->outputs.size() != 1 || r < 1 || n->attr_int("stash_type", 1) != 1)
+    return nullptr;
+  const int64_t axis = n->attr_int("axis", -1);
+  if (axis != -1 && axis != r - 1) return nullptr;
+  for (size_t i = 1; i < n->inputs.size(); ++i) {
+    const Value* p = n->inputs[i];
+    if (p == nullptr) continue;
+    if (p->dtype != DType::kFloat32 || p->shape.rank() != 1 || p->shape[0] != y->shape[r - 1]) return nullptr;
+  }
+  return n->inputs[1] == nullptr ? nullptr : n;
+}
+
+// The Split reading `y` (its only reader) into at least two sections of
+// y's last axis, every output present: what a MatMul can write directly.
+// Fills the widths.
+Node* column_split(const Graph& g, const Value* y, std::vector<int64_t>* widths) {
+  Node* n = sole_consumer(g, y);
+  if (n == nullptr || n->op_type != "Split" || n->inputs[0] != y || n->outputs.size() < 2 || y->shape.rank() < 2)
+    return nullptr;
+  int axis;
+  auto sizes = split_sizes(*n, &axis);
+  if (!sizes.ok() || axis != y->shape.rank() - 1 || sizes->size() != n->outputs.size()) return nullptr;
+  for (size_t i = 0; i < sizes->size(); ++i)
+    if ((*sizes)[i] < 1 || n->outputs[i] == nullptr) return nullptr;
+  *widths = *sizes;
+  return n;
+}
+
 // Whether the fusion passes can take an activation appended to `n`'s
 // output into `n` itself: a Conv, Gemm or MatMul epilogue (directly or
 // after the residual Add it absorbs), or an elementwise chain.
@@ -247,14 +284,29 @@ Result<int> fuse_epilogues(Graph& g) {
       absorbed.insert(absorbed.end(), gelu_nodes.begin(), gelu_nodes.end());
       y = gelu_nodes.back()->outputs[0];
     }
+    // MatMul: last, a LayerNormalization of its rows (the tiles keep whole
+    // rows; the unfused kernel's row function).
+    Node* norm = matmul ? row_layer_norm(g, y) : nullptr;
+    if (norm != nullptr) {
+      absorbed.push_back(norm);
+      y = norm->outputs[0];
+    }
+    // MatMul: or a Split of its columns, each section written to its own
+    // output in place (not with a residual or a norm: those need the rows).
+    std::vector<int64_t> widths;
+    Node* split = matmul && norm == nullptr && residual == nullptr ? column_split(g, y, &widths) : nullptr;
+    if (split != nullptr) absorbed.push_back(split);
     if (absorbed.empty()) continue;
     n.dead = true;
     for (Node* a : absorbed) a->dead = true;
-    std::vector<Value*> inputs = {n.input(0), n.input(1), bias};
-    if (residual != nullptr) inputs.push_back(residual);
+    std::vector<Value*> inputs = {n.input(0), n.input(1), bias, residual};
+    if (norm != nullptr) {
+      inputs.push_back(norm->inputs[1]);
+      inputs.push_back(norm->input(2));
+    }
     while (!inputs.empty() && inputs.back() == nullptr) inputs.pop_back();
     const char* type = n.op_type == "Conv" ? "TesseraFusedConv" : matmul ? "TesseraFusedMatMul" : "TesseraFusedGemm";
-    Node* f = g.add_node_producing(type, n.name, inputs, {y});
+    Node* f = g.add_node_producing(type, n.name, inputs, split != nullptr ? split->outputs : std::vector<Value*>{y});
     f->attrs = n.attrs;
     f->opset = n.opset;
     Attribute a;
@@ -267,6 +319,16 @@ Result<int> fuse_epilogues(Graph& g) {
     f->attrs["activation_alpha"] = fa;
     fa.f = beta;
     f->attrs["activation_beta"] = fa;
+    if (norm != nullptr) {
+      fa.f = norm->attr_float("epsilon", 1e-5f);
+      f->attrs["norm_epsilon"] = fa;
+    }
+    if (split != nullptr) {
+      Attribute w;
+      w.kind = Attribute::Kind::kInts;
+      w.ints = widths;
+      f->attrs["split"] = w;
+    }
     ++fused;
   }
   return finish(g, fused);

@@ -168,6 +168,9 @@ TEST(Fusion, BitwiseEqualToUnfusedOnTheZoo) {
     const int n = (*fused)->stats.fused + (*fused)->stats.chains_fused + (*fused)->stats.attention_fused;
     if (model == "bert_tiny") {
       EXPECT_EQ((*fused)->stats.attention_fused, 2);  // one per layer
+      int norms = 0;
+      for (const Step& st : (*fused)->steps) norms += st.node->op_type == "TesseraFusedMatMul" && st.node->input(4);
+      EXPECT_EQ(norms, 4);  // the LayerNorms after each layer's out and ff2 projections
       for (const Step& st : (*fused)->steps) {  // the heads read and written in place of their layout ops
         if (st.node->op_type == "TesseraAttention") {
           EXPECT_EQ(st.node->attr_int("heads", 0), 2);
@@ -191,7 +194,9 @@ TEST(Fusion, BitwiseEqualToUnfusedOnTheZoo) {
         absorbed += (st.node->input(3) != nullptr) +
                     (st.node->attr_string("activation", "none") == "Gelu" ? 5  // Div, Erf, Add, Mul, Mul
                      : st.node->attr_string("activation", "none") != "none") +
-                    (st.node->op_type == "TesseraFusedMatMul" && st.node->input(2) != nullptr);  // its bias Add
+                    (st.node->op_type == "TesseraFusedMatMul" && st.node->input(2) != nullptr) +  // its bias Add
+                    (st.node->input(4) != nullptr) +  // a LayerNormalization
+                    st.node->has_attr("split");       // a Split
     }
     // An activation moved before a Concat of k inputs became k of them.
     absorbed -= static_cast<size_t>((*fused)->stats.activation_copies - (*fused)->stats.activations_pushed);
@@ -364,6 +369,129 @@ TEST(Fusion, GeluEpilogueOnlyInItsExactForm) {
     }
     expect_bitwise(run_outputs(std::move(*fused), Executor::kSequential, inputs),
                    run_outputs(std::move(*plain), Executor::kSequential, inputs), "form " + std::to_string(form));
+  }
+}
+
+// A LayerNormalization over the last axis of a MatMul's output goes into
+// the MatMul's epilogue (after its bias, residual or activation, or none
+// of them), whose tiles then keep whole rows, with any number of rTasks:
+// bitwise equal to the unfused graph. Not when it normalizes more than the
+// last axis, when the MatMul's output is read elsewhere too, or when it
+// also writes its mean.
+TEST(Fusion, LayerNormAfterMatMulOnWholeRows) {
+  std::mt19937 rng(13);
+  // 0: bias + residual; 1: nothing else; 2: bias + Relu, no LN bias;
+  // 3: axis -2 (not fused); 4: MatMul output also an output (not fused);
+  // 5: Mean output too (not fused).
+  for (int form = 0; form < 6; ++form) {
+    const Shape xs{2, 20, 12}, ys{2, 20, 48};
+    auto build = [&] {
+      rng.seed(3);
+      auto g = std::make_unique<Graph>();
+      Value* x = g->add_input("x", DType::kFloat32, xs);
+      Value* y = g->add_node("MatMul", "mm", {x, g->add_constant("w", uniform_tensor(rng, -1, 1, Shape{12, 48}))}, 1)
+                     ->outputs[0];
+      Value* mm = y;
+      if (form == 0 || form == 2)
+        y = g->add_node("Add", "bias", {y, g->add_constant("b", uniform_tensor(rng, -1, 1, Shape{48}))}, 1)->outputs[0];
+      if (form == 0) y = g->add_node("Add", "res", {g->add_input("r", DType::kFloat32, ys), y}, 1)->outputs[0];
+      if (form == 2) y = g->add_node("Relu", "relu", {y}, 1)->outputs[0];
+      const Shape ps = form == 3 ? Shape{20, 48} : Shape{48};
+      std::vector<Value*> ins = {y, g->add_constant("scale", uniform_tensor(rng, 0.5f, 2, ps))};
+      if (form != 2) ins.push_back(g->add_constant("shift", uniform_tensor(rng, -1, 1, ps)));
+      Node* ln = g->add_node("LayerNormalization", "ln", ins, form == 5 ? 2 : 1);
+      Attribute a;
+      a.kind = Attribute::Kind::kInt;
+      a.i = form == 3 ? -2 : -1;
+      ln->attrs["axis"] = a;
+      Attribute e;
+      e.kind = Attribute::Kind::kFloat;
+      e.f = 1e-3f;
+      ln->attrs["epsilon"] = e;
+      for (Value* o : ln->outputs) g->mark_output(o);
+      if (form == 4) g->mark_output(mm);
+      return g;
+    };
+    std::map<std::string, Tensor> inputs = {{"x", uniform_tensor(rng, -3, 3, xs)}};
+    if (form == 0) inputs["r"] = uniform_tensor(rng, -3, 3, ys);
+    for (int64_t tasks : {0, 1, 3, 7}) {
+      auto [plain, fused] = compile_unfused_and_fused(build, tasks);
+      ASSERT_TRUE(plain.ok() && fused.ok()) << form;
+      int norms = 0, lns = 0;
+      for (const Step& st : (*fused)->steps) {
+        norms += st.node->input(4) != nullptr;
+        lns += st.node->op_type == "LayerNormalization";
+      }
+      EXPECT_EQ(norms, form <= 2 ? 1 : 0) << "form " << form;
+      EXPECT_EQ(lns, form <= 2 ? 0 : 1) << "form " << form;
+      if (form <= 2) {
+        EXPECT_EQ((*fused)->steps.size(), 1u) << "form " << form;
+      }
+      expect_bitwise(run_outputs(std::move(*fused), Executor::kSequential, inputs),
+                     run_outputs(std::move(*plain), Executor::kSequential, inputs),
+                     "form " + std::to_string(form) + " tasks " + std::to_string(tasks));
+    }
+  }
+}
+
+// A Split of a MatMul's last axis (a fused QKV projection's q, k, v):
+// the MatMul writes each section to its own output, with or without its
+// bias, and with tiles that straddle sections: bitwise equal to the unfused
+// graph. Not with a residual Add (which needs the whole rows), not on
+// another axis, not when the MatMul's output is read elsewhere.
+TEST(Fusion, SplitOfMatMulColumnsWrittenInPlace) {
+  std::mt19937 rng(17);
+  // 0: bias, split input; 1: no bias, split attribute; 2: equal parts (no
+  // sizes); 3: residual (Split not fused); 4: axis 1 (not fused); 5: the
+  // MatMul's output also an output (not fused).
+  for (int form = 0; form < 6; ++form) {
+    const Shape xs{2, 20, 12}, ys{2, 20, 96};
+    auto build = [&] {
+      rng.seed(3);
+      auto g = std::make_unique<Graph>();
+      Value* x = g->add_input("x", DType::kFloat32, xs);
+      Value* y = g->add_node("MatMul", "mm", {x, g->add_constant("w", uniform_tensor(rng, -1, 1, Shape{12, 96}))}, 1)
+                     ->outputs[0];
+      Value* mm = y;
+      if (form != 1)
+        y = g->add_node("Add", "bias", {y, g->add_constant("b", uniform_tensor(rng, -1, 1, Shape{96}))}, 1)->outputs[0];
+      if (form == 3) y = g->add_node("Add", "res", {g->add_input("r", DType::kFloat32, ys), y}, 1)->outputs[0];
+      std::vector<Value*> ins = {y};
+      const std::vector<int64_t> sizes = form == 4 ? std::vector<int64_t>{5, 15} : std::vector<int64_t>{5, 27, 64};
+      if (form == 0 || form >= 3)
+        ins.push_back(g->add_constant("sizes", Tensor::from_int64s(sizes, Shape{static_cast<int64_t>(sizes.size())})));
+      Node* split = g->add_node("Split", "split", ins, form == 2 ? 4 : sizes.size());
+      split->opset = 13;
+      Attribute a;
+      a.kind = Attribute::Kind::kInt;
+      a.i = form == 4 ? 1 : -1;
+      split->attrs["axis"] = a;
+      if (form == 1) {
+        Attribute w;
+        w.kind = Attribute::Kind::kInts;
+        w.ints = sizes;
+        split->attrs["split"] = w;
+      }
+      for (Value* o : split->outputs) g->mark_output(o);
+      if (form == 5) g->mark_output(mm);
+      return g;
+    };
+    std::map<std::string, Tensor> inputs = {{"x", uniform_tensor(rng, -3, 3, xs)}};
+    if (form == 3) inputs["r"] = uniform_tensor(rng, -3, 3, ys);
+    for (int64_t tasks : {0, 1, 3, 7}) {
+      auto [plain, fused] = compile_unfused_and_fused(build, tasks);
+      ASSERT_TRUE(plain.ok() && fused.ok()) << form;
+      int splits = 0, written = 0;
+      for (const Step& st : (*fused)->steps) {
+        splits += st.node->op_type == "Split";
+        written += st.node->op_type == "TesseraFusedMatMul" && st.node->outputs.size() > 1;
+      }
+      EXPECT_EQ(written, form <= 2 ? 1 : 0) << "form " << form;
+      EXPECT_EQ(splits, form <= 2 ? 0 : 1) << "form " << form;
+      expect_bitwise(run_outputs(std::move(*fused), Executor::kSequential, inputs),
+                     run_outputs(std::move(*plain), Executor::kSequential, inputs),
+                     "form " + std::to_string(form) + " tasks " + std::to_string(tasks));
+    }
   }
 }
 

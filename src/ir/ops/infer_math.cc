@@ -289,7 +289,9 @@ double flops_in_numel(const Node& n) { return static_cast<double>(n.inputs[0]->s
 
 double flops_matmul(const Node& n) {
   const Shape& a = n.inputs[0]->shape;
-  return 2.0 * static_cast<double>(n.outputs[0]->shape.numel()) * static_cast<double>(a.dims.back());
+  double outputs = 0;  // several when a fused MatMul writes a Split of its columns
+  for (const Value* o : n.outputs) outputs += static_cast<double>(o->shape.numel());
+  return 2.0 * outputs * static_cast<double>(a.dims.back());
 }
 
 double flops_gemm(const Node& n) {

@@ -267,16 +267,43 @@ Status infer_fused_gemm(Node& n) {
 }
 
 // TesseraFusedMatMul: MatMul(A, B) + bias (input 2, one value per output
-// column) + residual (input 3), then the activation.
+// column) + residual (input 3), then the activation, then a
+// LayerNormalization of each output row when input 4 (its scale) is
+// present: input 5 is its optional bias, "norm_epsilon" its epsilon. With
+// the attribute "split" (widths), a Split of the columns: one output per
+// width, no residual and no norm.
 Status infer_fused_matmul(Node& n) {
   TESSERA_RETURN_IF_ERROR(infer_matmul(n));
   const Value* y = n.outputs[0];
-  if (const Value* b = n.input(2))
+  for (int i : {2, 4, 5}) {
+    const Value* b = n.input(i);
+    if (b == nullptr) continue;
     if (b->dtype != DType::kFloat32 || b->shape.rank() != 1 || y->shape.rank() < 1 ||
         b->shape[0] != y->shape[y->shape.rank() - 1])
-      return invalid_argument(str_cat("bias ", b->shape.to_string(), " is not one value per column of ",
-                                      y->shape.to_string()));
-  return check_epilogue(n);
+      return invalid_argument(str_cat(i == 2 ? "bias " : i == 4 ? "norm scale " : "norm bias ",
+                                      b->shape.to_string(), " is not one value per column of ", y->shape.to_string()));
+  }
+  if (n.input(5) != nullptr && n.input(4) == nullptr) return invalid_argument("norm bias without a norm scale");
+  TESSERA_RETURN_IF_ERROR(check_epilogue(n));
+  // "split": the widths of the outputs, a Split of the columns.
+  if (!n.has_attr("split")) return n.outputs.size() == 1 ? Status() : invalid_argument("one output without a split");
+  const std::vector<int64_t> widths = n.attr_ints("split");
+  const Shape full = y->shape;
+  int64_t sum = 0;
+  for (int64_t w : widths) {
+    if (w < 1) return invalid_argument(str_cat("split width ", w));
+    sum += w;
+  }
+  if (widths.size() != n.outputs.size() || sum != full[full.rank() - 1] || n.input(3) != nullptr ||
+      n.input(4) != nullptr)
+    return invalid_argument(str_cat("a split of ", full.to_string(), " into ", widths.size(), " widths summing to ", sum,
+                                    " for ", n.outputs.size(), " outputs, without a residual or a norm"));
+  for (size_t i = 0; i < widths.size(); ++i) {
+    std::vector<int64_t> d = full.dims;
+    d.back() = widths[i];
+    set_output(n, i, DType::kFloat32, Shape(d));
+  }
+  return Status();
 }
 
 // TesseraAttention (made by the compiler's fusion pass):

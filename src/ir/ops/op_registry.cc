@@ -96,7 +96,7 @@ constexpr OpDef kOps[] = {
     {"TesseraFusedConv", 2, 4, infer_fused_conv, flops_conv},
     {"TesseraFusedElementwise", 1, 8, infer_fused_elementwise, flops_fused_elementwise, /*all_required=*/true},
     {"TesseraFusedGemm", 2, 4, infer_fused_gemm, flops_gemm},
-    {"TesseraFusedMatMul", 2, 4, infer_fused_matmul, flops_matmul},
+    {"TesseraFusedMatMul", 2, 6, infer_fused_matmul, flops_matmul},
     {"TesseraLstmCell", 1, 4, infer_rnn_cell, flops_rnn_cell},
     {"TesseraGruCell", 1, 4, infer_rnn_cell, flops_rnn_cell},
     {"TesseraRnnProj", 3, 1 << 20, infer_rnn_proj, flops_rnn_proj},

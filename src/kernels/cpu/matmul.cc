@@ -2,7 +2,10 @@
 //
 // Tiling: an rTask is one (batch entry, row block, column block) of the
 // output; the grid splits batches first, then rows, then columns, until it
-// has the requested number of tasks. Each task is one sgemm call.
+// has the requested number of tasks. Each task is one sgemm call. A
+// TesseraFusedMatMul that normalizes its rows (a LayerNormalization the
+// fusion pass absorbed) keeps whole rows in every tile; one that took in a
+// Split of its columns writes each section to its own output.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -12,6 +15,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/epilogue.h"
 #include "kernels/cpu/kernel.h"
+#include "kernels/cpu/row_math.h"
 
 namespace tessera {
 namespace {
@@ -31,7 +35,7 @@ struct Grid {
   }
 };
 
-Grid make_grid(int64_t batch, int64_t m, int64_t n, int64_t k, const KernelParams& p) {
+Grid make_grid(int64_t batch, int64_t m, int64_t n, int64_t k, const KernelParams& p, bool whole_rows = false) {
   Grid g{batch, m, n, 1, 1};
   double flops = 2.0 * static_cast<double>(batch) * m * n * std::max<int64_t>(k, 1);
   int64_t target = p.tasks > 0 ? p.tasks
@@ -41,7 +45,7 @@ Grid make_grid(int64_t batch, int64_t m, int64_t n, int64_t k, const KernelParam
   // Rows first in blocks of at least 8, then columns in blocks of at least 32.
   g.mb = std::clamp<int64_t>(per_batch, 1, std::max<int64_t>(1, m / 8));
   int64_t left = std::max<int64_t>(1, per_batch / g.mb);
-  g.nb = std::clamp<int64_t>(left, 1, std::max<int64_t>(1, n / 32));
+  g.nb = whole_rows ? 1 : std::clamp<int64_t>(left, 1, std::max<int64_t>(1, n / 32));
   return g;
 }
 
@@ -49,30 +53,44 @@ Grid make_grid(int64_t batch, int64_t m, int64_t n, int64_t k, const KernelParam
 
 class MatMulOp : public ROp {
  public:
+  // `sections`: where each output's columns start, then n (a fused Split
+  // of the columns; {0, n} for one output).
   MatMulOp(Grid grid, int64_t k, std::vector<int64_t> a_off, std::vector<int64_t> b_off, bool has_bias,
-           const Epilogue& epi)
-      : g_(grid), k_(k), a_off_(std::move(a_off)), b_off_(std::move(b_off)), has_bias_(has_bias), epi_(epi) {
+           const Epilogue& epi, bool norm, bool norm_bias, float norm_eps, std::vector<int64_t> sections)
+      : g_(grid), k_(k), a_off_(std::move(a_off)), b_off_(std::move(b_off)), has_bias_(has_bias), epi_(epi),
+        norm_(norm), norm_bias_(norm_bias), norm_eps_(norm_eps), sections_(std::move(sections)) {
     tasks_ = g_.tasks();
   }
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t bi, m0, m1, n0, n1;
     g_.tile(task, &bi, &m0, &m1, &n0, &n1);
     const float* a = static_cast<const float*>(args.in[0]) + a_off_[bi] + m0 * k_;
-    const float* b = static_cast<const float*>(args.in[1]) + b_off_[bi] + n0;
-    const int64_t at = bi * g_.m * g_.n + m0 * g_.n + n0;
-    float* c = static_cast<float*>(args.out[0]) + at;
-    sgemm(false, false, m1 - m0, n1 - n0, k_, 1.f, a, k_, b, g_.n, 0.f, c, g_.n);
-    if (!has_bias_ && epi_.empty()) return;
-    // TesseraFusedMatMul: the bias Add (bias + y, as the unfused Add), then
-    // the residual and activation, on this tile's rows.
-    const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) + n0 : nullptr;
-    const float* res = epi_.residual ? static_cast<const float*>(args.in[3]) + at : nullptr;
-    const int64_t w = n1 - n0;
-    for (int64_t i = 0; i < m1 - m0; ++i) {
-      float* __restrict row = c + i * g_.n;
-      if (bias != nullptr)
-        for (int64_t j = 0; j < w; ++j) row[j] = bias[j] + row[j];
-      epi_.apply(row, res ? res + i * g_.n : nullptr, w);
+    const float* b = static_cast<const float*>(args.in[1]) + b_off_[bi];
+    // Each output section the tile covers: one sgemm into that output.
+    for (size_t s = 0; s + 1 < sections_.size(); ++s) {
+      const int64_t c0 = std::max(n0, sections_[s]), c1 = std::min(n1, sections_[s + 1]);
+      if (c0 >= c1) continue;
+      const int64_t ldc = sections_[s + 1] - sections_[s];
+      const int64_t at = bi * g_.m * ldc + m0 * ldc + (c0 - sections_[s]);
+      float* c = static_cast<float*>(args.out[s]) + at;
+      sgemm(false, false, m1 - m0, c1 - c0, k_, 1.f, a, k_, b + c0, g_.n, 0.f, c, ldc);
+      if (!has_bias_ && epi_.empty() && !norm_) continue;
+      // TesseraFusedMatMul: the bias Add (bias + y, as the unfused Add),
+      // then the residual and activation, then the LayerNormalization
+      // (whole rows here), on this tile's rows while they are in cache.
+      // A residual or a norm comes only with one output (ldc = n).
+      const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) + c0 : nullptr;
+      const float* res = epi_.residual ? static_cast<const float*>(args.in[3]) + at : nullptr;
+      const float* scale = norm_ ? static_cast<const float*>(args.in[4]) : nullptr;
+      const float* shift = norm_bias_ ? static_cast<const float*>(args.in[5]) : nullptr;
+      const int64_t w = c1 - c0;
+      for (int64_t i = 0; i < m1 - m0; ++i) {
+        float* __restrict row = c + i * ldc;
+        if (bias != nullptr)
+          for (int64_t j = 0; j < w; ++j) row[j] = bias[j] + row[j];
+        epi_.apply(row, res ? res + i * ldc : nullptr, w);
+        if (norm_) layer_norm_row(row, row, w, norm_eps_, scale, shift);
+      }
     }
   }
 
@@ -82,6 +100,9 @@ class MatMulOp : public ROp {
   std::vector<int64_t> a_off_, b_off_;  // element offset of each batch entry
   bool has_bias_;
   Epilogue epi_;
+  bool norm_, norm_bias_;  // a LayerNormalization of each row (scale: input 4, bias: input 5)
+  float norm_eps_;
+  std::vector<int64_t> sections_;
 };
 
 // Offsets of each broadcast batch entry into an operand with batch dims
@@ -124,10 +145,19 @@ Result<std::unique_ptr<ROp>> make_matmul(const Node& n, const KernelParams& p) {
     out_batch[i] = std::max(da, db);
   }
   int64_t batch = dims_product(out_batch, 0, static_cast<int>(out_batch.size()));
-  Grid g = make_grid(batch, m, nn, k, p);
+  const bool norm = n.input(4) != nullptr;
+  std::vector<int64_t> sections = {0};
+  for (int64_t w : n.attr_ints("split")) sections.push_back(sections.back() + w);
+  if (sections.size() == 1) sections.push_back(nn);
+  if (sections.back() != nn || sections.size() - 1 != n.outputs.size() ||
+      (sections.size() > 2 && (norm || n.input(3) != nullptr)))
+    return invalid_argument(str_cat(n.label(), ": split ", sections.size() - 1, " ways does not fit ", nn,
+                                    " columns and ", n.outputs.size(), " outputs"));
+  Grid g = make_grid(batch, m, nn, k, p, norm);
   TESSERA_ASSIGN_OR_RETURN(Epilogue epi, Epilogue::from_node(n));
   return std::unique_ptr<ROp>(new MatMulOp(g, k, batch_offsets(out_batch, ab, m * k),
-                                           batch_offsets(out_batch, bb, k * nn), n.input(2) != nullptr, epi));
+                                           batch_offsets(out_batch, bb, k * nn), n.input(2) != nullptr, epi, norm,
+                                           n.input(5) != nullptr, n.attr_float("norm_epsilon", 1e-5f), std::move(sections)));
 }
 
 // ----------------------------------------------------------------- Gemm ---
@@ -325,7 +355,7 @@ Result<std::unique_ptr<ROp>> make_einsum(const Node& n, const KernelParams&) {
 
 const RKernel kKernels[] = {
     {"MatMul", "matmul.gemm_tiles", "batched, broadcast; tiles of rows x cols, one sgemm each", make_matmul},
-    {"TesseraFusedMatMul", "matmul.gemm_tiles+epilogue", "MatMul with its bias Add, residual Add and activation fused",
+    {"TesseraFusedMatMul", "matmul.gemm_tiles+epilogue", "MatMul with its bias Add, residual Add, activation and LayerNormalization fused, or writing a Split of its columns",
      make_matmul},
     {"Gemm", "gemm.tiles", "tiles of rows x cols with fused bias", make_gemm},
     {"TesseraFusedGemm", "gemm.tiles+epilogue", "Gemm with its residual Add and activation fused into each tile",

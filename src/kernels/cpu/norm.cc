@@ -117,12 +117,13 @@ class LayerNormOp : public ROp {
     for (int64_t r = b; r < e; ++r) {
       const float* xr = x + r * cols_;
       float* yr = y + r * cols_;
-      const float mean = cols_ ? row_sum(xr, cols_) / static_cast<float>(cols_) : 0.f;
-      const float var = cols_ ? row_sq_dev(xr, cols_, mean) / static_cast<float>(cols_) : 0.f;
-      const float inv = 1.f / std::sqrt(var + eps_);
-      if (!scale_bcast_ && bias != nullptr && !bias_bcast_) {  // the usual case: per-element scale and bias
-        for (int64_t i = 0; i < cols_; ++i) yr[i] = (xr[i] - mean) * inv * scale[i] + bias[i];
+      float mean, inv;
+      if (!scale_bcast_ && (bias == nullptr || !bias_bcast_)) {  // the usual case: per-element scale and bias
+        mean = layer_norm_row(xr, yr, cols_, eps_, scale, bias, &inv);
       } else {
+        mean = cols_ ? row_sum(xr, cols_) / static_cast<float>(cols_) : 0.f;
+        const float var = cols_ ? row_sq_dev(xr, cols_, mean) / static_cast<float>(cols_) : 0.f;
+        inv = 1.f / std::sqrt(var + eps_);
         for (int64_t i = 0; i < cols_; ++i) {
           float v = (xr[i] - mean) * inv * scale[scale_bcast_ ? 0 : i];
           yr[i] = bias ? v + bias[bias_bcast_ ? 0 : i] : v;

@@ -89,6 +89,25 @@ inline float exp_sum(const float* x, float* y, int64_t n, float mx) {
 }
 }  // namespace row_math_detail
 
+// LayerNormalization of one row with a scale and an optional bias of one
+// value per element: y = (x - mean) * inv * scale + bias, inv =
+// 1 / sqrt(var + eps); y may be x. The LayerNormalization kernel and the
+// MatMul epilogue that absorbs one both call this, so they agree bitwise.
+// Returns the mean; *inv_out (when not null) gets inv.
+inline float layer_norm_row(const float* x, float* y, int64_t n, float eps, const float* __restrict scale,
+                            const float* __restrict bias, float* inv_out = nullptr) {
+  const float mean = n ? row_sum(x, n) / static_cast<float>(n) : 0.f;
+  const float var = n ? row_sq_dev(x, n, mean) / static_cast<float>(n) : 0.f;
+  const float inv = 1.f / std::sqrt(var + eps);
+  if (bias != nullptr) {
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * inv * scale[i] + bias[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * inv * scale[i];
+  }
+  if (inv_out != nullptr) *inv_out = inv;
+  return mean;
+}
+
 // y = exp(x - max) / sum(exp(x - max)); y may be x.
 inline void softmax_row(const float* x, float* y, int64_t n) {
   const float inv = 1.f / row_math_detail::exp_sum<true>(x, y, n, row_max(x, n));
