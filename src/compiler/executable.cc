@@ -601,6 +601,8 @@ Result<std::unique_ptr<Program>> Loader::run() {
     st.kernel = k;
     st.params.tasks = ss[s].requested;
     if (ss[s].requested < 0) return err(str_cat(n.label(), ": negative rTask count requested"));
+    if (ss[s].requested > kMaxRequestedTasks)
+      return err(str_cat(n.label(), ": ", ss[s].requested, " rTasks requested, above the limit of ", kMaxRequestedTasks));
     auto op = k->make(n, st.params);
     if (!op.ok()) return err(str_cat(n.label(), ": ", op.status().message()));
     st.op = std::move(*op);

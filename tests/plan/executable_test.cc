@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "compiler/executable.h"
 #include "tests/common/zoo_util.h"
@@ -232,6 +233,13 @@ TEST_F(Forged, RTaskCountTheKernelDoesNotReproduce) {
       break;
     }
   expect_refused("rTasks, but its rKernel makes");
+}
+
+// Found by fuzz_executable_load: a requested rTask count of 2^63 - 1
+// overflowed int64 in the conv kernel's tiling (UBSan); now a clear error.
+TEST_F(Forged, HugeRequestedRTaskCountIsAnError) {
+  p_->steps[0].params.tasks = std::numeric_limits<int64_t>::max();
+  expect_refused("rTasks requested, above the limit");
 }
 
 TEST_F(Forged, VeuCountOutOfRange) {

@@ -82,6 +82,10 @@ void cpu_kernels_thread_init();
 // at kMaxDefaultTasks.
 int64_t choose_tasks(int64_t work, int64_t grain, const KernelParams& params);
 inline constexpr int64_t kMaxDefaultTasks = 64;
+// The most rTasks an op may be asked for (KernelParams.tasks): far above
+// any useful tiling, and low enough that the kernels' tiling arithmetic
+// cannot overflow.
+inline constexpr int64_t kMaxRequestedTasks = int64_t{1} << 20;
 
 // The half-open range of `work` units that task i of n covers.
 inline void task_range(int64_t work, int64_t n, int64_t i, int64_t* begin, int64_t* end) {
