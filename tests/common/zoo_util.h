@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -60,6 +62,21 @@ inline std::vector<Tensor> run_outputs(std::unique_ptr<Program> p, Executor ex,
   }
   for (size_t i = 0; i < (*s)->outputs().size(); ++i) outs.push_back((*s)->output(i));
   return outs;
+}
+
+// The bundled zoo's models (scripts/make_zoo.py).
+inline const std::vector<std::string> kZooModels = {"resnet18", "mobilenet_v2", "bert_tiny", "lstm_tc",
+                                                     "nasnet_like", "mlp", "add_chain", "add_chains8"};
+
+// Relative L2 distance of float tensors: |got - want| / |want|.
+inline double rel_l2(const Tensor& got, const Tensor& want) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    double d = static_cast<double>(got.data<float>()[i]) - want.data<float>()[i];
+    num += d * d;
+    den += static_cast<double>(want.data<float>()[i]) * want.data<float>()[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 inline void expect_bitwise(const std::vector<Tensor>& got, const std::vector<Tensor>& want, const std::string& what) {

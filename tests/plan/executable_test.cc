@@ -50,8 +50,7 @@ CompileOptions plan_options(int veus, Policy policy) {
   return co;
 }
 
-const std::vector<std::string> kModels = {"resnet18", "mobilenet_v2", "bert_tiny", "lstm_tc",
-                                          "nasnet_like", "mlp", "add_chain", "add_chains8"};
+const std::vector<std::string>& kModels = testing_util::kZooModels;
 
 class ExecutableZoo : public ::testing::TestWithParam<std::string> {};
 

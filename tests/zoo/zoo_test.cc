@@ -11,6 +11,7 @@
 #include "ir/npy.h"
 #include "onnx/importer.h"
 #include "runtime/session.h"
+#include "tests/common/zoo_util.h"
 
 namespace tessera {
 namespace {
@@ -37,8 +38,7 @@ std::vector<std::string> extra_models() {
   return names;
 }
 
-const std::vector<std::string> kModels = {"resnet18", "mobilenet_v2", "bert_tiny", "lstm_tc",
-                                          "nasnet_like", "mlp", "add_chain", "add_chains8"};
+const std::vector<std::string>& kModels = testing_util::kZooModels;
 
 class Zoo : public ::testing::TestWithParam<std::string> {};
 
