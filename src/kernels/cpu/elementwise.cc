@@ -44,7 +44,7 @@ void unary_loop(Unary op, const T* x, T* y, int64_t n, const UnaryAttrs& a) {
       case Unary::kReciprocal: for (int64_t i = 0; i < n; ++i) y[i] = 1.f / x[i]; return;
       case Unary::kExp: for (int64_t i = 0; i < n; ++i) y[i] = fast_exp(x[i]); return;
       case Unary::kLog: for (int64_t i = 0; i < n; ++i) y[i] = std::log(x[i]); return;
-      case Unary::kErf: for (int64_t i = 0; i < n; ++i) y[i] = fast_erf(x[i]); return;
+      case Unary::kErf: erf_n(x, y, n); return;
       case Unary::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = fast_tanh(x[i]); return;
       case Unary::kSigmoid:
         for (int64_t i = 0; i < n; ++i) y[i] = fast_sigmoid(x[i]);

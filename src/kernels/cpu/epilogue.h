@@ -101,7 +101,7 @@ struct Epilogue {
           const int64_t m = n - j < kBlock ? n - j : kBlock;
           float* __restrict yj = y + j;
           for (int64_t i = 0; i < m; ++i) t[i] = yj[i] / a;
-          for (int64_t i = 0; i < m; ++i) t[i] = fast_erf(t[i]);
+          erf_n(t, t, m);
           for (int64_t i = 0; i < m; ++i) t[i] = t[i] + 1.f;
           for (int64_t i = 0; i < m; ++i) t[i] = yj[i] * t[i];
           for (int64_t i = 0; i < m; ++i) yj[i] = t[i] * b;

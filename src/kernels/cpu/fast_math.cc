@@ -1,0 +1,59 @@
+#include "kernels/cpu/fast_math.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace tessera {
+
+#if defined(__AVX512F__)
+namespace {
+
+// fast_erf on 16 lanes: the same operations in the same order, each table
+// read a permute of one 16-float register by the interval index. (The
+// zero-masking forms with every lane on are the plain instructions; GCC 12
+// warns about the plain intrinsics' undefined pass-through operand.)
+constexpr __mmask16 kAll = 0xffff;
+
+[[gnu::always_inline]] inline __m512 pick(__m512i i, __m512 table) { return _mm512_maskz_permutexvar_ps(kAll, i, table); }
+
+[[gnu::always_inline]] inline __m512 erf16(__m512 x, const __m512 (&c)[7], __m512 center) {
+  const __m512 a = _mm512_abs_ps(x);
+  // For a >= 4 (or NaN) the index is anything; that lane's result is
+  // replaced (or stays NaN) below.
+  const __m512i i = _mm512_maskz_cvttps_epi32(kAll, _mm512_mul_ps(a, _mm512_set1_ps(4.f)));
+  const __m512 u = _mm512_mul_ps(_mm512_sub_ps(a, pick(i, center)), _mm512_set1_ps(8.f));
+  __m512 p = pick(i, c[6]);
+  p = _mm512_fmadd_ps(p, u, pick(i, c[5]));
+  p = _mm512_fmadd_ps(p, u, pick(i, c[4]));
+  p = _mm512_fmadd_ps(p, u, pick(i, c[3]));
+  p = _mm512_fmadd_ps(p, u, pick(i, c[2]));
+  p = _mm512_fmadd_ps(p, u, pick(i, c[1]));
+  const __mmask16 first = _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.25f), _CMP_LT_OQ);
+  const __m512 add = _mm512_mask_blend_ps(first, pick(i, c[0]), a);
+  __m512 r = _mm512_fmadd_ps(p, u, add);
+  r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(4.f), _CMP_GE_OQ), r, _mm512_set1_ps(1.f));
+  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN));
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
+}
+
+}  // namespace
+#endif
+
+void erf_n(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  __m512 c[7];
+  for (int k = 0; k < 7; ++k) c[k] = _mm512_loadu_ps(erf_table::kErfCoef[k]);
+  const __m512 center = _mm512_loadu_ps(erf_table::kErfCenter);
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, erf16(_mm512_loadu_ps(x + i), c, center));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, erf16(_mm512_maskz_loadu_ps(m, x + i), c, center));
+    return;
+  }
+#endif
+  for (; i < n; ++i) y[i] = fast_erf(x[i]);
+}
+
+}  // namespace tessera
