@@ -1,11 +1,14 @@
 // Conformance of linear-algebra, convolution, pooling, normalization,
 // reduction and recurrent ops against naive references.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "base/strings.h"
 #include "ir/ops/op_registry.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/packed_gemm.h"
 #include "tests/conformance/harness.h"
 
 namespace tessera::testing {
@@ -81,6 +84,74 @@ TEST_F(Nn, SgemmAcrossSplitWidths) {
           }
         }
       }
+    }
+  }
+}
+
+// matmul_gemm, the MatMul and attention GEMM: with AVX-512 and k up to
+// kRowsGemmMaxK each output is exactly the in-order fma chain over k (so
+// any tile of C gives the same bits), else sgemm; rows 1 to 13 (the 8-,
+// 4-, 2- and 1-row blocks), widths around the 16-column vectors and the
+// 48-column blocks, k = 0, short and long (sgemm), leading dims wider than
+// the matrices, nothing written past a row's n columns.
+TEST_F(Nn, MatmulGemmIsTheInOrderFmaChain) {
+  for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{64}, int64_t{129}, kRowsGemmMaxK, kRowsGemmMaxK + 1}) {
+    for (int64_t m : {1, 2, 3, 4, 5, 8, 11, 13}) {
+      for (int64_t n : {1, 15, 16, 17, 47, 48, 49, 100}) {
+        const int64_t lda = k + 3, ldb = n + 2, ldc = n + 1;
+        Tensor a = rng.floats(Shape{m * lda}), b = rng.floats(Shape{std::max<int64_t>(k, 1) * ldb});
+        std::vector<float> got(static_cast<size_t>(m * ldc), 7.f), tiled(got);
+        const float* pa = a.data<float>();
+        const float* pb = b.data<float>();
+        matmul_gemm(m, n, k, pa, lda, pb, ldb, got.data(), ldc);
+        // The same product in tiles of 3 rows x 20 columns.
+        for (int64_t r = 0; r < m; r += 3)
+          for (int64_t c = 0; c < n; c += 20)
+            matmul_gemm(std::min<int64_t>(3, m - r), std::min<int64_t>(20, n - c), k, pa + r * lda, lda, pb + c, ldb,
+                        tiled.data() + r * ldc + c, ldc);
+        const bool exact = k <= kRowsGemmMaxK && gemm_rows(0, 0, 0, nullptr, 0, nullptr, 0, nullptr, 0);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < ldc; ++j) {
+            const size_t at = static_cast<size_t>(i * ldc + j);
+            SCOPED_TRACE(str_cat("m ", m, " n ", n, " k ", k, " (", i, ", ", j, ")"));
+            if (j >= n) {
+              ASSERT_EQ(got[at], 7.f);
+              ASSERT_EQ(tiled[at], 7.f);
+              continue;
+            }
+            float chain = 0;
+            double acc = 0;
+            for (int64_t p = 0; p < k; ++p) {
+              chain = std::fma(pa[i * lda + p], pb[p * ldb + j], chain);
+              acc += double(pa[i * lda + p]) * pb[p * ldb + j];
+            }
+            if (exact) {
+              ASSERT_EQ(got[at], chain);
+              ASSERT_EQ(tiled[at], chain);
+            } else {
+              ASSERT_NEAR(got[at], acc, 1e-4);
+              ASSERT_NEAR(tiled[at], acc, 1e-4);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// transpose, the attention's K^T copy: 16 x 16 register blocks and the
+// scalar edges, with row strides wider than the matrices.
+TEST_F(Nn, TransposeWithEdgesAndStrides) {
+  for (int64_t rows : {1, 15, 16, 17, 33, 64}) {
+    for (int64_t cols : {1, 16, 20, 64}) {
+      const int64_t lds = cols + 5, ldd = rows + 3;
+      Tensor src = rng.floats(Shape{rows * lds});
+      std::vector<float> dst(static_cast<size_t>(cols * ldd), 9.f);
+      transpose(src.data<float>(), lds, rows, cols, dst.data(), ldd);
+      for (int64_t c = 0; c < cols; ++c)
+        for (int64_t r = 0; r < ldd; ++r)
+          ASSERT_EQ(dst[static_cast<size_t>(c * ldd + r)], r < rows ? src.data<float>()[r * lds + c] : 9.f)
+              << rows << " x " << cols << " at (" << c << ", " << r << ")";
     }
   }
 }

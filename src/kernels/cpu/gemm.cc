@@ -3,6 +3,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "base/check.h"
+#include "kernels/cpu/packed_gemm.h"
 
 namespace tessera {
 
@@ -29,6 +30,12 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
   dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   TESSERA_CHECK_MSG(st == dnnl_success, "dnnl_sgemm(%lld, %lld, %lld) failed: %d", static_cast<long long>(m),
                     static_cast<long long>(n), static_cast<long long>(k), static_cast<int>(st));
+}
+
+void matmul_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                 int64_t ldc) {
+  if (k <= kRowsGemmMaxK && gemm_rows(m, n, k, a, lda, b, ldb, c, ldc)) return;
+  sgemm(false, false, m, n, k, 1.f, a, lda, b, ldb, 0.f, c, ldc);
 }
 
 }  // namespace tessera

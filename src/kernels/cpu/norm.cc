@@ -9,6 +9,7 @@
 #include "base/strings.h"
 #include "ir/ops/op_registry.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/row_math.h"
 
@@ -271,11 +272,10 @@ class AttentionOp : public ROp {
       if (heads_ > 0) {  // K rows [t, d] of this head, transposed to [d, t]
         float* kt = sc + kt_at_;
         const float* kb = k + img * t_ * ldq + head * d_;
-        for (int64_t j = 0; j < t_; ++j)
-          for (int64_t i = 0; i < d_; ++i) kt[i * t_ + j] = kb[j * ldq + i];
+        transpose(kb, ldq, t_, d_, kt, t_);
         ktb = kt;
       }
-      sgemm(false, false, rows, t_, d_, 1.f, qb + r0 * ldq, ldq, ktb, t_, 0.f, sc, t_);
+      matmul_gemm(rows, t_, d_, qb + r0 * ldq, ldq, ktb, t_, sc, t_);
       for (int64_t i = 0; i < rows; ++i) {
         float* row = sc + i * t_;
         if (scale_op_ == 1)
@@ -291,7 +291,7 @@ class AttentionOp : public ROp {
         }
         softmax_row(row, row, t_);
       }
-      sgemm(false, false, rows, dv_, t_, 1.f, sc, t_, vb, ldv, 0.f, yb + r0 * ldv, ldv);
+      matmul_gemm(rows, dv_, t_, sc, t_, vb, ldv, yb + r0 * ldv, ldv);
       line += rows;
     }
   }

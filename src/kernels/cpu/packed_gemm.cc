@@ -68,6 +68,91 @@ void micro(const float* a, int64_t k, const float* b, int64_t ldb, __mmask16 las
     }
   }
 }
+
+// kRows rows x kNv vectors of C = A * B with A read in place (row r of the
+// block at a + r * lda; rows past `rows` repeat the last one and are not
+// stored): the same order of operations as `micro`.
+template <int kRows, int kNv>
+void micro_rows(const float* a, int64_t lda, int64_t rows, int64_t k, const float* b, int64_t ldb, __mmask16 last,
+                float* c, int64_t ldc) {
+  const float* ar[kRows];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) ar[r] = a + (r < rows ? r : rows - 1) * lda;
+  __m512 acc[kRows][kNv];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 3
+    for (int q = 0; q < kNv; ++q) acc[r][q] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < k; ++i) {
+    __m512 x[kNv];
+#pragma GCC unroll 3
+    for (int q = 0; q < kNv; ++q)
+      x[q] = q + 1 < kNv ? _mm512_loadu_ps(b + i * ldb + q * kLanes)
+                         : _mm512_maskz_loadu_ps(last, b + i * ldb + q * kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 s = _mm512_set1_ps(ar[r][i]);
+#pragma GCC unroll 3
+      for (int q = 0; q < kNv; ++q) acc[r][q] = _mm512_fmadd_ps(s, x[q], acc[r][q]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {
+    if (r >= rows) break;
+#pragma GCC unroll 3
+    for (int q = 0; q < kNv; ++q) {
+      if (q + 1 < kNv) _mm512_storeu_ps(c + r * ldc + q * kLanes, acc[r][q]);
+      else _mm512_mask_storeu_ps(c + r * ldc + q * kLanes, last, acc[r][q]);
+    }
+  }
+}
+
+template <int kRows>
+void rows_block(const float* a, int64_t lda, int64_t rows, int64_t k, const float* b, int64_t ldb, int nv,
+                __mmask16 last, float* c, int64_t ldc) {
+  if (nv == 3) micro_rows<kRows, 3>(a, lda, rows, k, b, ldb, last, c, ldc);
+  else if (nv == 2) micro_rows<kRows, 2>(a, lda, rows, k, b, ldb, last, c, ldc);
+  else micro_rows<kRows, 1>(a, lda, rows, k, b, ldb, last, c, ldc);
+}
+
+// dst (16 x 16, row stride ldd) = the transpose of src (16 x 16, row
+// stride lds): pairs of rows interleaved, then 4 x 4 blocks, then 128-bit
+// lanes gathered in two rounds. (Zero-masking forms with every lane on:
+// GCC 12 warns about the plain intrinsics' undefined pass-through.)
+constexpr __mmask16 kAll = 0xffff;
+
+void transpose16(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m512 r[16], t[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_maskz_unpacklo_ps(kAll, r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_maskz_unpackhi_ps(kAll, r[2 * i], r[2 * i + 1]);
+  }
+  // r[4i + m], lane k: column 4k + m of rows 4i .. 4i + 3.
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    t[m] = _mm512_maskz_shuffle_f32x4(kAll, r[m], r[4 + m], 0x88);
+    t[4 + m] = _mm512_maskz_shuffle_f32x4(kAll, r[m], r[4 + m], 0xDD);
+    t[8 + m] = _mm512_maskz_shuffle_f32x4(kAll, r[8 + m], r[12 + m], 0x88);
+    t[12 + m] = _mm512_maskz_shuffle_f32x4(kAll, r[8 + m], r[12 + m], 0xDD);
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    _mm512_storeu_ps(dst + m * ldd, _mm512_maskz_shuffle_f32x4(kAll, t[m], t[8 + m], 0x88));
+    _mm512_storeu_ps(dst + (4 + m) * ldd, _mm512_maskz_shuffle_f32x4(kAll, t[4 + m], t[12 + m], 0x88));
+    _mm512_storeu_ps(dst + (8 + m) * ldd, _mm512_maskz_shuffle_f32x4(kAll, t[m], t[8 + m], 0xDD));
+    _mm512_storeu_ps(dst + (12 + m) * ldd, _mm512_maskz_shuffle_f32x4(kAll, t[4 + m], t[12 + m], 0xDD));
+  }
+}
 #endif
 
 }  // namespace
@@ -148,6 +233,48 @@ void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64
 }
 
 }  // namespace
+
+bool gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+               int64_t ldc) {
+#if defined(__AVX512F__)
+  // Column blocks of up to 3 vectors outside, blocks of 8 rows inside (a
+  // last block of 1, 2 or 3 to 4 rows with fewer accumulators).
+  for (int64_t j = 0; j < n; j += 3 * kLanes) {
+    const int64_t left = std::min<int64_t>(n - j, 3 * kLanes);
+    const int nv = static_cast<int>((left + kLanes - 1) / kLanes);
+    const int64_t tail = left - (nv - 1) * kLanes;
+    const __mmask16 last = tail >= kLanes ? __mmask16(0xffff) : static_cast<__mmask16>((1u << tail) - 1);
+    for (int64_t r = 0; r < m;) {
+      const int64_t rows = std::min<int64_t>(kPackRows, m - r);
+      const float* ar = a + r * lda;
+      float* cr = c + r * ldc + j;
+      if (rows > 4) rows_block<8>(ar, lda, rows, k, b + j, ldb, nv, last, cr, ldc);
+      else if (rows > 2) rows_block<4>(ar, lda, rows, k, b + j, ldb, nv, last, cr, ldc);
+      else if (rows == 2) rows_block<2>(ar, lda, rows, k, b + j, ldb, nv, last, cr, ldc);
+      else rows_block<1>(ar, lda, rows, k, b + j, ldb, nv, last, cr, ldc);
+      r += rows;
+    }
+  }
+  return true;
+#else
+  (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc;
+  return false;
+#endif
+}
+
+void transpose(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
+  int64_t r0 = 0;
+#if defined(__AVX512F__)
+  for (; r0 + 16 <= rows; r0 += 16) {
+    int64_t c0 = 0;
+    for (; c0 + 16 <= cols; c0 += 16) transpose16(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
+    for (; c0 < cols; ++c0)
+      for (int64_t r = r0; r < r0 + 16; ++r) dst[c0 * ldd + r] = src[r * lds + c0];
+  }
+#endif
+  for (; r0 < rows; ++r0)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r0] = src[r0 * lds + c];
+}
 
 void packed_gemm(const float* packed, int64_t m, int64_t k, const float* b, int64_t ldb, int64_t n, float* c,
                  int64_t ldc) {

@@ -36,6 +36,19 @@ void pack_rows(const float* a, int64_t m, int64_t k, int64_t lda, float* out);
 void packed_gemm(const float* packed, int64_t m, int64_t k, const float* b, int64_t ldb, int64_t n, float* c,
                  int64_t ldc);
 
+// C[0, m) x [0, n) = A * B with A (m x k, row stride lda) and B (k x n,
+// row stride ldb) both read in place, 8 rows x 48 columns of accumulators
+// in registers. Each output is one chain of fused multiply-adds over
+// i = 0 .. k-1 from 0, so its value does not depend on the tiling of C
+// (the fused attention's score block equals the unfused MatMul's). With
+// AVX-512 only: returns false, having done nothing, without it.
+bool gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+               int64_t ldc);
+
+// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: a GEMM
+// operand transposed (16 x 16 blocks in registers with AVX-512).
+void transpose(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd);
+
 // What packed_gemm_post applies to each output before storing it, in the
 // order of the unfused ops: c = clamp((A * B + bias[row]) + res). The
 // clamp is Relu (NaN becomes 0) or Clip to [lo, hi] (NaN stays).
