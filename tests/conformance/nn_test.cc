@@ -2,6 +2,7 @@
 // reduction and recurrent ops against naive references.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "ir/ops/op_registry.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/packed_gemm.h"
+#include "kernels/cpu/row_math.h"
 #include "tests/conformance/harness.h"
 
 namespace tessera::testing {
@@ -559,6 +561,58 @@ TEST_F(Nn, BatchInstanceLayerNorm) {
                                                             b.data<float>()[i]);
     }
     expect_matches({"LayerNormalization", {{lx}, {g, true}, {b, true}}, {{"axis", attr_i(axis)}}}, {ln});
+  }
+}
+
+// layer_norm_rows and softmax_rows take rows 4 at a time (with AVX-512):
+// a row's result must not depend on its group (the fused attention and
+// MatMul + LayerNorm rely on it to equal the unfused ops bit for bit), and
+// must match a double reference; a NaN spoils only its own softmax row,
+// and -inf scores get weight 0.
+TEST_F(Nn, RowFunctionsSameInAGroupOrAlone) {
+  for (int64_t n : {1, 15, 16, 37, 128}) {
+    const int64_t rows = 9, ld = n + 3;
+    Tensor x = rng.floats(Shape{rows * ld}, -4, 4), g = rng.floats(Shape{n}, 0.5, 1.5), b = rng.floats(Shape{n});
+    std::vector<float> in(x.data<float>(), x.data<float>() + x.numel());
+    if (n > 1) in[static_cast<size_t>(5 * ld + n / 2)] = -std::numeric_limits<float>::infinity();
+    std::vector<float> lnall(in.size()), lnone(in.size()), small(in), smone(in), mean(rows), inv(rows);
+    layer_norm_rows(in.data(), ld, lnall.data(), ld, rows, n, 1e-5f, g.data<float>(), b.data<float>(), mean.data(),
+                    inv.data());
+    in[static_cast<size_t>(2 * ld + n - 1)] = std::numeric_limits<float>::quiet_NaN();
+    small = in;
+    softmax_rows(small.data(), ld, small.data(), ld, rows, n);
+    for (int64_t r = 0; r < rows; ++r) {
+      SCOPED_TRACE(str_cat("n ", n, " row ", r));
+      float m1, i1;
+      layer_norm_rows(x.data<float>() + r * ld, ld, lnone.data() + r * ld, ld, 1, n, 1e-5f, g.data<float>(),
+                      b.data<float>(), &m1, &i1);
+      softmax_rows(in.data() + r * ld, ld, smone.data() + r * ld, ld, 1, n);
+      if (r != 5 || n == 1) {  // row 5 holds the -inf for the norm's input above
+        ASSERT_EQ(std::memcmp(lnall.data() + r * ld, lnone.data() + r * ld, n * sizeof(float)), 0);
+        ASSERT_EQ(mean[static_cast<size_t>(r)], m1);
+        ASSERT_EQ(inv[static_cast<size_t>(r)], i1);
+      }
+      ASSERT_EQ(std::memcmp(small.data() + r * ld, smone.data() + r * ld, n * sizeof(float)), 0);
+      const float* xr = in.data() + r * ld;
+      if (r == 2) {
+        for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(std::isnan(small[static_cast<size_t>(r * ld + i)])) << i;
+        continue;
+      }
+      double mx = -1e30, s = 0, mu = 0, q = 0;
+      for (int64_t i = 0; i < n; ++i) mx = std::max<double>(mx, xr[i]);
+      for (int64_t i = 0; i < n; ++i) s += std::exp(double(xr[i]) - mx);
+      const float* lr = x.data<float>() + r * ld;
+      for (int64_t i = 0; i < n; ++i) mu += lr[i] / double(n);
+      for (int64_t i = 0; i < n; ++i) q += (lr[i] - mu) * (lr[i] - mu) / double(n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(small[static_cast<size_t>(r * ld + i)], std::exp(double(xr[i]) - mx) / s, 1e-6) << i;
+        if (r != 5 || n == 1) {
+          ASSERT_NEAR(lnall[static_cast<size_t>(r * ld + i)],
+                      (lr[i] - mu) / std::sqrt(q + 1e-5) * g.data<float>()[i] + b.data<float>()[i], 1e-4)
+              << i;
+        }
+      }
+    }
   }
 }
 

@@ -15,7 +15,9 @@ namespace {
 // warns about the plain intrinsics' undefined pass-through operand.)
 constexpr __mmask16 kAll = 0xffff;
 
-[[gnu::always_inline]] inline __m512 pick(__m512i i, __m512 table) { return _mm512_maskz_permutexvar_ps(kAll, i, table); }
+[[gnu::always_inline]] inline __m512 pick(__m512i i, __m512 table) {
+  return _mm512_maskz_permutexvar_ps(kAll, i, table);
+}
 
 [[gnu::always_inline]] inline __m512 erf16(__m512 x, const __m512 (&c)[7], __m512 center) {
   const __m512 a = _mm512_abs_ps(x);

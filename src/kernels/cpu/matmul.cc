@@ -89,8 +89,8 @@ class MatMulOp : public ROp {
         if (bias != nullptr)
           for (int64_t j = 0; j < w; ++j) row[j] = bias[j] + row[j];
         epi_.apply(row, res ? res + i * ldc : nullptr, w);
-        if (norm_) layer_norm_row(row, row, w, norm_eps_, scale, shift);
       }
+      if (norm_) layer_norm_rows(c, ldc, c, ldc, m1 - m0, w, norm_eps_, scale, shift);
     }
   }
 

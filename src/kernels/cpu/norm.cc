@@ -115,13 +115,16 @@ class LayerNormOp : public ROp {
     float* y = static_cast<float*>(args.out[0]);
     float* mean_out = outputs_ > 1 ? static_cast<float*>(args.out[1]) : nullptr;
     float* inv_out = outputs_ > 2 ? static_cast<float*>(args.out[2]) : nullptr;
+    if (!scale_bcast_ && (bias == nullptr || !bias_bcast_)) {  // the usual case: per-element scale and bias
+      layer_norm_rows(x + b * cols_, cols_, y + b * cols_, cols_, e - b, cols_, eps_, scale, bias,
+                      mean_out ? mean_out + b : nullptr, inv_out ? inv_out + b : nullptr);
+      return;
+    }
     for (int64_t r = b; r < e; ++r) {
       const float* xr = x + r * cols_;
       float* yr = y + r * cols_;
       float mean, inv;
-      if (!scale_bcast_ && (bias == nullptr || !bias_bcast_)) {  // the usual case: per-element scale and bias
-        mean = layer_norm_row(xr, yr, cols_, eps_, scale, bias, &inv);
-      } else {
+      {
         mean = cols_ ? row_sum(xr, cols_) / static_cast<float>(cols_) : 0.f;
         const float var = cols_ ? row_sq_dev(xr, cols_, mean) / static_cast<float>(cols_) : 0.f;
         inv = 1.f / std::sqrt(var + eps_);
@@ -172,12 +175,11 @@ class SoftmaxOp : public ROp {
     const float* x = static_cast<const float*>(args.in[0]);
     float* y = static_cast<float*>(args.out[0]);
     if (inner_ == 1) {  // contiguous lines (the last axis)
-      for (int64_t line = b; line < e; ++line) {
-        if (log_)
-          log_softmax_row(x + line * len_, y + line * len_, len_);
-        else
-          softmax_row(x + line * len_, y + line * len_, len_);
+      if (!log_) {
+        softmax_rows(x + b * len_, len_, y + b * len_, len_, e - b, len_);
+        return;
       }
+      for (int64_t line = b; line < e; ++line) log_softmax_row(x + line * len_, y + line * len_, len_);
       return;
     }
     for (int64_t line = b; line < e; ++line) {
@@ -289,8 +291,8 @@ class AttentionOp : public ROp {
           else
             for (int64_t k2 = 0; k2 < t_; ++k2) row[k2] = row[k2] + m[0];
         }
-        softmax_row(row, row, t_);
       }
+      softmax_rows(sc, t_, sc, t_, rows, t_);
       matmul_gemm(rows, dv_, t_, sc, t_, vb, ldv, yb + r0 * ldv, ldv);
       line += rows;
     }
