@@ -91,23 +91,12 @@ struct Epilogue {
       case Act::kHardSwish:
         for (int64_t i = 0; i < n; ++i) y[i] = y[i] * std::fmax(0.f, std::fmin(1.f, y[i] / 6.f + 0.5f));
         return;
-      case Act::kGelu: {
-        // PyTorch's exact GELU as exported: Div, Erf, Add 1, Mul by y, Mul.
-        // One loop per op over a block, each result rounded to float as the
-        // unfused ops store it (no step contracts into the next).
-        constexpr int64_t kBlock = 256;
-        float t[kBlock];
-        for (int64_t j = 0; j < n; j += kBlock) {
-          const int64_t m = n - j < kBlock ? n - j : kBlock;
-          float* __restrict yj = y + j;
-          for (int64_t i = 0; i < m; ++i) t[i] = yj[i] / a;
-          erf_n(t, t, m);
-          for (int64_t i = 0; i < m; ++i) t[i] = t[i] + 1.f;
-          for (int64_t i = 0; i < m; ++i) t[i] = yj[i] * t[i];
-          for (int64_t i = 0; i < m; ++i) yj[i] = t[i] * b;
-        }
+      case Act::kGelu:
+        // PyTorch's exact GELU as exported: Div, Erf, Add 1, Mul by y, Mul,
+        // each result rounded to float as the unfused ops store it (no step
+        // contracts into the next).
+        gelu_n(y, n, a, b);
         return;
-      }
     }
   }
 };

@@ -39,8 +39,40 @@ constexpr __mmask16 kAll = 0xffff;
   return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
 }
 
+// PyTorch's exact GELU as exported, each step rounded as its op stores it.
+[[gnu::always_inline]] inline __m512 gelu16(__m512 y, __m512 a, __m512 b, const __m512 (&c)[7], __m512 center) {
+  __m512 t = _mm512_div_ps(y, a);
+  t = erf16(t, c, center);
+  t = _mm512_add_ps(t, _mm512_set1_ps(1.f));
+  t = _mm512_mul_ps(y, t);
+  return _mm512_mul_ps(t, b);
+}
+
 }  // namespace
 #endif
+
+void gelu_n(float* y, int64_t n, float a, float b) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  __m512 c[7];
+  for (int k = 0; k < 7; ++k) c[k] = _mm512_loadu_ps(erf_table::kErfCoef[k]);
+  const __m512 center = _mm512_loadu_ps(erf_table::kErfCenter);
+  const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, gelu16(_mm512_loadu_ps(y + i), va, vb, c, center));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, gelu16(_mm512_maskz_loadu_ps(m, y + i), va, vb, c, center));
+    return;
+  }
+#endif
+  for (; i < n; ++i) {
+    float t = y[i] / a;
+    t = fast_erf(t);
+    t = t + 1.f;
+    t = y[i] * t;
+    y[i] = t * b;
+  }
+}
 
 void erf_n(const float* x, float* y, int64_t n) {
   int64_t i = 0;

@@ -92,4 +92,9 @@ inline constexpr float kErfCoef[7][16] = {
 // lane permute (a gather would cost more than the whole polynomial).
 void erf_n(const float* x, float* y, int64_t n);
 
+// y[0, n) = ((y * (erf(y / a) + 1)) * b), PyTorch's exact GELU as it
+// exports it (Div, Erf, Add, Mul, Mul), each step rounded to float as its
+// op stores it, in one pass.
+void gelu_n(float* y, int64_t n, float a, float b);
+
 }  // namespace tessera
