@@ -29,55 +29,41 @@ inline __m512 finish(__m512 v, int r, int q, __mmask16 last, const GemmPost& pos
   return v;
 }
 
-// kPackRows rows x kNv vectors of 16 columns, accumulated in registers over
-// all of k, each packed A element broadcast from memory. Every loop over
-// registers has a constant trip count (and is unrolled) so that the
-// accumulators stay in registers.
-// With kPost, `post` (its bias and residual already at this tile) is
-// applied before the store.
-template <int kNv, bool kPost>
-void micro(const float* a, int64_t k, const float* b, int64_t ldb, __mmask16 last, float* c, int64_t ldc,
-           int64_t rows, const GemmPost& post) {
-  __m512 acc[kPackRows][kNv];
-#pragma GCC unroll 8
-  for (int r = 0; r < kPackRows; ++r)
-#pragma GCC unroll 3
-    for (int q = 0; q < kNv; ++q) acc[r][q] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < k; ++i) {
-    __m512 x[kNv];
-#pragma GCC unroll 3
-    for (int q = 0; q < kNv; ++q)
-      x[q] = q + 1 < kNv ? _mm512_loadu_ps(b + i * ldb + q * kLanes)
-                         : _mm512_maskz_loadu_ps(last, b + i * ldb + q * kLanes);
-    const float* w = a + i * kPackRows;
-#pragma GCC unroll 8
-    for (int r = 0; r < kPackRows; ++r) {
-      const __m512 s = _mm512_set1_ps(w[r]);
-#pragma GCC unroll 3
-      for (int q = 0; q < kNv; ++q) acc[r][q] = _mm512_fmadd_ps(s, x[q], acc[r][q]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < kPackRows; ++r) {
-    if (r >= rows) break;
-#pragma GCC unroll 3
-    for (int q = 0; q < kNv; ++q) {
-      if constexpr (kPost) acc[r][q] = finish(acc[r][q], r, q, last, post, q + 1 < kNv);
-      if (q + 1 < kNv) _mm512_storeu_ps(c + r * ldc + q * kLanes, acc[r][q]);
-      else _mm512_mask_storeu_ps(c + r * ldc + q * kLanes, last, acc[r][q]);
-    }
-  }
+// A block of up to 3 vectors of columns from one with `left` columns to go:
+// its vector count and the last vector's lanes.
+struct ColumnBlock {
+  int nv;
+  __mmask16 last;
+};
+inline ColumnBlock column_block(int64_t left) {
+  left = std::min<int64_t>(left, 3 * kLanes);
+  const int nv = static_cast<int>((left + kLanes - 1) / kLanes);
+  const int64_t tail = left - (nv - 1) * kLanes;
+  return {nv, tail >= kLanes ? __mmask16(0xffff) : static_cast<__mmask16>((1u << tail) - 1)};
 }
 
-// kRows rows x kNv vectors of C = A * B with A read in place (row r of the
-// block at a + r * lda; rows past `rows` repeat the last one and are not
-// stored): the same order of operations as `micro`.
-template <int kRows, int kNv>
-void micro_rows(const float* a, int64_t lda, int64_t rows, int64_t k, const float* b, int64_t ldb, __mmask16 last,
-                float* c, int64_t ldc) {
-  const float* ar[kRows];
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) ar[r] = a + (r < rows ? r : rows - 1) * lda;
+// Where a kernel reads A's element (row r, reduction index i): blocks
+// packed by pack_rows, or rows read in place.
+struct PackedA {
+  const float* a;
+  float operator()(int r, int64_t i) const { return a[i * kPackRows + r]; }
+};
+template <int kRows>
+struct RowsA {
+  const float* row[kRows];
+  float operator()(int r, int64_t i) const { return row[r][i]; }
+};
+
+// kRows rows x kNv vectors of 16 columns, accumulated in registers over
+// all of k, each A element broadcast from memory. Every loop over
+// registers has a constant trip count (and is unrolled) so that the
+// accumulators stay in registers. Rows from `rows` on are computed (on
+// whatever A gives there) but not stored.
+// With kPost, `post` (its bias and residual already at this tile) is
+// applied before the store.
+template <int kRows, int kNv, bool kPost, typename A>
+void micro(const A& a, int64_t k, const float* b, int64_t ldb, __mmask16 last, float* c, int64_t ldc, int64_t rows,
+           const GemmPost& post) {
   __m512 acc[kRows][kNv];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r)
@@ -91,7 +77,7 @@ void micro_rows(const float* a, int64_t lda, int64_t rows, int64_t k, const floa
                          : _mm512_maskz_loadu_ps(last, b + i * ldb + q * kLanes);
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
-      const __m512 s = _mm512_set1_ps(ar[r][i]);
+      const __m512 s = _mm512_set1_ps(a(r, i));
 #pragma GCC unroll 3
       for (int q = 0; q < kNv; ++q) acc[r][q] = _mm512_fmadd_ps(s, x[q], acc[r][q]);
     }
@@ -101,18 +87,24 @@ void micro_rows(const float* a, int64_t lda, int64_t rows, int64_t k, const floa
     if (r >= rows) break;
 #pragma GCC unroll 3
     for (int q = 0; q < kNv; ++q) {
+      if constexpr (kPost) acc[r][q] = finish(acc[r][q], r, q, last, post, q + 1 < kNv);
       if (q + 1 < kNv) _mm512_storeu_ps(c + r * ldc + q * kLanes, acc[r][q]);
       else _mm512_mask_storeu_ps(c + r * ldc + q * kLanes, last, acc[r][q]);
     }
   }
 }
 
+// kRows rows of C = A * B with A read in place (row r of the block at
+// a + r * lda; rows past `rows` repeat the last one).
 template <int kRows>
 void rows_block(const float* a, int64_t lda, int64_t rows, int64_t k, const float* b, int64_t ldb, int nv,
                 __mmask16 last, float* c, int64_t ldc) {
-  if (nv == 3) micro_rows<kRows, 3>(a, lda, rows, k, b, ldb, last, c, ldc);
-  else if (nv == 2) micro_rows<kRows, 2>(a, lda, rows, k, b, ldb, last, c, ldc);
-  else micro_rows<kRows, 1>(a, lda, rows, k, b, ldb, last, c, ldc);
+  RowsA<kRows> ar;
+  for (int r = 0; r < kRows; ++r) ar.row[r] = a + (r < rows ? r : rows - 1) * lda;
+  const GemmPost none;
+  if (nv == 3) micro<kRows, 3, false>(ar, k, b, ldb, last, c, ldc, rows, none);
+  else if (nv == 2) micro<kRows, 2, false>(ar, k, b, ldb, last, c, ldc, rows, none);
+  else micro<kRows, 1, false>(ar, k, b, ldb, last, c, ldc, rows, none);
 }
 
 // dst (16 x 16, row stride ldd) = the transpose of src (16 x 16, row
@@ -179,10 +171,7 @@ void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64
   // Column blocks of up to 3 vectors outside, row blocks inside: a block of
   // B (k x 48) stays in L1 while every row block passes over it.
   for (int64_t j = 0; j < n; j += 3 * kLanes) {
-    const int64_t left = std::min<int64_t>(n - j, 3 * kLanes);
-    const int nv = static_cast<int>((left + kLanes - 1) / kLanes);
-    const int64_t tail = left - (nv - 1) * kLanes;
-    const __mmask16 last = tail >= kLanes ? __mmask16(0xffff) : static_cast<__mmask16>((1u << tail) - 1);
+    const auto [nv, last] = column_block(n - j);
     for (int64_t r = 0; r < m; r += kPackRows) {
       const float* a = packed + r * k;
       const int64_t rows = std::min(kPackRows, m - r);
@@ -191,9 +180,10 @@ void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64
         if (at.bias != nullptr) at.bias += r;
         if (at.res != nullptr) at.res += r * at.ldr + j;
       }
-      if (nv == 3) micro<3, kPost>(a, k, b + j, ldb, last, c + r * ldc + j, ldc, rows, at);
-      else if (nv == 2) micro<2, kPost>(a, k, b + j, ldb, last, c + r * ldc + j, ldc, rows, at);
-      else micro<1, kPost>(a, k, b + j, ldb, last, c + r * ldc + j, ldc, rows, at);
+      const PackedA pa{a};
+      if (nv == 3) micro<kPackRows, 3, kPost>(pa, k, b + j, ldb, last, c + r * ldc + j, ldc, rows, at);
+      else if (nv == 2) micro<kPackRows, 2, kPost>(pa, k, b + j, ldb, last, c + r * ldc + j, ldc, rows, at);
+      else micro<kPackRows, 1, kPost>(pa, k, b + j, ldb, last, c + r * ldc + j, ldc, rows, at);
     }
   }
 #else
@@ -240,10 +230,7 @@ bool gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, con
   // Column blocks of up to 3 vectors outside, blocks of 8 rows inside (a
   // last block of 1, 2 or 3 to 4 rows with fewer accumulators).
   for (int64_t j = 0; j < n; j += 3 * kLanes) {
-    const int64_t left = std::min<int64_t>(n - j, 3 * kLanes);
-    const int nv = static_cast<int>((left + kLanes - 1) / kLanes);
-    const int64_t tail = left - (nv - 1) * kLanes;
-    const __mmask16 last = tail >= kLanes ? __mmask16(0xffff) : static_cast<__mmask16>((1u << tail) - 1);
+    const auto [nv, last] = column_block(n - j);
     for (int64_t r = 0; r < m;) {
       const int64_t rows = std::min<int64_t>(kPackRows, m - r);
       const float* ar = a + r * lda;
