@@ -90,28 +90,30 @@ TEST_F(Nn, SgemmAcrossSplitWidths) {
   }
 }
 
-// matmul_gemm, the MatMul and attention GEMM: with AVX-512 and k up to
-// kRowsGemmMaxK each output is exactly the in-order fma chain over k (so
-// any tile of C gives the same bits), else sgemm; rows 1 to 13 (the 8-,
-// 4-, 2- and 1-row blocks), widths around the 16-column vectors and the
-// 48-column blocks, k = 0, short and long (sgemm), leading dims wider than
-// the matrices, nothing written past a row's n columns.
+// matmul_gemm, the MatMul and attention GEMM: with AVX-512, for k up to
+// kRowsGemmMaxK in products of at least kRowsGemmMinM rows or a B of at
+// most kRowsGemmSmallB elements, each output is exactly the in-order fma
+// chain over k (so any tile of C gives the same bits), else sgemm; products of 1 to 13 rows (whole, then in tiles that
+// reach the 8-, 4-, 2- and 1-row blocks), widths around the 16-column
+// vectors and the 48-column blocks, k = 0, short and long (sgemm), leading
+// dims wider than the matrices, nothing written past a row's n columns.
 TEST_F(Nn, MatmulGemmIsTheInOrderFmaChain) {
   for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{64}, int64_t{129}, kRowsGemmMaxK, kRowsGemmMaxK + 1}) {
-    for (int64_t m : {1, 2, 3, 4, 5, 8, 11, 13}) {
+    for (int64_t m : {1, 3, 5, 8, 9, 10, 11, 13}) {
       for (int64_t n : {1, 15, 16, 17, 47, 48, 49, 100}) {
         const int64_t lda = k + 3, ldb = n + 2, ldc = n + 1;
         Tensor a = rng.floats(Shape{m * lda}), b = rng.floats(Shape{std::max<int64_t>(k, 1) * ldb});
         std::vector<float> got(static_cast<size_t>(m * ldc), 7.f), tiled(got);
         const float* pa = a.data<float>();
         const float* pb = b.data<float>();
-        matmul_gemm(m, n, k, pa, lda, pb, ldb, got.data(), ldc);
+        matmul_gemm(m, n, k, pa, lda, pb, ldb, got.data(), ldc, m, n);
         // The same product in tiles of 3 rows x 20 columns.
         for (int64_t r = 0; r < m; r += 3)
           for (int64_t c = 0; c < n; c += 20)
             matmul_gemm(std::min<int64_t>(3, m - r), std::min<int64_t>(20, n - c), k, pa + r * lda, lda, pb + c, ldb,
-                        tiled.data() + r * ldc + c, ldc);
-        const bool exact = k <= kRowsGemmMaxK && gemm_rows(0, 0, 0, nullptr, 0, nullptr, 0, nullptr, 0);
+                        tiled.data() + r * ldc + c, ldc, m, n);
+        const bool exact = k <= kRowsGemmMaxK && (m >= kRowsGemmMinM || n * k <= kRowsGemmSmallB) &&
+                           gemm_rows(0, 0, 0, nullptr, 0, nullptr, 0, nullptr, 0);
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t j = 0; j < ldc; ++j) {
             const size_t at = static_cast<size_t>(i * ldc + j);

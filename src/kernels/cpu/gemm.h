@@ -10,17 +10,27 @@ namespace tessera {
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-// Reductions up to this length run gemm_rows in matmul_gemm.
+// matmul_gemm runs gemm_rows for reductions of at most kRowsGemmMaxK in
+// products of at least kRowsGemmMinM rows, or of a B of at most
+// kRowsGemmSmallB elements.
 inline constexpr int64_t kRowsGemmMaxK = 512;
+inline constexpr int64_t kRowsGemmMinM = 8;
+inline constexpr int64_t kRowsGemmSmallB = 32768;
 
 // C = A * B, neither transposed, C overwritten: the MatMul kernel's and
-// the fused attention's GEMM. Up to kRowsGemmMaxK it is gemm_rows
+// the fused attention's GEMM, on a tile of a product of product_m x
+// product_n outputs. Where the constants above allow, it is gemm_rows
 // (packed_gemm.h), which on one thread beats sgemm on the small tiles of
-// transformer layers (8 rows x 512 x 128: 4.6 -> 4.4 us; 64 x 64 x 64:
-// 2.6 -> 2.3 us) and gives every output the same value whatever the tile;
-// the choice depends on k alone, so tiles of one product never mix the
-// two. Longer reductions (and builds without AVX-512) use sgemm.
+// transformer layers (8 rows x 512 x 128: 4.7 -> 4.5 us; 64 x 64 x 64: 2.6
+// -> 2.4 us), far more on tiny products where sgemm's per-call cost
+// dominates (6 x 48 x 48: 0.36 -> 0.16 us), and gives every output the
+// same value whatever the tile. Longer reductions (sgemm's k blocking
+// wins), products of a few rows with a large B (gemm_rows walks B in
+// 48-column panels with a little reuse per row: a 1 x 1024 x 256 GEMV
+// takes 8.4 us in sgemm, 35 in gemm_rows) and builds without AVX-512 use
+// sgemm. The choice depends on the product, never on the tile, so the
+// tiles of one product never mix the two.
 void matmul_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                 int64_t ldc);
+                 int64_t ldc, int64_t product_m, int64_t product_n);
 
 }  // namespace tessera

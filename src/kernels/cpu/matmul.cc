@@ -73,7 +73,7 @@ class MatMulOp : public ROp {
       const int64_t ldc = sections_[s + 1] - sections_[s];
       const int64_t at = bi * g_.m * ldc + m0 * ldc + (c0 - sections_[s]);
       float* c = static_cast<float*>(args.out[s]) + at;
-      matmul_gemm(m1 - m0, c1 - c0, k_, a, k_, b + c0, g_.n, c, ldc);
+      matmul_gemm(m1 - m0, c1 - c0, k_, a, k_, b + c0, g_.n, c, ldc, g_.m, g_.n);
       if (!has_bias_ && epi_.empty() && !norm_) continue;
       // TesseraFusedMatMul: the bias Add (bias + y, as the unfused Add),
       // then the residual and activation, then the LayerNormalization
@@ -274,7 +274,7 @@ class EinsumOp : public ROp {
         tb[j * nn_ + i] = b[ob + ib + kb];
       }
     }
-    matmul_gemm(mn_, nn_, kn_, ta, kn_, tb, nn_, tc, nn_);
+    matmul_gemm(mn_, nn_, kn_, ta, kn_, tb, nn_, tc, nn_, mn_, nn_);
     for (int64_t i = 0; i < mn_; ++i) {
       int64_t u1 = 0, u2 = 0, io = 0;
       offset_of(m_, i, &u1, &u2, &io);

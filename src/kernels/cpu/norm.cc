@@ -277,7 +277,7 @@ class AttentionOp : public ROp {
         transpose(kb, ldq, t_, d_, kt, t_);
         ktb = kt;
       }
-      matmul_gemm(rows, t_, d_, qb + r0 * ldq, ldq, ktb, t_, sc, t_);
+      matmul_gemm(rows, t_, d_, qb + r0 * ldq, ldq, ktb, t_, sc, t_, s_, t_);
       for (int64_t i = 0; i < rows; ++i) {
         float* row = sc + i * t_;
         if (scale_op_ == 1)
@@ -293,7 +293,7 @@ class AttentionOp : public ROp {
         }
       }
       softmax_rows(sc, t_, sc, t_, rows, t_);
-      matmul_gemm(rows, dv_, t_, sc, t_, vb, ldv, yb + r0 * ldv, ldv);
+      matmul_gemm(rows, dv_, t_, sc, t_, vb, ldv, yb + r0 * ldv, ldv, s_, dv_);
       line += rows;
     }
   }
