@@ -24,22 +24,25 @@
 
 namespace tessera {
 
+// fast_exp's constants, shared with its 16-lane form (row_math.h).
+namespace exp_consts {
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+inline constexpr float kLow = -87.3f, kHigh = 88.7f;
+// e^r's Taylor coefficients, highest degree first (Horner order).
+inline constexpr float kPoly[7] = {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f};
+}  // namespace exp_consts
+
 [[gnu::always_inline]] inline float fast_exp(float x) {
-  const float kLog2e = 1.44269504088896341f;
-  const float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  using namespace exp_consts;
   // Written so that a NaN x clamps to the low bound: n stays finite and the
   // float-to-int conversion below is defined; the NaN is returned at the end.
-  float xc = x > -87.3f ? x : -87.3f;
-  xc = xc < 88.7f ? xc : 88.7f;
+  float xc = x > kLow ? x : kLow;
+  xc = xc < kHigh ? xc : kHigh;
   float n = __builtin_floorf(xc * kLog2e + 0.5f);
   float r = xc - n * kLn2Hi - n * kLn2Lo;
-  float p = 1.f / 720;
-  p = p * r + 1.f / 120;
-  p = p * r + 1.f / 24;
-  p = p * r + 1.f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  p = p * r + 1.f;
+  float p = kPoly[0];
+  for (int i = 1; i < 7; ++i) p = p * r + kPoly[i];
   int32_t e = static_cast<int32_t>(n) + 127;
   e = e < 1 ? 1 : (e > 254 ? 254 : e);
   uint32_t bits = static_cast<uint32_t>(e) << 23;

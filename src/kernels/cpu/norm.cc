@@ -120,18 +120,15 @@ class LayerNormOp : public ROp {
                       mean_out ? mean_out + b : nullptr, inv_out ? inv_out + b : nullptr);
       return;
     }
-    for (int64_t r = b; r < e; ++r) {
+    for (int64_t r = b; r < e; ++r) {  // a scale or bias of one value
       const float* xr = x + r * cols_;
       float* yr = y + r * cols_;
-      float mean, inv;
-      {
-        mean = cols_ ? row_sum(xr, cols_) / static_cast<float>(cols_) : 0.f;
-        const float var = cols_ ? row_sq_dev(xr, cols_, mean) / static_cast<float>(cols_) : 0.f;
-        inv = 1.f / std::sqrt(var + eps_);
-        for (int64_t i = 0; i < cols_; ++i) {
-          float v = (xr[i] - mean) * inv * scale[scale_bcast_ ? 0 : i];
-          yr[i] = bias ? v + bias[bias_bcast_ ? 0 : i] : v;
-        }
+      const float mean = cols_ ? row_sum(xr, cols_) / static_cast<float>(cols_) : 0.f;
+      const float var = cols_ ? row_sq_dev(xr, cols_, mean) / static_cast<float>(cols_) : 0.f;
+      const float inv = 1.f / std::sqrt(var + eps_);
+      for (int64_t i = 0; i < cols_; ++i) {
+        float v = (xr[i] - mean) * inv * scale[scale_bcast_ ? 0 : i];
+        yr[i] = bias ? v + bias[bias_bcast_ ? 0 : i] : v;
       }
       if (mean_out) mean_out[r] = mean;
       if (inv_out) inv_out[r] = inv;

@@ -95,8 +95,9 @@ inline float exp_sum(const float* x, float* y, int64_t n, float mx) {
 
 // LayerNormalization of one row with a scale and an optional bias of one
 // value per element: y = (x - mean) * inv * scale + bias, inv =
-// 1 / sqrt(var + eps); y may be x. The LayerNormalization kernel and the
-// MatMul epilogue that absorbs one both call this, so they agree bitwise.
+// 1 / sqrt(var + eps); y may be x. Without AVX-512 the LayerNormalization
+// kernel and the MatMul epilogue that absorbs one both reach this through
+// layer_norm_rows (below), so they agree bitwise.
 // Returns the mean; *inv_out (when not null) gets inv.
 inline float layer_norm_row(const float* x, float* y, int64_t n, float eps, const float* __restrict scale,
                             const float* __restrict bias, float* inv_out = nullptr) {
@@ -146,41 +147,41 @@ inline __mmask16 lanes_left(int64_t left) {
   return left >= kLanes ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
 }
 
-// Lanes j and j + 8, then j and j + 4, ...: the order of combine().
-inline float pairwise_sum(__m512 v) {
+// Lanes j and j + 8 combined, then j and j + 4, ... (op256 and op128: the
+// same operation on 8 and 4 lanes); lane 0 of the last step is the result.
+template <typename Op256, typename Op128>
+inline float lane_reduce(__m512 v, Op256 op256, Op128 op128) {
   const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(v), 0));
   const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(v), 1));
-  const __m256 s8 = _mm256_add_ps(lo, hi);
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+  const __m256 s8 = op256(lo, hi);
+  const __m128 s4 = op128(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = op128(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(op128(s2, _mm_movehdup_ps(s2)));
+}
+
+// The sum in the order of combine().
+inline float pairwise_sum(__m512 v) {
+  return lane_reduce(v, [](__m256 a, __m256 b) { return _mm256_add_ps(a, b); },
+                     [](__m128 a, __m128 b) { return _mm_add_ps(a, b); });
 }
 
 // Largest lane (no lane is NaN here).
 inline float lane_max(__m512 v) {
-  const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(v), 0));
-  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(v), 1));
-  const __m256 m8 = _mm256_max_ps(lo, hi);
-  const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
-  const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  return _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+  return lane_reduce(v, [](__m256 a, __m256 b) { return _mm256_max_ps(a, b); },
+                     [](__m128 a, __m128 b) { return _mm_max_ps(a, b); });
 }
 
 // fast_exp on 16 lanes, the same steps.
 inline __m512 exp16(__m512 x) {
-  __m512 xc = _mm512_maskz_max_ps(kAll, x, _mm512_set1_ps(-87.3f));  // a NaN x gives the bound (second operand)
-  xc = _mm512_maskz_min_ps(kAll, xc, _mm512_set1_ps(88.7f));
-  const __m512 t = _mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f));
+  using namespace exp_consts;
+  __m512 xc = _mm512_maskz_max_ps(kAll, x, _mm512_set1_ps(kLow));  // a NaN x gives the bound (second operand)
+  xc = _mm512_maskz_min_ps(kAll, xc, _mm512_set1_ps(kHigh));
+  const __m512 t = _mm512_fmadd_ps(xc, _mm512_set1_ps(kLog2e), _mm512_set1_ps(0.5f));
   const __m512 n = _mm512_maskz_roundscale_ps(kAll, t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.f / 720);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), xc);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kPoly[0]);
+  for (int i = 1; i < 7; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kPoly[i]));
   __m512i e = _mm512_add_epi32(_mm512_maskz_cvtps_epi32(kAll, n), _mm512_set1_epi32(127));
   e = _mm512_maskz_max_epi32(kAll, e, _mm512_set1_epi32(1));
   e = _mm512_maskz_min_epi32(kAll, e, _mm512_set1_epi32(254));
@@ -248,7 +249,8 @@ inline void softmax_group(const float* x, int64_t ldx, float* y, int64_t ldy, in
   for (int64_t i = 0; i < n; i += kLanes) {
     const __mmask16 m = lanes_left(n - i);
     for (int r = 0; r < R; ++r) {
-      const __m512 v = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + r * ldx + i), mx[r])));
+      const __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + r * ldx + i), mx[r]);
+      const __m512 v = _mm512_maskz_mov_ps(m, exp16(d));
       _mm512_mask_storeu_ps(y + r * ldy + i, m, v);
       acc[r] = _mm512_add_ps(acc[r], v);
     }
