@@ -26,7 +26,7 @@ class Program;
 
 // Bumped whenever an rKernel changes speed or tiling: old cache entries
 // stop matching.
-inline constexpr int kKernelVersion = 43;
+inline constexpr int kKernelVersion = 44;
 
 struct ProfileOptions {
   bool use_cache = true;   // read and update the cache

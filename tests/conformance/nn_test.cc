@@ -436,22 +436,30 @@ TEST_F(Nn, ConvTranspose) {
 // ------------------------------------------------------------ Pooling ---
 
 TEST_F(Nn, MaxAndAveragePool) {
-  struct Case { int64_t h, w, kh, kw, sh, sw, pt, pl, pb, pr; int ceil; int include_pad; };
+  struct Case { int64_t h, w, kh, kw, sh, sw, pt, pl, pb, pr; int ceil; int include_pad; int64_t dh = 1, dw = 1; };
   for (const Case& k : {Case{9, 9, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0}, Case{8, 7, 2, 3, 2, 2, 0, 1, 0, 1, 1, 0},
                         Case{10, 10, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1}, Case{7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 0, 1},
                         Case{5, 6, 5, 6, 1, 1, 0, 0, 0, 0, 0, 0},
                         // rows of several 16-wide vectors with a partial one,
                         // stride 1 and 2 (with ceil_mode's partial window)
                         Case{6, 37, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0}, Case{7, 40, 3, 3, 2, 2, 1, 1, 1, 1, 0, 1},
-                        Case{5, 35, 2, 2, 2, 2, 0, 0, 0, 0, 1, 0}}) {
+                        Case{5, 35, 2, 2, 2, 2, 0, 0, 0, 0, 1, 0},
+                        // square windows at stride 1 (2x2 with one-sided
+                        // pads, 5x5 over two and a half vectors), a row
+                        // stride of 2 with unit column stride, and MaxPool
+                        // dilated along rows, along columns
+                        Case{9, 20, 2, 2, 1, 1, 0, 0, 1, 1, 0, 0}, Case{12, 37, 5, 5, 1, 1, 2, 2, 2, 2, 0, 0},
+                        Case{9, 21, 3, 2, 2, 1, 1, 0, 1, 1, 1, 0}, Case{11, 19, 3, 3, 1, 1, 2, 1, 2, 1, 0, 0, 2, 1},
+                        Case{8, 23, 2, 3, 1, 1, 0, 2, 0, 2, 0, 0, 1, 2}}) {
     Tensor x = rng.floats(Shape{2, 3, k.h, k.w});
     auto out_len = [&](int64_t in, int64_t kk, int64_t s, int64_t p0, int64_t p1) {
-      int64_t span = in + p0 + p1 - kk;
+      int64_t span = in + p0 + p1 - kk;  // kk: the dilated window's extent
       int64_t o = (k.ceil ? (span + s - 1) / s : span / s) + 1;
       if (k.ceil && (o - 1) * s >= in + p0) --o;
       return o;
     };
-    int64_t oh = out_len(k.h, k.kh, k.sh, k.pt, k.pb), ow = out_len(k.w, k.kw, k.sw, k.pl, k.pr);
+    int64_t oh = out_len(k.h, (k.kh - 1) * k.dh + 1, k.sh, k.pt, k.pb);
+    int64_t ow = out_len(k.w, (k.kw - 1) * k.dw + 1, k.sw, k.pl, k.pr);
     Tensor mx(DType::kFloat32, Shape{2, 3, oh, ow}), av(DType::kFloat32, Shape{2, 3, oh, ow});
     for (int64_t pl = 0; pl < 6; ++pl)
       for (int64_t i = 0; i < oh; ++i)
@@ -462,7 +470,7 @@ TEST_F(Nn, MaxAndAveragePool) {
           int64_t y0 = i * k.sh - k.pt, x0 = j * k.sw - k.pl;
           for (int64_t a = 0; a < k.kh; ++a)
             for (int64_t b = 0; b < k.kw; ++b) {
-              int64_t y = y0 + a, xx = x0 + b;
+              int64_t y = y0 + a * k.dh, xx = x0 + b * k.dw;
               if (y < 0 || y >= k.h || xx < 0 || xx >= k.w) continue;
               float v = x.data<float>()[(pl * k.h + y) * k.w + xx];
               m = std::max(m, v);
@@ -480,6 +488,11 @@ TEST_F(Nn, MaxAndAveragePool) {
                                               {"strides", attr_ints({k.sh, k.sw})},
                                               {"pads", attr_ints({k.pt, k.pl, k.pb, k.pr})},
                                               {"ceil_mode", attr_i(k.ceil)}};
+    if (k.dh != 1 || k.dw != 1) {  // AveragePool has no dilations before opset 19
+      attrs["dilations"] = attr_ints({k.dh, k.dw});
+      expect_matches({"MaxPool", {{x}}, attrs}, {mx});
+      continue;
+    }
     expect_matches({"MaxPool", {{x}}, attrs}, {mx});
     attrs["count_include_pad"] = attr_i(k.include_pad);
     expect_matches({"AveragePool", {{x}}, attrs}, {av});
