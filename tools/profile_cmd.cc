@@ -76,6 +76,10 @@ int profile_main(int argc, char** argv) {
   }
   std::printf("\n%zu ops, %.1f us of rTask work per run (%.1f ms); %zu measured, %zu from the cache\ncache: %s\n",
               p.steps.size(), sum, sum / 1e3, r->measured, r->from_cache, r->cache_path.c_str());
+  if (r->contended > 0)
+    std::printf("note: %zu measured while this core never ran at full speed (another thread on it?): scaled "
+                "estimates; rerun with `--no-cache` when the machine is quiet\n",
+                r->contended);
   return 0;
 }
 

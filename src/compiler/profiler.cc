@@ -7,6 +7,10 @@
 #include <fstream>
 #include <sstream>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "base/clock.h"
 #include "base/strings.h"
 #include "compiler/program.h"
@@ -15,6 +19,44 @@ namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The cache key of the gauge's best time (step keys start with an op type).
+constexpr char kGaugeKey[] = "@gauge";
+
+// One run of the contention gauge, in µs: a fixed mix of independent fused
+// multiply-adds and loads from L1, about 1 µs on a quiet core. Another
+// thread sharing this core (a hypervisor's neighbour on the same physical
+// core) or a lower clock makes it slower by about as much as it slows the
+// kernels, so the ratio to the best time seen tells a measurement taken at
+// full speed from one that was not.
+double gauge_us() {
+  alignas(64) static float data[4096];
+  const int64_t t0 = now_ns();
+#if defined(__AVX512F__)
+  __m512 acc[8];
+  for (int j = 0; j < 8; ++j) acc[j] = _mm512_set1_ps(static_cast<float>(j));
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  for (int it = 0; it < 256; ++it) {
+    for (int j = 0; j < 8; ++j) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+    for (int j = 0; j < 8; ++j) acc[j] = _mm512_add_ps(acc[j], _mm512_load_ps(data + ((it * 8 + j) % 256) * 16));
+  }
+  __m512 sum = acc[0];
+  for (int j = 1; j < 8; ++j) sum = _mm512_add_ps(sum, acc[j]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, sum);
+  volatile float sink = lanes[0] + lanes[15];
+#else
+  float acc[64];
+  for (int j = 0; j < 64; ++j) acc[j] = static_cast<float>(j);
+  for (int it = 0; it < 256; ++it)
+    for (int j = 0; j < 64; ++j) acc[j] = acc[j] * 0.999f + data[(it * 64 + j) % 4096];
+  float sum = 0;
+  for (float v : acc) sum += v;
+  volatile float sink = sum;
+#endif
+  (void)sink;
+  return static_cast<double>(now_ns() - t0) / 1e3;
+}
 
 std::string cache_dir(const ProfileOptions& o) {
   if (!o.cache_dir.empty()) return o.cache_dir;
@@ -77,8 +119,17 @@ void save_cache(const std::string& path, const std::map<std::string, double>& m)
   if (ec) fs::remove(tmp, ec);
 }
 
-// Times rTasks of one step; returns the median µs of one rTask.
-double measure_step(const Step& s, const ProfileOptions& o) {
+// A round of samples counts as taken at full speed when the gauge run just
+// before it was within this factor of the best gauge time.
+constexpr double kQuietGauge = 1.12;
+// Fewer full-speed samples than this by max_ms_per_op: the median of all
+// samples, each scaled by its round's gauge ratio, instead.
+constexpr size_t kMinQuietSamples = 3;
+
+// Times rTasks of one step; returns the median µs of one rTask among the
+// rounds taken at full speed (see gauge_us), updating *best_gauge.
+// *contended: no such rounds were to be had, the result is scaled.
+double measure_step(const Step& s, const ProfileOptions& o, double* best_gauge, bool* contended) {
   std::vector<std::vector<unsigned char>> buffers;
   std::vector<const void*> in;
   std::vector<void*> out;
@@ -103,21 +154,28 @@ double measure_step(const Step& s, const ProfileOptions& o) {
   for (int64_t i : {int64_t{0}, n / 3, (2 * n) / 3, n - 1})
     if (std::find(picks.begin(), picks.end(), i) == picks.end()) picks.push_back(i);
   for (int64_t t : picks) s.op->run(t, args);  // warm caches, library JIT
-  std::vector<double> samples;
+  std::vector<double> quiet, scaled;
   const int64_t start = now_ns();
   while (true) {
+    const double g = gauge_us();
+    *best_gauge = std::min(*best_gauge, g);
+    const double ratio = g / *best_gauge;
     for (int64_t t : picks) {
       int64_t t0 = now_ns();
       s.op->run(t, args);
-      samples.push_back(static_cast<double>(now_ns() - t0) / 1e3);
+      const double us = static_cast<double>(now_ns() - t0) / 1e3;
+      if (ratio <= kQuietGauge) quiet.push_back(us);
+      scaled.push_back(us / ratio);
     }
     double elapsed_ms = static_cast<double>(now_ns() - start) / 1e6;
-    if ((static_cast<int>(samples.size()) >= o.min_samples && elapsed_ms >= o.min_ms_per_op) ||
+    if ((static_cast<int>(quiet.size()) >= o.min_samples && elapsed_ms >= o.min_ms_per_op) ||
         elapsed_ms >= o.max_ms_per_op)
       break;
   }
-  std::nth_element(samples.begin(), samples.begin() + static_cast<long>(samples.size() / 2), samples.end());
-  return std::max(samples[samples.size() / 2], 0.01);
+  *contended = quiet.size() < kMinQuietSamples;
+  std::vector<double>& use = *contended ? scaled : quiet;
+  std::nth_element(use.begin(), use.begin() + static_cast<long>(use.size() / 2), use.end());
+  return std::max(use[use.size() / 2], 0.01);
 }
 
 }  // namespace
@@ -145,6 +203,7 @@ Profiler::Profiler(const ProfileOptions& o) : options_(o) {
   cache_path_ = (fs::path(cache_dir(o)) / str_cat("profile-", model, "-k", kKernelVersion, ".tsv")).string();
   if (o.use_cache) cache_ = load_cache(cache_path_);
   cpu_kernels_thread_init();
+  if (auto g = cache_.find(kGaugeKey); g != cache_.end()) best_gauge_ = g->second;
 }
 
 Profiler::~Profiler() { flush(); }
@@ -165,11 +224,18 @@ double Profiler::cost(const Step& s, bool* from_cache) {
     return it->second;
   }
   if (seen != fresh_.end()) return seen->second;
-  double us = measure_step(s, options_);
+  if (!gauge_warm_) {  // the best of a few hundred runs before the first measurement
+    for (int i = 0; i < 200; ++i) best_gauge_ = std::min(best_gauge_, gauge_us());
+    gauge_warm_ = true;
+  }
+  bool contended = false;
+  double us = measure_step(s, options_, &best_gauge_, &contended);
   fresh_[key] = us;
   cache_[key] = us;
+  cache_[kGaugeKey] = best_gauge_;
   dirty_ = true;
   ++measured_;
+  if (contended) ++contended_;
   return us;
 }
 
@@ -185,6 +251,7 @@ Result<ProfileResult> profile_program(const Program& p, const ProfileOptions& o)
   }
   r.measured = prof.measured();
   r.from_cache = prof.from_cache();
+  r.contended = prof.contended();
   return r;
 }
 

@@ -5,7 +5,13 @@
 // constants are the model's own, runtime values are zeros (valid for every
 // kernel, Gather indices included). A few rTask indices spread over the op
 // run in rounds until there are enough samples and enough time for a stable
-// median. Results persist in a profile cache, a text file under
+// median. Before each round a small fixed workload (the gauge) is timed: a
+// round counts only if the gauge ran within 12% of its best time, so that a
+// cost measured while another tenant shared the core (a noisy host) does
+// not enter the Plan; where no such round comes before max_ms_per_op, the
+// median of all rounds, each scaled by its gauge ratio, is used instead
+// (counted in ProfileResult::contended). The gauge's best time is cached
+// too. Results persist in a profile cache, a text file under
 // $TESSERA_CACHE (default ~/.cache/tessera), keyed by CPU model and kernel
 // version, and later compiles reuse them.
 //
@@ -43,6 +49,7 @@ struct ProfileResult {
   std::vector<double> task_cost_us;  // per step: median µs of one rTask
   std::vector<bool> cached;          // per step: came from the cache
   size_t measured = 0, from_cache = 0;
+  size_t contended = 0;  // measured with the core never at full speed: scaled estimates
   std::string cache_path;
 };
 
@@ -66,13 +73,16 @@ class Profiler {
   const std::string& cache_path() const { return cache_path_; }
   size_t measured() const { return measured_; }
   size_t from_cache() const { return from_cache_; }
+  size_t contended() const { return contended_; }
 
  private:
   ProfileOptions options_;
   std::string cache_path_;
   std::map<std::string, double> cache_, fresh_;
   bool dirty_ = false;
-  size_t measured_ = 0, from_cache_ = 0;
+  size_t measured_ = 0, from_cache_ = 0, contended_ = 0;
+  double best_gauge_ = 1e300;  // µs: the gauge's best time, cached or seen
+  bool gauge_warm_ = false;
 };
 
 // "Intel(R) Xeon(R) ..." from /proc/cpuinfo, or "unknown-cpu".

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <random>
@@ -358,6 +359,25 @@ TEST(Profiler, MeasuresCachesAndFeedsThePlan) {
   auto refreshed = profile_program(**first, po);
   ASSERT_TRUE(refreshed.ok());
   EXPECT_GT(refreshed->measured, 0u);
+  // The cache keeps the contention gauge's best time. With one planted far
+  // below any real run, no round counts as taken at full speed: every
+  // measurement is reported as a scaled estimate.
+  {
+    std::ifstream in(refreshed->cache_path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("@gauge\t"), std::string::npos) << refreshed->cache_path;
+  }
+  {
+    std::ofstream out(refreshed->cache_path, std::ios::trunc);
+    out << "@gauge\t0.000001\n";
+  }
+  po.refresh = false;
+  po.max_ms_per_op = 1;
+  auto planted = profile_program(**first, po);
+  ASSERT_TRUE(planted.ok());
+  EXPECT_GT(planted->measured, 0u);
+  EXPECT_EQ(planted->contended, planted->measured);
+  for (double c : planted->task_cost_us) EXPECT_GT(c, 0.0);
   // The profiled plan still computes the same thing.
   auto want = sequential_reference("nasnet_like");
   expect_bitwise(run_outputs(std::move(*first), Executor::kPlan, inputs), want, "profiled plan");
