@@ -692,12 +692,12 @@ Result<std::unique_ptr<Program>> Loader::run() {
     bool used = sv[i].is_output || sv[i].role == Role::kInput || g.use_count(vals[i]) > 0 || produced[i];
     if (!used) continue;
     uint64_t bytes = value_bytes(vals[i]);
-    naive += bytes;
+    naive += value_slot_bytes(vals[i]);
     if (sv[i].a % 64 != 0 || sv[i].a > arena_bytes || bytes > arena_bytes - sv[i].a)
       return err(str_cat("value '", sv[i].name, "' lies outside the arena"));
     offset[vals[i]] = sv[i].a;
   }
-  if (arena_bytes > naive) return err(str_cat("arena of ", arena_bytes, " bytes is larger than all values together"));
+  if (arena_bytes > naive) return err(str_cat("arena of ", arena_bytes, " bytes is larger than all values together (with their page-offset slack)"));
   p->memory.arena_bytes = arena_bytes;
   p->memory.naive_bytes = naive;
   p->memory.offset = offset;

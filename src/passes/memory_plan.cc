@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <unordered_set>
@@ -8,8 +9,40 @@
 
 namespace tessera {
 
+namespace {
+
+// Values of kColorMinBytes or more start at one of kColors offsets within a
+// 4 KB page, kColorStep apart, chosen by the value's index. Planes whose
+// rows are a multiple of 4 KB apart (32 x 32 floats) otherwise all start at
+// the same page offset, and a kernel storing rows of its output while
+// loading rows of its input or residual at the same offset within a page
+// waits on false store-to-load dependencies (4K aliasing): a 32 x 32 by
+// 32 x 1024 product with a residual took 11.8 us at equal offsets, 10.5
+// apart. The padding costs at most 1/16 of a coloured value's size.
+constexpr size_t kPage = 4096, kColors = 16, kColorStep = kPage / kColors, kColorMinBytes = 16 * kPage;
+constexpr size_t kNoColor = SIZE_MAX;
+
+size_t color_of(size_t index, size_t bytes) {
+  return bytes < kColorMinBytes ? kNoColor : index % kColors * kColorStep;
+}
+
+// The smallest offset >= at whose position in its page is `color` (any
+// offset for kNoColor).
+size_t with_color(size_t at, size_t color) {
+  if (color == kNoColor) return at;
+  const size_t base = at / kPage * kPage + color;
+  return base >= at ? base : base + kPage;
+}
+
+}  // namespace
+
 size_t value_bytes(const Value* v) {
   return (static_cast<size_t>(v->shape.numel()) * dtype_size(v->dtype) + 63) / 64 * 64;
+}
+
+size_t value_slot_bytes(const Value* v) {
+  const size_t bytes = value_bytes(v);
+  return bytes >= kColorMinBytes ? bytes + kPage : bytes;
 }
 
 MemoryPlan place_values(const std::vector<const Value*>& values, const std::function<bool(size_t, size_t)>& conflict) {
@@ -24,15 +57,16 @@ MemoryPlan place_values(const std::vector<const Value*>& values, const std::func
   std::vector<std::pair<size_t, size_t>> busy;
   for (size_t i : order) {
     size_t bytes = value_bytes(values[i]);
-    plan.naive_bytes += bytes;
+    plan.naive_bytes += value_slot_bytes(values[i]);
     busy.clear();
     for (size_t j : placed)
       if (conflict(i, j)) busy.push_back({offset[j], offset[j] + value_bytes(values[j])});
     std::sort(busy.begin(), busy.end());
-    size_t at = 0;
+    const size_t color = color_of(i, bytes);
+    size_t at = with_color(0, color);
     for (auto& [b, e] : busy) {
       if (at + bytes <= b) break;
-      at = std::max(at, e);
+      at = std::max(at, with_color(e, color));
     }
     offset[i] = at;
     placed.push_back(i);

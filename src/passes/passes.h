@@ -76,7 +76,7 @@ int64_t concat_part_offset(const Node& n, size_t i);
 // outputs until after the last step.
 struct MemoryPlan {
   size_t arena_bytes = 0;
-  size_t naive_bytes = 0;  // sum of all sizes, for comparison
+  size_t naive_bytes = 0;  // sum of all slot sizes (value_slot_bytes), for comparison
   std::unordered_map<const Value*, size_t> offset;
 };
 // In-place Concat parts (`aliases`) share their Concat output's lifetime and
@@ -85,10 +85,16 @@ MemoryPlan plan_memory(const Graph& g, const std::vector<const Node*>& order, co
 
 // The placement under both plans: `values` get offsets, largest first, each
 // at the lowest offset not used by an already placed value it conflicts with
-// (conflict(i, j): values i and j may be live at the same time).
+// (conflict(i, j): values i and j may be live at the same time) and, for
+// values of a page or more, at one of 16 positions within a 4 KB page
+// chosen by the value's index (see memory_plan.cc: 4K aliasing), for
+// values of 64 KB or more.
 MemoryPlan place_values(const std::vector<const Value*>& values,
                         const std::function<bool(size_t, size_t)>& conflict);
 size_t value_bytes(const Value* v);  // rounded up to 64
+// value_bytes plus the most its colouring can pad it (4 KB for values of
+// 64 KB or more): the arena never exceeds the sum of these.
+size_t value_slot_bytes(const Value* v);
 // Gives each in-place part its place inside its (already placed) base and
 // counts it in naive_bytes.
 void place_aliases(MemoryPlan* plan, const AliasMap& aliases);

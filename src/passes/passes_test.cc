@@ -24,7 +24,8 @@ TEST(MemoryPlan, NoOverlapBetweenLiveValuesOnRandomGraphs) {
       Value* b = pool[rng() % pool.size()];
       Node* n = g.add_node("Add", "n" + std::to_string(i), {a, b}, 1);
       n->outputs[0]->dtype = DType::kFloat32;
-      n->outputs[0]->shape = Shape{static_cast<int64_t>(1 + rng() % 1000)};
+      // Some of 64 KB or more, which get a page offset of their own.
+      n->outputs[0]->shape = Shape{static_cast<int64_t>(rng() % 4 == 0 ? 16384 + rng() % 20000 : 1 + rng() % 1000)};
       pool.push_back(n->outputs[0]);
     }
     g.mark_output(pool.back());
@@ -53,6 +54,36 @@ TEST(MemoryPlan, NoOverlapBetweenLiveValuesOnRandomGraphs) {
       }
     EXPECT_LE(plan.arena_bytes, plan.naive_bytes);
   }
+}
+
+// Values of 64 KB or more start at different offsets within a 4 KB page
+// (16 of them, 256 bytes apart, by index), so that rows of planes a page
+// apart in different tensors do not alias; smaller values are packed.
+TEST(MemoryPlan, LargeValuesGetDistinctPageOffsets) {
+  Graph g;
+  std::vector<const Value*> values;
+  Value* x = g.add_input("x", DType::kFloat32, Shape{32, 32, 32});  // 128 KB planes
+  for (int i = 0; i < 20; ++i) {
+    Node* n = g.add_node("Relu", "n" + std::to_string(i), {x}, 1);
+    n->outputs[0]->dtype = DType::kFloat32;
+    n->outputs[0]->shape = Shape{i % 5 == 4 ? 100 : 32 * 32 * 32};
+    values.push_back(n->outputs[0]);
+  }
+  MemoryPlan plan = place_values(values, [](size_t, size_t) { return true; });  // all live at once
+  std::vector<std::pair<size_t, size_t>> spans;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const size_t at = plan.offset.at(values[i]);
+    EXPECT_EQ(at % 64, 0u);
+    spans.push_back({at, at + value_bytes(values[i])});
+    for (size_t j = 0; j < i; ++j) {
+      EXPECT_FALSE(spans[i].first < spans[j].second && spans[j].first < spans[i].second) << i << " overlaps " << j;
+      const bool large = value_bytes(values[i]) >= 65536 && value_bytes(values[j]) >= 65536;
+      if (large && i - j < 16) {
+        EXPECT_NE(at % 4096, spans[j].first % 4096) << "values " << j << " and " << i;
+      }
+    }
+  }
+  EXPECT_LE(plan.arena_bytes, plan.naive_bytes);
 }
 
 // Random DAGs of Adds and Concats, run by a small interpreter twice: each
