@@ -1,14 +1,14 @@
 // Fusion passes.
 //
-// Epilogues: Conv, Gemm or MatMul (then, for MatMul, optionally an Add of
-// a constant bias per output column), then optionally an Add of a
-// same-shape tensor (a residual), then optionally an activation (one op, or
-// GELU's five as PyTorch exports them), then, for MatMul, optionally a
-// LayerNormalization over the last axis or a Split of the last axis (each
-// output written in place), become one TesseraFusedConv /
-// TesseraFusedGemm / TesseraFusedMatMul whose rTasks apply the Adds and the
-// activation to their own output tile while it is in cache
-// (kernels/cpu/epilogue.h). Each fused op saves one or more full passes
+// Epilogues: Conv, Gemm, MatMul, MaxPool or AveragePool (then, for MatMul,
+// optionally an Add of a constant bias per output column), then optionally
+// an Add of a same-shape tensor (a residual), then optionally an activation
+// (one op, or GELU's five as PyTorch exports them), then, for MatMul,
+// optionally a LayerNormalization over the last axis or a Split of the last
+// axis (each output written in place), become one TesseraFusedConv /
+// TesseraFusedGemm / TesseraFusedMatMul / TesseraFusedPool whose rTasks
+// apply the Adds and the activation to their own output tile while it is
+// in cache (kernels/cpu/epilogue.h). Each fused op saves one or more full passes
 // (read and write) over the tensor, and as many steps of the Plan.
 //
 // Elementwise chains: float elementwise ops, each the only reader of the
@@ -244,13 +244,14 @@ Result<int> fuse_epilogues(Graph& g) {
   for (size_t i = 0; i < original; ++i) {
     Node& n = *g.nodes()[i];
     const bool matmul = n.op_type == "MatMul";
-    if (n.dead || (n.op_type != "Conv" && n.op_type != "Gemm" && !matmul) || n.outputs.size() != 1) continue;
+    const bool pool = n.op_type == "MaxPool" || n.op_type == "AveragePool";
+    if (n.dead || (n.op_type != "Conv" && n.op_type != "Gemm" && !matmul && !pool) || n.outputs.size() != 1) continue;
     Value* y = n.outputs[0];
     if (y->dtype != DType::kFloat32) continue;
     if (matmul && (n.inputs[0]->shape.rank() < 2 || n.inputs[1]->shape.rank() < 2)) continue;
     std::vector<Node*> absorbed;
     Value* residual = nullptr;
-    Value* bias = matmul ? nullptr : n.input(2);
+    Value* bias = matmul || pool ? nullptr : n.input(2);
     Node* c = sole_consumer(g, y);
     // MatMul: first its bias, a constant with one value per output column.
     if (matmul && c != nullptr && c->op_type == "Add" && c->inputs.size() == 2 && c->outputs[0]->shape == y->shape) {
@@ -299,16 +300,25 @@ Result<int> fuse_epilogues(Graph& g) {
     if (absorbed.empty()) continue;
     n.dead = true;
     for (Node* a : absorbed) a->dead = true;
-    std::vector<Value*> inputs = {n.input(0), n.input(1), bias, residual};
+    std::vector<Value*> inputs = {n.input(0), pool ? nullptr : n.input(1), bias, residual};
     if (norm != nullptr) {
       inputs.push_back(norm->inputs[1]);
       inputs.push_back(norm->input(2));
     }
     while (!inputs.empty() && inputs.back() == nullptr) inputs.pop_back();
-    const char* type = n.op_type == "Conv" ? "TesseraFusedConv" : matmul ? "TesseraFusedMatMul" : "TesseraFusedGemm";
+    const char* type = n.op_type == "Conv" ? "TesseraFusedConv"
+                       : matmul            ? "TesseraFusedMatMul"
+                       : pool              ? "TesseraFusedPool"
+                                           : "TesseraFusedGemm";
     Node* f = g.add_node_producing(type, n.name, inputs, split != nullptr ? split->outputs : std::vector<Value*>{y});
     f->attrs = n.attrs;
     f->opset = n.opset;
+    if (pool) {
+      Attribute k;
+      k.kind = Attribute::Kind::kString;
+      k.s = n.op_type;
+      f->attrs["pool"] = k;
+    }
     Attribute a;
     a.kind = Attribute::Kind::kString;
     a.s = act;

@@ -433,6 +433,57 @@ TEST(Fusion, RandomElementwiseChainsBitwiseEqual) {
 // epilogue with a residual, an elementwise chain): then no separate pass
 // over the concatenated tensor is left, and the result is bitwise the
 // unfused one. When an input has another reader, nothing moves.
+// MaxPool and AveragePool (stride 1 and 2) followed by a residual Add (the
+// pool's output on either side) and a Relu or Clip, the input holding a NaN
+// and an infinity: one TesseraFusedPool, bitwise equal to the unfused ops.
+// A broadcast Add stays separate.
+TEST(Fusion, PoolEpilogueBitwiseEqual) {
+  std::mt19937 rng(13);
+  auto random = [&](Shape s) { return uniform_tensor(rng, -2.f, 2.f, std::move(s)); };
+  auto ints = [](std::vector<int64_t> v) {
+    Attribute a;
+    a.kind = Attribute::Kind::kInts;
+    a.ints = std::move(v);
+    return a;
+  };
+  for (const char* pool : {"MaxPool", "AveragePool"})
+    for (int64_t stride : {1, 2})
+      for (int form = 0; form < 3; ++form) {  // residual right, residual left + Clip, broadcast Add
+        const int64_t out = stride == 1 ? 20 : 10;
+        auto build = [&] {
+          auto g = std::make_unique<Graph>();
+          Value* x = g->add_input("x", DType::kFloat32, Shape{1, 3, 20, 20});
+          Value* r = g->add_input("r", DType::kFloat32, form == 2 ? Shape{1, 3, 1, out} : Shape{1, 3, out, out});
+          Node* p = g->add_node(pool, "pool", {x}, 1);
+          p->attrs["kernel_shape"] = ints({3, 3});
+          p->attrs["strides"] = ints({stride, stride});
+          p->attrs["pads"] = ints({1, 1, 1, 1});
+          Node* add = form == 1 ? g->add_node("Add", "add", {r, p->outputs[0]}, 1)
+                                : g->add_node("Add", "add", {p->outputs[0], r}, 1);
+          Node* act = form == 1 ? g->add_node("Clip", "clip", {add->outputs[0],
+                                                               g->add_constant("lo", Tensor::from_floats({-0.5f}, Shape{})),
+                                                               g->add_constant("hi", Tensor::from_floats({1.f}, Shape{}))},
+                                              1)
+                                : g->add_node("Relu", "relu", {add->outputs[0]}, 1);
+          g->mark_output(act->outputs[0]);
+          return g;
+        };
+        std::map<std::string, Tensor> inputs = {
+            {"x", random(Shape{1, 3, 20, 20})}, {"r", random(form == 2 ? Shape{1, 3, 1, out} : Shape{1, 3, out, out})}};
+        inputs["x"].data<float>()[45] = std::numeric_limits<float>::quiet_NaN();
+        inputs["x"].data<float>()[530] = std::numeric_limits<float>::infinity();
+        auto [plain, fused] = compile_unfused_and_fused(build);
+        ASSERT_TRUE(plain.ok() && fused.ok());
+        int pools = 0;
+        for (const Step& st : (*fused)->steps) pools += st.node->op_type == "TesseraFusedPool";
+        const std::string what = str_cat(pool, " stride ", stride, " form ", form);
+        EXPECT_EQ(pools, form == 2 ? 0 : 1) << what;
+        EXPECT_EQ((*fused)->steps.size(), form == 2 ? 2u : 1u) << what;  // the broadcast Add and the Relu fused
+        expect_bitwise(run_outputs(std::move(*fused), Executor::kSequential, inputs),
+                       run_outputs(std::move(*plain), Executor::kSequential, inputs), what);
+      }
+}
+
 TEST(Fusion, ActivationMovesBeforeConcat) {
   std::mt19937 rng(11);
   auto random = [&](Shape s) { return uniform_tensor(rng, -2.f, 2.f, std::move(s)); };

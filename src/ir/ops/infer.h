@@ -21,6 +21,7 @@ Status infer_where(Node& n);
 Status infer_matmul(Node& n);
 Status infer_gemm(Node& n);
 Status infer_fused_conv(Node& n);
+Status infer_fused_pool(Node& n);
 Status infer_attention(Node& n);
 double flops_attention(const Node& n);
 Status infer_fused_gemm(Node& n);

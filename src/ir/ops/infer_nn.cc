@@ -261,6 +261,18 @@ Status infer_fused_conv(Node& n) {
   return check_epilogue(n);
 }
 
+// TesseraFusedPool: MaxPool or AveragePool (attribute "pool") with the same
+// epilogue: input 0 pooled, input 3 (when present) the residual; inputs 1
+// and 2 are absent.
+Status infer_fused_pool(Node& n) {
+  const std::string pool = n.attr_string("pool", "");
+  if (pool != "MaxPool" && pool != "AveragePool")
+    return invalid_argument(str_cat("unknown fused pool '", pool, "'"));
+  if (n.input(1) != nullptr || n.input(2) != nullptr) return invalid_argument("inputs 1 and 2 must be absent");
+  TESSERA_RETURN_IF_ERROR(infer_pool(n));
+  return check_epilogue(n);
+}
+
 Status infer_fused_gemm(Node& n) {
   TESSERA_RETURN_IF_ERROR(infer_gemm(n));
   return check_epilogue(n);

@@ -97,6 +97,7 @@ constexpr OpDef kOps[] = {
     {"TesseraFusedElementwise", 1, 8, infer_fused_elementwise, flops_fused_elementwise, /*all_required=*/true},
     {"TesseraFusedGemm", 2, 4, infer_fused_gemm, flops_gemm},
     {"TesseraFusedMatMul", 2, 6, infer_fused_matmul, flops_matmul},
+    {"TesseraFusedPool", 1, 4, infer_fused_pool, flops_pool},
     {"TesseraLstmCell", 1, 4, infer_rnn_cell, flops_rnn_cell},
     {"TesseraGruCell", 1, 4, infer_rnn_cell, flops_rnn_cell},
     {"TesseraRnnProj", 3, 1 << 20, infer_rnn_proj, flops_rnn_proj},

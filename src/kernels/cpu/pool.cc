@@ -12,6 +12,7 @@
 
 #include "base/strings.h"
 #include "ir/ops/op_registry.h"
+#include "kernels/cpu/epilogue.h"
 #include "kernels/cpu/kernel.h"
 
 namespace tessera {
@@ -22,7 +23,8 @@ class PoolOp : public ROp {
   struct Geo {
     int64_t planes, ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw, ph_end, pw_end;
   };
-  PoolOp(bool max, bool include_pad, Geo g, const KernelParams& p) : max_(max), include_pad_(include_pad), g_(g) {
+  PoolOp(bool max, bool include_pad, Geo g, const Epilogue& epi, const KernelParams& p)
+      : max_(max), include_pad_(include_pad), epi_(epi), g_(g) {
     tasks_ = choose_tasks(g.planes, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, g.oh * g.ow * g.kh * g.kw)), p);
     scratch_bytes_ = static_cast<size_t>(g.ow) * sizeof(float);  // one output row's accumulators
 #if defined(__AVX512F__)
@@ -89,60 +91,67 @@ class PoolOp : public ROp {
     const float* x = static_cast<const float*>(args.in[0]);
     float* y = static_cast<float*>(args.out[0]);
     float* acc = static_cast<float*>(args.scratch);
+    const float* res = epi_.residual ? static_cast<const float*>(args.in[3]) : nullptr;
+    for (int64_t pl = b; pl < e; ++pl) {
+      plane(x + pl * g_.ih * g_.iw, y + pl * g_.oh * g_.ow, acc);
+      // A fused residual Add and activation on the plane just made, still
+      // in L1.
+      if (!epi_.empty()) epi_.apply(y + pl * g_.oh * g_.ow, res ? res + pl * g_.oh * g_.ow : nullptr, g_.oh * g_.ow);
+    }
+  }
+
+ private:
+  // One (image, channel) plane.
+  void plane(const float* xp, float* yp, float* acc) const {
     const int64_t ow = g_.ow;
     const float init = max_ ? -std::numeric_limits<float>::infinity() : 0.f;
-    for (int64_t pl = b; pl < e; ++pl) {
-      const float* xp = x + pl * g_.ih * g_.iw;
-      float* yp = y + pl * g_.oh * ow;
 #if defined(__AVX512F__)
-      if (rows_first_) {
-        if (!max_) rows_first<Combine::kSum>(xp, yp, acc);
-        else if (has_nan(xp)) rows_first<Combine::kMaxNan>(xp, yp, acc);
-        else rows_first<Combine::kMax>(xp, yp, acc);
-        continue;
-      }
-      if (separable_) {
-        if (!max_) plane_separable<Combine::kSum>(xp, yp);
-        else if (has_nan(xp)) plane_separable<Combine::kMaxNan>(xp, yp);
-        else plane_separable<Combine::kMax>(xp, yp);
-        continue;
-      }
+    if (rows_first_) {
+      if (!max_) rows_first<Combine::kSum>(xp, yp, acc);
+      else if (has_nan(xp)) rows_first<Combine::kMaxNan>(xp, yp, acc);
+      else rows_first<Combine::kMax>(xp, yp, acc);
+      return;
+    }
+    if (separable_) {
+      if (!max_) plane_separable<Combine::kSum>(xp, yp);
+      else if (has_nan(xp)) plane_separable<Combine::kMaxNan>(xp, yp);
+      else plane_separable<Combine::kMax>(xp, yp);
+      return;
+    }
 #endif
-      for (int64_t oy = 0; oy < g_.oh; ++oy) {
-        const int64_t y0 = oy * g_.sh - g_.ph;
-        int64_t ky_lo, ky_hi;
-        window_range(y0, g_.dh, g_.kh, g_.ih, &ky_lo, &ky_hi);
-        for (int64_t ox = 0; ox < ow; ++ox) acc[ox] = init;
-        for (int64_t ky = ky_lo; ky < ky_hi; ++ky) {
-          const float* row = xp + (y0 + ky * g_.dh) * g_.iw;
-          for (int64_t kx = 0; kx < g_.kw; ++kx) {
-            const int64_t off = kx * g_.dw - g_.pw;  // input column = ox * sw + off
-            const int64_t lo = off >= 0 ? 0 : (-off + g_.sw - 1) / g_.sw;
-            const int64_t lim = g_.iw - 1 - off;
-            const int64_t hi = lim < 0 ? 0 : std::min<int64_t>(ow, lim / g_.sw + 1);
-            if (g_.sw == 1) accumulate(acc, row + off, lo, hi);
-            else accumulate_strided(acc, row + off, lo, hi, g_.sw);
-          }
+    for (int64_t oy = 0; oy < g_.oh; ++oy) {
+      const int64_t y0 = oy * g_.sh - g_.ph;
+      int64_t ky_lo, ky_hi;
+      window_range(y0, g_.dh, g_.kh, g_.ih, &ky_lo, &ky_hi);
+      for (int64_t ox = 0; ox < ow; ++ox) acc[ox] = init;
+      for (int64_t ky = ky_lo; ky < ky_hi; ++ky) {
+        const float* row = xp + (y0 + ky * g_.dh) * g_.iw;
+        for (int64_t kx = 0; kx < g_.kw; ++kx) {
+          const int64_t off = kx * g_.dw - g_.pw;  // input column = ox * sw + off
+          const int64_t lo = off >= 0 ? 0 : (-off + g_.sw - 1) / g_.sw;
+          const int64_t lim = g_.iw - 1 - off;
+          const int64_t hi = lim < 0 ? 0 : std::min<int64_t>(ow, lim / g_.sw + 1);
+          if (g_.sw == 1) accumulate(acc, row + off, lo, hi);
+          else accumulate_strided(acc, row + off, lo, hi, g_.sw);
         }
-        float* out = yp + oy * ow;
-        if (max_) {
-          for (int64_t ox = 0; ox < ow; ++ox) out[ox] = acc[ox];
-        } else {
-          // count_include_pad counts padding inside the padded extent
-          // (windows reaching past it under ceil_mode are clipped).
-          const int64_t rows = include_pad_ ? std::min(y0 + (g_.kh - 1) * g_.dh + 1, g_.ih + g_.ph_end) - y0
-                                            : ky_hi - ky_lo;
-          for (int64_t ox = 0; ox < ow; ++ox) {
-            const int64_t count = rows * width_[ox];
-            const bool any = include_pad_ ? count > 0 : (ky_hi > ky_lo && kx_hi_[ox] > kx_lo_[ox]);
-            out[ox] = any ? acc[ox] / static_cast<float>(count) : 0.f;
-          }
+      }
+      float* out = yp + oy * ow;
+      if (max_) {
+        for (int64_t ox = 0; ox < ow; ++ox) out[ox] = acc[ox];
+      } else {
+        // count_include_pad counts padding inside the padded extent
+        // (windows reaching past it under ceil_mode are clipped).
+        const int64_t rows = include_pad_ ? std::min(y0 + (g_.kh - 1) * g_.dh + 1, g_.ih + g_.ph_end) - y0
+                                          : ky_hi - ky_lo;
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          const int64_t count = rows * width_[ox];
+          const bool any = include_pad_ ? count > 0 : (ky_hi > ky_lo && kx_hi_[ox] > kx_lo_[ox]);
+          out[ox] = any ? acc[ox] / static_cast<float>(count) : 0.f;
         }
       }
     }
   }
 
- private:
   // Kernel taps [lo, hi) of a window starting at `start` that land inside
   // [0, extent).
   static void window_range(int64_t start, int64_t dil, int64_t k, int64_t extent, int64_t* lo, int64_t* hi) {
@@ -383,6 +392,7 @@ class PoolOp : public ROp {
 #endif
 
   bool max_, include_pad_;
+  Epilogue epi_;  // TesseraFusedPool: residual (input 3) and activation
   Geo g_;
   std::vector<int64_t> kx_lo_, kx_hi_, width_;
 };
@@ -398,8 +408,9 @@ Result<std::unique_ptr<ROp>> make_pool(const Node& n, const KernelParams& p) {
                   one ? 1 : g.kernel[0], g.kernel[one ? 0 : 1], one ? 1 : g.strides[0], g.strides[one ? 0 : 1],
                   one ? 1 : g.dilations[0], g.dilations[one ? 0 : 1], one ? 0 : g.pads_begin[0],
                   g.pads_begin[one ? 0 : 1], one ? 0 : g.pads_end[0], g.pads_end[one ? 0 : 1]};
-  bool max = n.op_type == "MaxPool";
-  return std::unique_ptr<ROp>(new PoolOp(max, n.attr_int("count_include_pad", 0) != 0, geo, p));
+  const std::string kind = n.op_type == "TesseraFusedPool" ? n.attr_string("pool", "") : n.op_type;
+  TESSERA_ASSIGN_OR_RETURN(Epilogue epi, Epilogue::from_node(n));
+  return std::unique_ptr<ROp>(new PoolOp(kind == "MaxPool", n.attr_int("count_include_pad", 0) != 0, geo, epi, p));
 }
 
 class GlobalAvgOp : public ROp {
@@ -449,6 +460,8 @@ Result<std::unique_ptr<ROp>> make_global_avg(const Node& n, const KernelParams& 
 const RKernel kKernels[] = {
     {"MaxPool", "pool.planes", "blocks of (image, channel) planes", make_pool},
     {"AveragePool", "pool.planes", "blocks of (image, channel) planes", make_pool},
+    {"TesseraFusedPool", "pool.planes+epilogue", "MaxPool or AveragePool with its residual Add and activation fused",
+     make_pool},
     {"GlobalAveragePool", "global_pool.planes", "blocks of planes", make_global_avg},
 };
 
