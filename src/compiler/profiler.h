@@ -32,7 +32,7 @@ class Program;
 
 // Bumped whenever an rKernel changes speed or tiling: old cache entries
 // stop matching.
-inline constexpr int kKernelVersion = 45;
+inline constexpr int kKernelVersion = 46;
 
 struct ProfileOptions {
   bool use_cache = true;   // read and update the cache
