@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 constexpr char kGaugeKey[] = "@gauge";
 
 // One run of the contention gauge, in µs: a fixed mix of independent fused
-// multiply-adds and loads from L1, about 1 µs on a quiet core. Another
+// multiply-adds and loads from L1, about 2 µs on a quiet core. Another
 // thread sharing this core (a hypervisor's neighbour on the same physical
 // core) or a lower clock makes it slower by about as much as it slows the
 // kernels, so the ratio to the best time seen tells a measurement taken at
