@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/cpu/kernel.h"
 #include "tools/commands.h"
 
 namespace {
@@ -38,7 +39,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "--version" || cmd == "version") {
-    std::printf("tessera %s\n", kVersion);
+    std::printf("tessera %s\ncpu kernels: %s\n", kVersion, tessera::kernel_isa());
     return 0;
   }
   if (cmd == "run") return tessera::tools::run_main(argc - 2, argv + 2);

@@ -196,11 +196,30 @@ std::string cpu_model_name() {
   return "unknown-cpu";
 }
 
+std::string cpu_cache_key() {
+  // "cpu family", "model" and "stepping" of the first processor: a model
+  // name alone ("AMD EPYC" under some hypervisors) names several
+  // generations of different speed and instruction sets.
+  std::map<std::string, std::string> id;
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line) && !line.empty()) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string k = line.substr(0, colon), v = line.substr(colon + 1);
+    k.erase(k.find_last_not_of(" \t") + 1);
+    v.erase(0, v.find_first_not_of(' '));
+    id[k] = v;
+  }
+  std::string key = str_cat(cpu_model_name(), "-f", id["cpu family"], "m", id["model"], "s", id["stepping"], "-",
+                            kernel_isa());
+  for (char& c : key)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
+  return key;
+}
+
 Profiler::Profiler(const ProfileOptions& o) : options_(o) {
-  std::string model = cpu_model_name();
-  for (char& c : model)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  cache_path_ = (fs::path(cache_dir(o)) / str_cat("profile-", model, "-k", kKernelVersion, ".tsv")).string();
+  cache_path_ = (fs::path(cache_dir(o)) / str_cat("profile-", cpu_cache_key(), "-k", kKernelVersion, ".tsv")).string();
   if (o.use_cache) cache_ = load_cache(cache_path_);
   cpu_kernels_thread_init();
   if (auto g = cache_.find(kGaugeKey); g != cache_.end()) best_gauge_ = g->second;

@@ -12,7 +12,8 @@
 // median of all rounds, each scaled by its gauge ratio, is used instead
 // (counted in ProfileResult::contended). The gauge's best time is cached
 // too. Results persist in a profile cache, a text file under
-// $TESSERA_CACHE (default ~/.cache/tessera), keyed by CPU model and kernel
+// $TESSERA_CACHE (default ~/.cache/tessera), keyed by CPU (cpu_cache_key:
+// model, family and stepping, and the kernels' instruction set) and kernel
 // version, and later compiles reuse them.
 //
 // Thread-safety: the cache file is rewritten whole (write to a temporary,
@@ -32,7 +33,7 @@ class Program;
 
 // Bumped whenever an rKernel changes speed or tiling: old cache entries
 // stop matching.
-inline constexpr int kKernelVersion = 46;
+inline constexpr int kKernelVersion = 47;
 
 struct ProfileOptions {
   bool use_cache = true;   // read and update the cache
@@ -87,5 +88,10 @@ class Profiler {
 
 // "Intel(R) Xeon(R) ..." from /proc/cpuinfo, or "unknown-cpu".
 std::string cpu_model_name();
+
+// What the profile cache's file name says of the machine: the model name,
+// family, model and stepping, and the instruction set the kernels were
+// built for (kernel_isa()), e.g. "AMD_EPYC-f25m1s1-avx2".
+std::string cpu_cache_key();
 
 }  // namespace tessera

@@ -38,6 +38,7 @@ expect_fail() {
 }
 
 check "version" bash -c "$T --version | grep -qx 'tessera [0-9.]*'"
+check "version: kernels' instruction set" bash -c "$T --version | grep -qxE 'cpu kernels: (avx512|avx2|portable)'"
 check "help lists commands" bash -c "$T --help | grep -q 'run MODEL.onnx' && $T --help | grep -q inspect"
 check "run --help documents options" bash -c "$T run --help | grep -q -- '--output-dir DIR' && $T run --help | grep -q -- '--executor NAME'"
 check "ops lists Conv" bash -c "$T ops | grep -q '^Conv ' && $T ops | grep -q '^LSTM '"

@@ -79,12 +79,17 @@ Result<std::vector<Tensor>> run_case(const OpCase& c, Executor executor, int64_t
 void expect_matches(const OpCase& c, const std::vector<Tensor>& reference, double tol) {
   SCOPED_TRACE(str_cat("inputs from random seed ", ::testing::UnitTest::GetInstance()->random_seed(),
                        " (rerun with --gtest_random_seed=<seed>)"));
+  std::vector<Tensor> first;  // the first run's outputs: every tiling must give their bits
   for (Executor ex : {Executor::kSequential, Executor::kTwoLayer}) {
     for (int64_t tasks : {int64_t{1}, int64_t{3}, int64_t{0}}) {
       SCOPED_TRACE(str_cat(c.op, " executor=", executor_name(ex), " tasks=", tasks));
       auto outs = run_case(c, ex, tasks);
       ASSERT_TRUE(outs.ok()) << outs.status().to_string();
       ASSERT_EQ(outs->size(), reference.size());
+      if (first.empty()) first = *outs;
+      for (size_t k = 0; k < first.size() && c.exact_tiling; ++k)
+        EXPECT_EQ(std::memcmp((*outs)[k].raw(), first[k].raw(), first[k].nbytes()), 0)
+            << "output " << k << " differs from the first run's (1 rTask, sequential)";
       for (size_t k = 0; k < reference.size(); ++k) {
         const Tensor& got = (*outs)[k];
         const Tensor& want = reference[k];

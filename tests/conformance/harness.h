@@ -32,6 +32,10 @@ struct OpCase {
   int outputs = 1;
   int64_t opset = 17;
   bool lower_recurrent = false;  // lower LSTM/GRU to per-step cells (checked to happen)
+  // Every tiling gives the same bits (the kernel's reduction order does not
+  // depend on its rTasks). False where a library sgemm does the sums: its
+  // blocking follows the tile's shape.
+  bool exact_tiling = true;
 };
 
 // Random tensors, from one generator per test so runs are reproducible given

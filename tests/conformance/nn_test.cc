@@ -112,8 +112,7 @@ TEST_F(Nn, MatmulGemmIsTheInOrderFmaChain) {
           for (int64_t c = 0; c < n; c += 20)
             matmul_gemm(std::min<int64_t>(3, m - r), std::min<int64_t>(20, n - c), k, pa + r * lda, lda, pb + c, ldb,
                         tiled.data() + r * ldc + c, ldc, m, n);
-        const bool exact = k <= kRowsGemmMaxK && (m >= kRowsGemmMinM || n * k <= kRowsGemmSmallB) &&
-                           gemm_rows(0, 0, 0, nullptr, 0, nullptr, 0, nullptr, 0);
+        const bool exact = k <= kRowsGemmMaxK && (m >= kRowsGemmMinM || n * k <= kRowsGemmSmallB);
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t j = 0; j < ldc; ++j) {
             const size_t at = static_cast<size_t>(i * ldc + j);
@@ -349,8 +348,21 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
                                               {"group", attr_i(s.group)}};
     if (s.auto_pad == "NOTSET") attrs["pads"] = attr_ints(s.pads);
     else attrs["auto_pad"] = attr_s(s.auto_pad);
-    expect_matches({"Conv", {{x}, {w, true}, {b, true}}, attrs}, {conv_ref(x, w, &b, s, oh, ow, pt, pl)}, 1e-5);
-    expect_matches({"Conv", {{x}, {w, true}}, attrs}, {conv_ref(x, w, nullptr, s, oh, ow, pt, pl)}, 1e-5);
+    // The paths with their own sums (conv.cc): depthwise, pointwise with
+    // K <= 256, Winograd (3x3, stride 1, 8 or more channels per group) and
+    // direct (1 to 4 input channels); the others multiply with sgemm.
+    const int64_t cg = s.c / s.group, taps = cg * s.kh * s.kw;
+    const bool undilated = s.dilations[0] == 1 && s.dilations[1] == 1;
+    const bool unit = s.strides[0] == 1 && s.strides[1] == 1;
+    const bool exact = (cg == 1 && s.m == s.group) ||
+                       (s.kh == 1 && s.kw == 1 && unit && oh == s.h && ow == s.w && cg <= 256) ||
+                       (s.kh == 3 && s.kw == 3 && unit && undilated && cg >= 8) ||
+                       (s.group == 1 && s.c <= 4 && taps <= 160 && undilated && s.m >= 8 &&
+                        (s.strides[1] == 1 || s.strides[1] == 2));
+    OpCase with_bias{"Conv", {{x}, {w, true}, {b, true}}, attrs}, no_bias{"Conv", {{x}, {w, true}}, attrs};
+    with_bias.exact_tiling = no_bias.exact_tiling = exact;
+    expect_matches(with_bias, {conv_ref(x, w, &b, s, oh, ow, pt, pl)}, 1e-5);
+    expect_matches(no_bias, {conv_ref(x, w, nullptr, s, oh, ow, pt, pl)}, 1e-5);
   }
 }
 
@@ -426,10 +438,11 @@ TEST_F(Nn, ConvTranspose) {
                   int64_t m = (c / cg) * mg + mo;
                   y.data<float>()[((n * k.m + m) * oh + oy) * ow + ox] += at(x, {n, c, iy, ix}) * at(w, {c, mo, ky, kx});
                 }
-    expect_matches({"ConvTranspose", {{x}, {w, true}, {b, true}},
-                    {{"strides", attr_ints({k.sh, k.sw})}, {"pads", attr_ints({k.ph, k.pw, k.ph, k.pw})},
-                     {"output_padding", attr_ints({k.oph, k.opw})}, {"group", attr_i(k.group)}}},
-                   {y});
+    OpCase op{"ConvTranspose", {{x}, {w, true}, {b, true}},
+              {{"strides", attr_ints({k.sh, k.sw})}, {"pads", attr_ints({k.ph, k.pw, k.ph, k.pw})},
+               {"output_padding", attr_ints({k.oph, k.opw})}, {"group", attr_i(k.group)}}};
+    op.exact_tiling = false;  // W^T times the input by sgemm, per block of output channels
+    expect_matches(op, {y});
   }
 }
 

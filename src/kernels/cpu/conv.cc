@@ -60,8 +60,8 @@ constexpr int64_t kMaxSmallBlock = 64;
 // against sgemm with a pass for bias and Clip: K = 16: 49 / 62 us
 // (96 x 3136 outputs); K = 32: 6.0 / 8.5 us (32 x 512); K = 160: 23.6 /
 // 29.3 us (32 x 512); K = 96 equal (32 / 34 us, 24 x 1568). Builds
-// without AVX-512 keep sgemm.
-#if defined(__AVX512F__)
+// whose packed_gemm is portable loops keep sgemm.
+#if defined(TESSERA_SIMD)
 constexpr int64_t kPackedPointwiseMaxK = 256;
 #endif
 
@@ -98,7 +98,7 @@ class ConvOp : public ROp {
       // than by channels on 7x7 and 14x14 maps too: 3x3 on 14x14, 576
       // channels, 45 against 120 us); narrow planes at stride 1 run flat
       // when rTasks are whole planes.
-#if defined(__AVX512F__)
+#if defined(TESSERA_SIMD)
       const bool direct = DwDirect::rows_ok(c);
       const bool flat = c.ow < kDwNarrow && DwDirect::flat_ok(c) && target <= outer;
 #else
@@ -125,7 +125,7 @@ class ConvOp : public ROp {
       const int64_t ow_pad = (c.ow + kDwBlock - 1) / kDwBlock * kDwBlock;
       wp_ = (ow_pad - 1) * c.sw + (c.kw - 1) * c.dw + 1;
       scratch_bytes_ = static_cast<size_t>((hp_ + 1) * wp_ + 1) * sizeof(float);
-#if defined(__AVX512F__)
+#if defined(TESSERA_SIMD)
       if (direct_.init(c, flat)) {  // no padded copy: scratch is one zero row
         use_direct_ = true;
         epi_fused_ = direct_.fuse(epi_);
@@ -144,7 +144,7 @@ class ConvOp : public ROp {
       ob_ = pb_ >= want ? 1 : std::clamp<int64_t>(want / pb_, 1, std::max<int64_t>(1, cout_g_ / 16));
     }
     tasks_ = outer * ob_ * pb_;
-#if defined(__AVX512F__)
+#if defined(TESSERA_SIMD)
     if (path_ == Path::kPointwise && weights != nullptr && kdim_ <= kPackedPointwiseMaxK) pack_pointwise(weights);
 #else
     (void)weights;
@@ -187,11 +187,11 @@ class ConvOp : public ROp {
       task_range(c_.batch * c_.group, cb_, task / pb_, &c0, &c1);
       task_range(c_.oh, pb_, task % pb_, &r0, &r1);
       float* scratch = static_cast<float*>(args.scratch);
-#if defined(__AVX512F__)
+#if defined(TESSERA_SIMD)
       if (use_direct_) std::fill(scratch, scratch + c_.iw, 0.f);
 #endif
       for (int64_t o = c0; o < c1; ++o) {
-#if defined(__AVX512F__)
+#if defined(TESSERA_SIMD)
         if (use_direct_) {
           const int64_t n = o / c_.group, ch = o % c_.group;
           direct_.rows(x + (n * c_.cin + ch) * c_.ih * c_.iw, w + ch * c_.kh * c_.kw, bias ? bias[ch] : 0.f, scratch,
@@ -542,7 +542,7 @@ class ConvOp : public ROp {
   int64_t cb_ = 1;           // depthwise: blocks of (image, channel) planes
   int64_t hp_ = 0, wp_ = 0;  // depthwise: the padded input plane
   int64_t groups_per_image_ = 1;  // depthwise by channels: 16-channel groups
-#if defined(__AVX512F__)
+#if defined(TESSERA_SIMD)
   DwDirect direct_;
   bool use_direct_ = false;
 #endif

@@ -2,17 +2,17 @@
 // channels, 3x3 or 7x7, stride 2). im2col makes those a GEMM with a tiny K
 // (27 or 147) whose gather costs as much as the multiply: 70-160 GFLOP/s.
 // Here every input vector loaded feeds 8 output channels at once and the
-// output tile's 8 x B accumulators stay in registers over all taps.
+// output tile's 8 x B accumulators stay in registers over all taps
+// (simd.h: B <= 3 vectors of 16 with AVX-512, B = 1 vector of 8 with AVX2).
 //
 // Per output row, the input rows it reads are first copied into a panel,
 // zero-padded and split by column phase: panel[ci][ky][phase][q] holds
 // input column q * stride + phase - pad (0 outside the row). Output column
 // ox's tap kx is then panel[ci][ky][kx % stride][ox + kx / stride], so
-// every tap of a block of 16 outputs is one unaligned load: no masks, no
+// every tap of a vector of outputs is one unaligned load: no masks, no
 // permutes in the inner loop. The copy is ~3% of the multiply-adds.
 //
-// An output tile is one row, 8 output channels and B <= 3 blocks of 16
-// columns; taps are added in (ci, ky, kx) order, weights packed
+// An output tile is one row, 8 output channels and B vectors of columns; taps are added in (ci, ky, kx) order, weights packed
 // [block][ci][ky][kx][8] when the op is made. The bias is added after the
 // sum, as the im2col path does; a fused Relu or Clip is applied before the
 // store, any other epilogue to the stored rows.
@@ -21,21 +21,22 @@
 #include <algorithm>
 #include <vector>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/simd.h"
 
 namespace tessera {
 namespace {
 
-#if defined(__AVX512F__)
+#if defined(TESSERA_SIMD)
+using simd::Vec;
 constexpr double kFlopsPerTask = 1 << 22;
 constexpr int64_t kMaxTaps = 160;  // cin * kh * kw
 constexpr int64_t kMaxCin = 4;
 constexpr int kCb = 8;             // output channels per tile
-constexpr int64_t kLanes = 16;
+constexpr int64_t kLanes = Vec::kLanes;
+// Vectors of columns per tile: 8 x B accumulators, B inputs and a weight
+// in the registers.
+constexpr int kMaxB = Vec::kRegisters >= 32 ? 3 : 1;
 
 class DirectConvOp : public ROp {
  public:
@@ -48,7 +49,7 @@ class DirectConvOp : public ROp {
       for (int64_t t = 0; t < taps_; ++t)
         wpack_[static_cast<size_t>(((co / kCb) * taps_ + t) * kCb + co % kCb)] = w[co * taps_ + t];
     nblk_ = (c.ow + kLanes - 1) / kLanes;
-    // Panel rows: whole 16-float blocks, wide enough for the last block's
+    // Panel rows: whole vectors, wide enough for the last block's
     // last tap.
     pwid_ = (nblk_ * kLanes + (c.kw - 1) / c.sw + kLanes) / kLanes * kLanes;
     for (int64_t ci = 0; ci < c.cin; ++ci)
@@ -84,9 +85,9 @@ class DirectConvOp : public ROp {
           // Tiles of 3 blocks, but 2 + 2 rather than 3 + 1 at the end: a
           // 1-block tile has too few accumulators to keep the FMAs busy.
           const int64_t left = nblk_ - blk;
-          const int64_t nb = left == 4 ? 2 : std::min<int64_t>(3, left);
-          if (nb == 3) tile<3>(panel, bias, y, n, oy, k, blk);
-          else if (nb == 2) tile<2>(panel, bias, y, n, oy, k, blk);
+          const int64_t nb = left == 4 && kMaxB == 3 ? 2 : std::min<int64_t>(kMaxB, left);
+          if (kMaxB >= 3 && nb == 3) tile<std::min(3, kMaxB)>(panel, bias, y, n, oy, k, blk);
+          else if (kMaxB >= 2 && nb == 2) tile<std::min(2, kMaxB)>(panel, bias, y, n, oy, k, blk);
           else tile<1>(panel, bias, y, n, oy, k, blk);
           blk += nb;
         }
@@ -103,12 +104,10 @@ class DirectConvOp : public ROp {
  private:
   // The panel of output row oy: for each (ci, ky, phase), pwid_ columns
   // q holding input column q * S + phase - pw of input row oy * sh - ph +
-  // ky, zero outside the plane. Stride 2 loads 32 consecutive inputs per
-  // 16 columns and keeps the lanes of its phase.
+  // ky, zero outside the plane. Stride 2 loads 2 vectors of consecutive
+  // inputs per vector of columns and keeps the lanes of its phase.
   template <int S>
   void fill_panel(const float* x, int64_t n, int64_t oy, float* panel) const {
-    const __m512i idx0 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i idx1 = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     const int64_t iw = c_.iw;
     for (int64_t ci = 0; ci < c_.cin; ++ci)
       for (int64_t ky = 0; ky < c_.kh; ++ky) {
@@ -122,14 +121,16 @@ class DirectConvOp : public ROp {
         for (int64_t q = 0; q < pwid_; q += kLanes) {
           if constexpr (S == 1) {
             const int64_t a = q - c_.pw;
-            _mm512_storeu_ps(dst + q, _mm512_maskz_loadu_ps(static_cast<__mmask16>(lane_bits(-a, iw - a)), row + a));
+            Vec::store(dst + q, Vec::load(row + a, Vec::from_bits(lane_bits(-a, iw - a))));
           } else {
             const int64_t a = 2 * q - c_.pw;  // input column of lane 0, phase 0
             const uint32_t m = lane_bits(-a, iw - a);
-            const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m), row + a);
-            const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m >> 16), row + a + kLanes);
-            _mm512_storeu_ps(dst + q, _mm512_permutex2var_ps(lo, idx0, hi));
-            _mm512_storeu_ps(dst + pwid_ + q, _mm512_permutex2var_ps(lo, idx1, hi));
+            const Vec::T lo = Vec::load(row + a, Vec::from_bits(m));
+            const Vec::T hi = Vec::load(row + a + kLanes, Vec::from_bits(m >> kLanes));
+            Vec::T even, odd;
+            Vec::deinterleave(lo, hi, &even, &odd);
+            Vec::store(dst + q, even);
+            Vec::store(dst + pwid_ + q, odd);
           }
         }
       }
@@ -141,25 +142,25 @@ class DirectConvOp : public ROp {
     const int32_t* off = off_.data();
     const float* base = panel + blk0 * kLanes;
     const int64_t taps = taps_;
-    __m512 acc[kCb][B];
+    Vec::T acc[kCb][B];
 #pragma GCC unroll 8
     for (int c = 0; c < kCb; ++c)
 #pragma GCC unroll 3
-      for (int j = 0; j < B; ++j) acc[c][j] = _mm512_setzero_ps();
+      for (int j = 0; j < B; ++j) acc[c][j] = Vec::zero();
     for (int64_t t = 0; t < taps; ++t) {
       const float* src = base + off[t];
       const float* wt = wk + t * kCb;
       // B inputs, then one weight at a time: 8 x B accumulators, B inputs
-      // and one weight fit the 32 vector registers (8 weights held at once
+      // and one weight fit the vector registers (8 weights held at once
       // would spill an accumulator).
-      __m512 v[B];
+      Vec::T v[B];
 #pragma GCC unroll 3
-      for (int j = 0; j < B; ++j) v[j] = _mm512_loadu_ps(src + j * kLanes);
+      for (int j = 0; j < B; ++j) v[j] = Vec::load(src + j * kLanes);
 #pragma GCC unroll 8
       for (int c = 0; c < kCb; ++c) {
-        const __m512 w = _mm512_set1_ps(wt[c]);
+        const Vec::T w = Vec::set1(wt[c]);
 #pragma GCC unroll 3
-        for (int j = 0; j < B; ++j) acc[c][j] = _mm512_fmadd_ps(w, v[j], acc[c][j]);
+        for (int j = 0; j < B; ++j) acc[c][j] = Vec::fma(w, v[j], acc[c][j]);
       }
     }
     const int64_t ow = c_.ow;
@@ -167,15 +168,15 @@ class DirectConvOp : public ROp {
     for (int c = 0; c < kCb; ++c) {
       const int64_t co = k * kCb + c;
       if (co >= c_.cout) break;
-      const __m512 b = _mm512_set1_ps(bias != nullptr ? bias[co] : 0.f);
+      const Vec::T b = Vec::set1(bias != nullptr ? bias[co] : 0.f);
       float* out = y + ((n * c_.cout + co) * c_.oh + oy) * ow;
 #pragma GCC unroll 3
       for (int j = 0; j < B; ++j) {
         const int64_t ox = (blk0 + j) * kLanes, count = std::min<int64_t>(kLanes, ow - ox);
-        __m512 v = bias != nullptr ? _mm512_add_ps(acc[c][j], b) : acc[c][j];
+        Vec::T v = bias != nullptr ? Vec::add(acc[c][j], b) : acc[c][j];
         if (clamp_.on) v = clamp_(v);
-        if (count == kLanes) _mm512_storeu_ps(out + ox, v);
-        else _mm512_mask_storeu_ps(out + ox, static_cast<__mmask16>((1u << count) - 1), v);
+        if (count == kLanes) Vec::store(out + ox, v);
+        else Vec::store(out + ox, Vec::first(count), v);
       }
     }
   }
@@ -193,7 +194,7 @@ class DirectConvOp : public ROp {
 }  // namespace
 
 bool direct_conv_fits(const Conv2d& c) {
-#if defined(__AVX512F__)
+#if defined(TESSERA_SIMD)
   return c.group == 1 && c.cin <= kMaxCin && c.cin * c.kh * c.kw <= kMaxTaps && c.dh == 1 && c.dw == 1 &&
          (c.sw == 1 || c.sw == 2) && c.cout >= kCb;
 #else
@@ -204,7 +205,7 @@ bool direct_conv_fits(const Conv2d& c) {
 
 std::unique_ptr<ROp> make_direct_conv(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi,
                                       const KernelParams& p) {
-#if defined(__AVX512F__)
+#if defined(TESSERA_SIMD)
   return std::unique_ptr<ROp>(new DirectConvOp(c, w, has_bias, epi, p));
 #else
   (void)c, (void)w, (void)has_bias, (void)epi, (void)p;

@@ -4,9 +4,9 @@
 // which chooses among the conv paths and tiles them into rTasks.
 #pragma once
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
+#include "kernels/cpu/simd.h"
 
+#if defined(TESSERA_SIMD)
 #include <algorithm>
 #include <cstdint>
 #include <utility>
@@ -33,7 +33,8 @@ namespace tessera {
 // the plane), and no lanes idle at row ends.
 class DwDirect {
  public:
-  static constexpr int64_t kLanes = 16;
+  using Vec = simd::Vec;
+  static constexpr int64_t kLanes = Vec::kLanes;
 
   // False when the geometry is not one of these forms. `flat`: run
   // whole planes flat (it must qualify: see flat_ok).
@@ -46,9 +47,9 @@ class DwDirect {
     for (int64_t blk = 0; blk < nblk_; ++blk) {
       for (int64_t t = 0; t < per; ++t) {
         const int64_t ix0 = c.sw * blk * kLanes - c.pw + (c.sw == 1 ? t * c.dw : 2 * t);
-        const int lanes = c.sw == 1 ? 16 : 32;
+        const int64_t lanes = c.sw == 1 ? kLanes : 2 * kLanes;
         uint32_t m = 0;
-        for (int j = 0; j < lanes; ++j)
+        for (int64_t j = 0; j < lanes; ++j)
           if (ix0 + j >= 0 && ix0 + j < c.iw) m |= 1u << j;
         mask_.push_back(m);
       }
@@ -56,8 +57,11 @@ class DwDirect {
     per_ = per;
     if (c.sw == 1 && c.sh == 1 && c.dw == 1 && c.dh == 1 && c.kh == c.kw && (c.kh == 3 || c.kh == 5)) {
       square_ = static_cast<int>(c.kh);
-      shift_taps_ = c.pw == c.kw / 2 && nblk_ >= 2;  // rows of one block: 3x3 on 14x14 1.4 -> 1.7 us shifted
+      // Rows of one block: 3x3 on 14x14 1.4 -> 1.7 us shifted. The shift
+      // (valignd) is AVX-512's.
+      shift_taps_ = c.pw == c.kw / 2 && nblk_ >= 2 && kLanes == 16;
     }
+    make_lanes();
     return true;
   }
 
@@ -100,7 +104,17 @@ class DwDirect {
         mask_.push_back(m);
       }
     }
+    make_lanes();
     return true;
+  }
+
+  // lanes_ from mask_: each entry's first and second vector of lanes.
+  void make_lanes() {
+    lanes_.clear();
+    for (uint32_t m : mask_) {
+      lanes_.push_back({Vec::from_bits(m)});
+      lanes_.push_back({Vec::from_bits(static_cast<uint32_t>(static_cast<uint64_t>(m) >> kLanes))});
+    }
   }
 
   // A whole plane, flat: blocks in groups of up to 8 accumulators.
@@ -123,26 +137,25 @@ class DwDirect {
   template <int B, bool kClamp>
   void flat_tile(const float* xc, const float* wc, float b, float* yc, int64_t blk0) const {
     const int64_t taps = per_, pixels = c_.oh * c_.ow;
-    const uint32_t* masks = mask_.data() + blk0 * taps;
+    const Lanes* masks = lanes_.data() + 2 * blk0 * taps;
     const int64_t* shift = shift_.data();
     const float* x0 = xc + blk0 * kLanes;
-    __m512 acc[B];
+    Vec::T acc[B];
 #pragma GCC unroll 8
-    for (int j = 0; j < B; ++j) acc[j] = _mm512_set1_ps(b);
+    for (int j = 0; j < B; ++j) acc[j] = Vec::set1(b);
     for (int64_t t = 0; t < taps; ++t) {
-      const __m512 w = _mm512_set1_ps(wc[t]);
+      const Vec::T w = Vec::set1(wc[t]);
       const float* src = x0 + shift[t];
 #pragma GCC unroll 8
       for (int j = 0; j < B; ++j)
-        acc[j] = _mm512_fmadd_ps(
-            w, _mm512_maskz_loadu_ps(static_cast<__mmask16>(masks[j * taps + t]), src + j * kLanes), acc[j]);
+        acc[j] = Vec::fma(w, Vec::load(src + j * kLanes, masks[2 * (j * taps + t)].m), acc[j]);
     }
 #pragma GCC unroll 8
     for (int j = 0; j < B; ++j) {
       if constexpr (kClamp) acc[j] = clamp_(acc[j]);
       const int64_t p = (blk0 + j) * kLanes, count = std::min<int64_t>(kLanes, pixels - p);
-      if (count == kLanes) _mm512_storeu_ps(yc + p, acc[j]);
-      else _mm512_mask_storeu_ps(yc + p, static_cast<__mmask16>((1u << count) - 1), acc[j]);
+      if (count == kLanes) Vec::store(yc + p, acc[j]);
+      else Vec::store(yc + p, Vec::first(count), acc[j]);
     }
   }
 
@@ -204,15 +217,15 @@ class DwDirect {
   // A tile's accumulators start at the bias; at the end each is clamped
   // (a fused Relu/Clip) and stored, the row's last block masked.
   template <int B, int R>
-  [[gnu::always_inline]] static void fill_tile(__m512 (&acc)[R][B], float b) {
+  [[gnu::always_inline]] static void fill_tile(Vec::T (&acc)[R][B], float b) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-      for (int j = 0; j < B; ++j) acc[r][j] = _mm512_set1_ps(b);
+      for (int j = 0; j < B; ++j) acc[r][j] = Vec::set1(b);
   }
 
   template <int B, int R, bool kClamp>
-  [[gnu::always_inline]] void store_tile(__m512 (&acc)[R][B], float* yc, int64_t oy0, int64_t blk0) const {
+  [[gnu::always_inline]] void store_tile(Vec::T (&acc)[R][B], float* yc, int64_t oy0, int64_t blk0) const {
     const int64_t ow = c_.ow;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
@@ -221,8 +234,8 @@ class DwDirect {
       for (int j = 0; j < B; ++j) {
         if constexpr (kClamp) acc[r][j] = clamp_(acc[r][j]);
         const int64_t ox = (blk0 + j) * kLanes, count = std::min<int64_t>(kLanes, ow - ox);
-        if (count == kLanes) _mm512_storeu_ps(out + ox, acc[r][j]);
-        else _mm512_mask_storeu_ps(out + ox, static_cast<__mmask16>((1u << count) - 1), acc[r][j]);
+        if (count == kLanes) Vec::store(out + ox, acc[r][j]);
+        else Vec::store(out + ox, Vec::first(count), acc[r][j]);
       }
     }
   }
@@ -233,7 +246,10 @@ class DwDirect {
   // (up to K FMAs per load instead of one) and a tile can hold more rows.
   // Each accumulator still sees its taps in (ky, kx) order: bitwise the
   // same as tile() above.
-  static constexpr int64_t kSquareRows[5] = {0, 8, 6, 4, 3};  // per blocks in the tile: R * B <= 12
+  // Rows per tile for 1 to 4 blocks: R * B <= 12 accumulators in
+  // AVX-512's 32 registers; with AVX2's 16, R * B <= 10 beside the B
+  // loaded vectors and a weight.
+  static constexpr int64_t kSquareRows[5] = {0, 8, kLanes == 16 ? 6 : 5, kLanes == 16 ? 4 : 3, kLanes == 16 ? 3 : 2};
 
   template <int K, bool kClamp>
   void square(int64_t nb, int64_t r, const float* xc, const float* wc, float b, const float* zero, float* yc,
@@ -265,20 +281,21 @@ class DwDirect {
   void square_tile(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t oy0,
                    int64_t blk0) const {
     const int64_t ih = c_.ih, iw = c_.iw, ph = c_.ph, pw = c_.pw;
-    const uint32_t* masks = mask_.data() + blk0 * K;
-    __m512 acc[R][B];
+    const Lanes* masks = lanes_.data() + 2 * blk0 * K;
+    Vec::T acc[R][B];
     fill_tile<B, R>(acc, b);
     // The K FMA steps of one tap kx on the B windows v of one input row i.
-    auto fma_tap = [&](int i, int kx, const __m512(&v)[B]) {
+    auto fma_tap = [&](int i, int kx, const Vec::T(&v)[B]) {
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const int ky = i - r;
         if (ky < 0 || ky >= K) continue;
-        const __m512 w = _mm512_set1_ps(wc[ky * K + kx]);
+        const Vec::T w = Vec::set1(wc[ky * K + kx]);
 #pragma GCC unroll 4
-        for (int j = 0; j < B; ++j) acc[r][j] = _mm512_fmadd_ps(w, v[j], acc[r][j]);
+        for (int j = 0; j < B; ++j) acc[r][j] = Vec::fma(w, v[j], acc[r][j]);
       }
     };
+#if defined(__AVX512F__)
     __mmask16 side[B + 2] = {};  // kShift: lanes of vector m - 1 of the tile inside the row
     if constexpr (kShift) {
 #pragma GCC unroll 6
@@ -287,11 +304,15 @@ class DwDirect {
         side[m] = static_cast<__mmask16>(lane_bits(-c0, iw - c0));
       }
     }
+#else
+    (void)iw;
+#endif
     // One step per input row, unrolled by the template (R + K - 1 steps)
     // so that every row's ky tests are resolved at compile time.
     auto input_row = [&]<int i>(std::integral_constant<int, i>) {
       const int64_t iy = oy0 + i - ph;
       const float* in = iy >= 0 && iy < ih ? xc + iy * iw : zero;
+#if defined(__AVX512F__)
       if constexpr (kShift) {
         __m512i q[B + 2];
 #pragma GCC unroll 6
@@ -314,14 +335,16 @@ class DwDirect {
               }(),
               ...);
         }(std::make_integer_sequence<int, K>{});
-      } else {
+        return;
+      }
+#endif
+      {
         const float* row = in + blk0 * kLanes - pw;
 #pragma GCC unroll 5
         for (int kx = 0; kx < K; ++kx) {
-          __m512 v[B];
+          Vec::T v[B];
 #pragma GCC unroll 4
-          for (int j = 0; j < B; ++j)
-            v[j] = _mm512_maskz_loadu_ps(static_cast<__mmask16>(masks[j * K + kx]), row + kx + j * kLanes);
+          for (int j = 0; j < B; ++j) v[j] = Vec::load(row + kx + j * kLanes, masks[2 * (j * K + kx)].m);
           fma_tap(i, kx, v);
         }
       }
@@ -338,11 +361,9 @@ class DwDirect {
     // the accumulators stay in registers.
     const int64_t kh = c_.kh, kw = c_.kw, ih = c_.ih, iw = c_.iw, sh = c_.sh, dh = c_.dh, ph = c_.ph;
     const int64_t pw = c_.pw, dw = c_.dw, per = per_;
-    const uint32_t* masks = mask_.data() + blk0 * per;
-    __m512 acc[R][B];
+    const Lanes* masks = lanes_.data() + 2 * blk0 * per;
+    Vec::T acc[R][B];
     fill_tile<B, R>(acc, b);
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     for (int64_t ky = 0; ky < kh; ++ky) {
       const float* row[R];
 #pragma GCC unroll 8
@@ -353,31 +374,29 @@ class DwDirect {
       const float* wk = wc + ky * kw;
       for (int64_t t = 0; t < per; ++t) {
         if constexpr (S == 1) {
-          const __m512 w = _mm512_set1_ps(wk[t]);
+          const Vec::T w = Vec::set1(wk[t]);
           const int64_t off = t * dw;
 #pragma GCC unroll 4
           for (int j = 0; j < B; ++j) {
-            const __mmask16 m = static_cast<__mmask16>(masks[j * per + t]);
+            const Vec::Mask m = masks[2 * (j * per + t)].m;
 #pragma GCC unroll 8
-            for (int r = 0; r < R; ++r)
-              acc[r][j] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m, row[r] + off + j * kLanes), acc[r][j]);
+            for (int r = 0; r < R; ++r) acc[r][j] = Vec::fma(w, Vec::load(row[r] + off + j * kLanes, m), acc[r][j]);
           }
         } else {
           const int64_t kx = 2 * t;
           const bool pair = kx + 1 < kw;
-          const __m512 w0 = _mm512_set1_ps(wk[kx]);
-          const __m512 w1 = _mm512_set1_ps(pair ? wk[kx + 1] : 0.f);
+          const Vec::T w0 = Vec::set1(wk[kx]);
+          const Vec::T w1 = Vec::set1(pair ? wk[kx + 1] : 0.f);
 #pragma GCC unroll 4
           for (int j = 0; j < B; ++j) {
-            const uint32_t m = masks[j * per + t];
-            const __mmask16 lo_m = static_cast<__mmask16>(m), hi_m = static_cast<__mmask16>(m >> 16);
+            const Vec::Mask lo_m = masks[2 * (j * per + t)].m, hi_m = masks[2 * (j * per + t) + 1].m;
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
               const float* src = row[r] + kx + 2 * j * kLanes;
-              const __m512 lo = _mm512_maskz_loadu_ps(lo_m, src);
-              const __m512 hi = _mm512_maskz_loadu_ps(hi_m, src + kLanes);
-              acc[r][j] = _mm512_fmadd_ps(w0, _mm512_permutex2var_ps(lo, even, hi), acc[r][j]);
-              if (pair) acc[r][j] = _mm512_fmadd_ps(w1, _mm512_permutex2var_ps(lo, odd, hi), acc[r][j]);
+              Vec::T even, odd;
+              Vec::deinterleave(Vec::load(src, lo_m), Vec::load(src + kLanes, hi_m), &even, &odd);
+              acc[r][j] = Vec::fma(w0, even, acc[r][j]);
+              if (pair) acc[r][j] = Vec::fma(w1, odd, acc[r][j]);
             }
           }
         }
@@ -394,6 +413,11 @@ class DwDirect {
   std::vector<int64_t> shift_;  // flat: per tap, input pixel minus output pixel
   RegisterClamp clamp_;  // the fused epilogue
   std::vector<uint32_t> mask_;  // [block][tap or tap pair]: lanes whose input is inside the plane
+  // mask_ as two vectors' lane masks each (the second for stride 2's pair).
+  struct Lanes {
+    Vec::Mask m;
+  };
+  std::vector<Lanes> lanes_;
 };
 
 }  // namespace tessera

@@ -11,9 +11,7 @@
 #include <limits>
 #include <string>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "kernels/cpu/simd.h"
 
 #include "ir/graph.h"
 #include "kernels/cpu/fast_math.h"
@@ -101,10 +99,11 @@ struct Epilogue {
   }
 };
 
-#if defined(__AVX512F__)
-// An epilogue of Relu or Clip with no residual, applied to 16 outputs while
-// they are still in a register (direct and depthwise convs), with the
-// unfused ops' expressions lane by lane: Relu maps NaN to 0, Clip keeps it.
+#if defined(TESSERA_SIMD)
+// An epilogue of Relu or Clip with no residual, applied to a vector of
+// outputs while they are still in a register (direct and depthwise convs),
+// with the unfused ops' expressions lane by lane: Relu maps NaN to 0, Clip
+// keeps it.
 struct RegisterClamp {
   bool on = false, relu = false;
   float lo = 0, hi = 0;
@@ -120,12 +119,12 @@ struct RegisterClamp {
     return on;
   }
 
-  __m512 operator()(__m512 v) const {
+  simd::Vec::T operator()(simd::Vec::T v) const {
     if (relu) {
-      const __m512 z = _mm512_setzero_ps();
+      const simd::Vec::T z = simd::Vec::zero();
       return v > z ? v : z;
     }
-    const __m512 l = _mm512_set1_ps(lo), h = _mm512_set1_ps(hi);
+    const simd::Vec::T l = simd::Vec::set1(lo), h = simd::Vec::set1(hi);
     return v < l ? l : (v > h ? h : v);
   }
 };

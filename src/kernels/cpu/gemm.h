@@ -27,9 +27,9 @@ inline constexpr int64_t kRowsGemmSmallB = 32768;
 // same value whatever the tile. Longer reductions (sgemm's k blocking
 // wins), products of a few rows with a large B (gemm_rows walks B in
 // 48-column panels with a little reuse per row: a 1 x 1024 x 256 GEMV
-// takes 8.4 us in sgemm, 35 in gemm_rows) and builds without AVX-512 use
-// sgemm. The choice depends on the product, never on the tile, so the
-// tiles of one product never mix the two.
+// takes 8.4 us in sgemm, 35 in gemm_rows) use sgemm. The choice depends
+// on the product, never on the tile, so the tiles of one product never mix
+// the two.
 void matmul_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                  int64_t ldc, int64_t product_m, int64_t product_n);
 

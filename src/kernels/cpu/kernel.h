@@ -75,6 +75,10 @@ Status cpu_evaluate(const Node& node, std::vector<Tensor>* outputs);
 // single-threaded there (parallelism comes from rTasks, not from inside).
 void cpu_kernels_thread_init();
 
+// The instruction set the kernels were built for (simd.h): "avx512",
+// "avx2" or "portable".
+const char* kernel_isa();
+
 // --- helpers for kernel files ----------------------------------------------
 
 // Number of tasks for `work` units when a task should do at least `grain`:

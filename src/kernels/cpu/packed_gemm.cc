@@ -1,29 +1,34 @@
 #include "kernels/cpu/packed_gemm.h"
 
 #include <algorithm>
+#include <cmath>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "kernels/cpu/simd.h"
 
 namespace tessera {
 namespace {
 
-#if defined(__AVX512F__)
-constexpr int64_t kLanes = 16;
+#if defined(TESSERA_SIMD)
+using simd::Vec;
+// Rows of accumulators per micro-kernel: 8 x 3 vectors in AVX-512's 32
+// registers; 4 x 3 in AVX2's 16, beside 3 vectors of B and a broadcast.
+constexpr int kTileRows = Vec::kRegisters >= 32 ? 8 : 4;
+constexpr int64_t kLanes = Vec::kLanes;
+using VecT = Vec::T;
+using Mask = Vec::Mask;
 
 // Output vector q of row r: bias, residual, clamp (see GemmPost).
-inline __m512 finish(__m512 v, int r, int q, __mmask16 last, const GemmPost& post, bool full) {
-  if (post.bias != nullptr) v = _mm512_add_ps(v, _mm512_set1_ps(post.bias[r]));
+inline VecT finish(VecT v, int r, int q, Mask last, const GemmPost& post, bool full) {
+  if (post.bias != nullptr) v = Vec::add(v, Vec::set1(post.bias[r]));
   if (post.res != nullptr) {
     const float* src = post.res + r * post.ldr + q * kLanes;
-    v = _mm512_add_ps(v, full ? _mm512_loadu_ps(src) : _mm512_maskz_loadu_ps(last, src));
+    v = Vec::add(v, full ? Vec::load(src) : Vec::load(src, last));
   }
   if (post.clamp == GemmPost::Clamp::kRelu) {
-    const __m512 z = _mm512_setzero_ps();
+    const VecT z = Vec::zero();
     v = v > z ? v : z;
   } else if (post.clamp == GemmPost::Clamp::kClip) {
-    const __m512 l = _mm512_set1_ps(post.lo), h = _mm512_set1_ps(post.hi);
+    const VecT l = Vec::set1(post.lo), h = Vec::set1(post.hi);
     v = v < l ? l : (v > h ? h : v);
   }
   return v;
@@ -33,17 +38,16 @@ inline __m512 finish(__m512 v, int r, int q, __mmask16 last, const GemmPost& pos
 // its vector count and the last vector's lanes.
 struct ColumnBlock {
   int nv;
-  __mmask16 last;
+  Mask last;
 };
 inline ColumnBlock column_block(int64_t left) {
   left = std::min<int64_t>(left, 3 * kLanes);
   const int nv = static_cast<int>((left + kLanes - 1) / kLanes);
-  const int64_t tail = left - (nv - 1) * kLanes;
-  return {nv, tail >= kLanes ? __mmask16(0xffff) : static_cast<__mmask16>((1u << tail) - 1)};
+  return {nv, Vec::first(left - (nv - 1) * kLanes)};
 }
 
 // Where a kernel reads A's element (row r, reduction index i): blocks
-// packed by pack_rows, or rows read in place.
+// packed by pack_rows (from row `first` of a block), or rows read in place.
 struct PackedA {
   const float* a;
   float operator()(int r, int64_t i) const { return a[i * kPackRows + r]; }
@@ -54,7 +58,7 @@ struct RowsA {
   float operator()(int r, int64_t i) const { return row[r][i]; }
 };
 
-// kRows rows x kNv vectors of 16 columns, accumulated in registers over
+// kRows rows x kNv vectors of columns, accumulated in registers over
 // all of k, each A element broadcast from memory. Every loop over
 // registers has a constant trip count (and is unrolled) so that the
 // accumulators stay in registers. Rows from `rows` on are computed (on
@@ -62,24 +66,23 @@ struct RowsA {
 // With kPost, `post` (its bias and residual already at this tile) is
 // applied before the store.
 template <int kRows, int kNv, bool kPost, typename A>
-void micro(const A& a, int64_t k, const float* b, int64_t ldb, __mmask16 last, float* c, int64_t ldc, int64_t rows,
+void micro(const A& a, int64_t k, const float* b, int64_t ldb, Mask last, float* c, int64_t ldc, int64_t rows,
            const GemmPost& post) {
-  __m512 acc[kRows][kNv];
+  VecT acc[kRows][kNv];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r)
 #pragma GCC unroll 3
-    for (int q = 0; q < kNv; ++q) acc[r][q] = _mm512_setzero_ps();
+    for (int q = 0; q < kNv; ++q) acc[r][q] = Vec::zero();
   for (int64_t i = 0; i < k; ++i) {
-    __m512 x[kNv];
+    VecT x[kNv];
 #pragma GCC unroll 3
     for (int q = 0; q < kNv; ++q)
-      x[q] = q + 1 < kNv ? _mm512_loadu_ps(b + i * ldb + q * kLanes)
-                         : _mm512_maskz_loadu_ps(last, b + i * ldb + q * kLanes);
+      x[q] = q + 1 < kNv ? Vec::load(b + i * ldb + q * kLanes) : Vec::load(b + i * ldb + q * kLanes, last);
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
-      const __m512 s = _mm512_set1_ps(a(r, i));
+      const VecT s = Vec::set1(a(r, i));
 #pragma GCC unroll 3
-      for (int q = 0; q < kNv; ++q) acc[r][q] = _mm512_fmadd_ps(s, x[q], acc[r][q]);
+      for (int q = 0; q < kNv; ++q) acc[r][q] = Vec::fma(s, x[q], acc[r][q]);
     }
   }
 #pragma GCC unroll 8
@@ -88,8 +91,8 @@ void micro(const A& a, int64_t k, const float* b, int64_t ldb, __mmask16 last, f
 #pragma GCC unroll 3
     for (int q = 0; q < kNv; ++q) {
       if constexpr (kPost) acc[r][q] = finish(acc[r][q], r, q, last, post, q + 1 < kNv);
-      if (q + 1 < kNv) _mm512_storeu_ps(c + r * ldc + q * kLanes, acc[r][q]);
-      else _mm512_mask_storeu_ps(c + r * ldc + q * kLanes, last, acc[r][q]);
+      if (q + 1 < kNv) Vec::store(c + r * ldc + q * kLanes, acc[r][q]);
+      else Vec::store(c + r * ldc + q * kLanes, last, acc[r][q]);
     }
   }
 }
@@ -97,8 +100,8 @@ void micro(const A& a, int64_t k, const float* b, int64_t ldb, __mmask16 last, f
 // kRows rows of C = A * B with A read in place (row r of the block at
 // a + r * lda; rows past `rows` repeat the last one).
 template <int kRows>
-void rows_block(const float* a, int64_t lda, int64_t rows, int64_t k, const float* b, int64_t ldb, int nv,
-                __mmask16 last, float* c, int64_t ldc) {
+void rows_block(const float* a, int64_t lda, int64_t rows, int64_t k, const float* b, int64_t ldb, int nv, Mask last,
+                float* c, int64_t ldc) {
   RowsA<kRows> ar;
   for (int r = 0; r < kRows; ++r) ar.row[r] = a + (r < rows ? r : rows - 1) * lda;
   const GemmPost none;
@@ -106,7 +109,9 @@ void rows_block(const float* a, int64_t lda, int64_t rows, int64_t k, const floa
   else if (nv == 2) micro<kRows, 2, false>(ar, k, b, ldb, last, c, ldc, rows, none);
   else micro<kRows, 1, false>(ar, k, b, ldb, last, c, ldc, rows, none);
 }
+#endif
 
+#if defined(__AVX512F__)
 // dst (16 x 16, row stride ldd) = the transpose of src (16 x 16, row
 // stride lds): pairs of rows interleaved, then 4 x 4 blocks, then 128-bit
 // lanes gathered in two rounds. (Zero-masking forms with every lane on:
@@ -167,23 +172,26 @@ namespace {
 template <bool kPost>
 void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64_t ldb, int64_t n, float* c,
                 int64_t ldc, const GemmPost& post) {
-#if defined(__AVX512F__)
+#if defined(TESSERA_SIMD)
   // Column blocks of up to 3 vectors outside, row blocks inside: a block of
-  // B (k x 48) stays in L1 while every row block passes over it.
+  // B (k x 3 vectors) stays in L1 while every row block passes over it.
+  // A packed block of kPackRows rows runs as kPackRows / kTileRows
+  // micro-kernels of kTileRows rows.
   for (int64_t j = 0; j < n; j += 3 * kLanes) {
     const auto [nv, last] = column_block(n - j);
-    for (int64_t r = 0; r < m; r += kPackRows) {
-      const float* a = packed + r * k;
-      const int64_t rows = std::min(kPackRows, m - r);
+    for (int64_t r = 0; r < m; r += kTileRows) {
+      const float* a = packed + r / kPackRows * kPackRows * k + r % kPackRows;
+      const int64_t rows = std::min<int64_t>(kTileRows, m - r);
       GemmPost at = post;
       if constexpr (kPost) {
         if (at.bias != nullptr) at.bias += r;
         if (at.res != nullptr) at.res += r * at.ldr + j;
       }
       const PackedA pa{a};
-      if (nv == 3) micro<kPackRows, 3, kPost>(pa, k, b + j, ldb, last, c + r * ldc + j, ldc, rows, at);
-      else if (nv == 2) micro<kPackRows, 2, kPost>(pa, k, b + j, ldb, last, c + r * ldc + j, ldc, rows, at);
-      else micro<kPackRows, 1, kPost>(pa, k, b + j, ldb, last, c + r * ldc + j, ldc, rows, at);
+      float* cr = c + r * ldc + j;
+      if (nv == 3) micro<kTileRows, 3, kPost>(pa, k, b + j, ldb, last, cr, ldc, rows, at);
+      else if (nv == 2) micro<kTileRows, 2, kPost>(pa, k, b + j, ldb, last, cr, ldc, rows, at);
+      else micro<kTileRows, 1, kPost>(pa, k, b + j, ldb, last, cr, ldc, rows, at);
     }
   }
 #else
@@ -224,28 +232,41 @@ void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64
 
 }  // namespace
 
-bool gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+void gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                int64_t ldc) {
-#if defined(__AVX512F__)
-  // Column blocks of up to 3 vectors outside, blocks of 8 rows inside (a
-  // last block of 1, 2 or 3 to 4 rows with fewer accumulators).
+#if defined(TESSERA_SIMD)
+  // Column blocks of up to 3 vectors outside, blocks of kTileRows rows
+  // inside (a last block of 1, 2 or up to half as many rows with fewer
+  // accumulators).
   for (int64_t j = 0; j < n; j += 3 * kLanes) {
     const auto [nv, last] = column_block(n - j);
     for (int64_t r = 0; r < m;) {
-      const int64_t rows = std::min<int64_t>(kPackRows, m - r);
+      const int64_t rows = std::min<int64_t>(kTileRows, m - r);
       const float* ar = a + r * lda;
       float* cr = c + r * ldc + j;
-      if (rows > 4) rows_block<8>(ar, lda, rows, k, b + j, ldb, nv, last, cr, ldc);
-      else if (rows > 2) rows_block<4>(ar, lda, rows, k, b + j, ldb, nv, last, cr, ldc);
+      if (rows > kTileRows / 2) rows_block<kTileRows>(ar, lda, rows, k, b + j, ldb, nv, last, cr, ldc);
+      else if (rows > 2) rows_block<kTileRows / 2>(ar, lda, rows, k, b + j, ldb, nv, last, cr, ldc);
       else if (rows == 2) rows_block<2>(ar, lda, rows, k, b + j, ldb, nv, last, cr, ldc);
       else rows_block<1>(ar, lda, rows, k, b + j, ldb, nv, last, cr, ldc);
       r += rows;
     }
   }
-  return true;
 #else
-  (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc;
-  return false;
+  // Portable: each row's outputs, a column block at a time, as the same
+  // in-order chains of fused multiply-adds.
+  constexpr int64_t kCols = 64;
+  float acc[kCols];
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < n; j += kCols) {
+      const int64_t w = std::min(kCols, n - j);
+      std::fill(acc, acc + w, 0.f);
+      for (int64_t i = 0; i < k; ++i) {
+        const float s = a[r * lda + i];
+        const float* x = b + i * ldb + j;
+        for (int64_t p = 0; p < w; ++p) acc[p] = std::fma(s, x[p], acc[p]);
+      }
+      std::copy(acc, acc + w, c + r * ldc + j);
+    }
 #endif
 }
 

@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/simd.h"  // TESSERA_SIMD: the kernels run in vector registers
+
 namespace tessera {
 
 // Rows of A per packed block: the kernel keeps kPackRows x 48 outputs in
@@ -38,11 +40,12 @@ void packed_gemm(const float* packed, int64_t m, int64_t k, const float* b, int6
 
 // C[0, m) x [0, n) = A * B with A (m x k, row stride lda) and B (k x n,
 // row stride ldb) both read in place, 8 rows x 48 columns of accumulators
-// in registers. Each output is one chain of fused multiply-adds over
+// in registers with AVX-512 (4 x 24 with AVX2 and FMA; portable loops
+// otherwise). Each output is one chain of fused multiply-adds over
 // i = 0 .. k-1 from 0, so its value does not depend on the tiling of C
-// (the fused attention's score block equals the unfused MatMul's). With
-// AVX-512 only: returns false, having done nothing, without it.
-bool gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+// (the fused attention's score block equals the unfused MatMul's) nor on
+// the instruction set.
+void gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                int64_t ldc);
 
 // dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: a GEMM

@@ -5,6 +5,7 @@
 
 #include "base/strings.h"
 #include "kernels/cpu/kernel.h"
+#include "kernels/cpu/simd.h"
 
 namespace tessera {
 
@@ -17,6 +18,14 @@ std::span<const RKernel> cpu_kernels() {
     return v;
   }();
   return all;
+}
+
+const char* kernel_isa() {
+#if defined(TESSERA_SIMD)
+  return simd::Vec::kIsa;
+#else
+  return "portable";
+#endif
 }
 
 const RKernel* cpu_kernel_find(std::string_view op) {
