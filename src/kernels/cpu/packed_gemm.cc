@@ -13,6 +13,9 @@ using simd::Vec;
 // Rows of accumulators per micro-kernel: 8 x 3 vectors in AVX-512's 32
 // registers; 4 x 3 in AVX2's 16, beside 3 vectors of B and a broadcast.
 constexpr int kTileRows = Vec::kRegisters >= 32 ? 8 : 4;
+// Longest reduction whose column block run_packed copies to a panel on
+// the stack (AVX2: 48 KB).
+constexpr int64_t kPanelMaxK = 512;
 constexpr int64_t kLanes = Vec::kLanes;
 using VecT = Vec::T;
 using Mask = Vec::Mask;
@@ -39,11 +42,12 @@ inline VecT finish(VecT v, int r, int q, Mask last, const GemmPost& post, bool f
 struct ColumnBlock {
   int nv;
   Mask last;
+  bool full;  // the last vector too: plain loads and stores (AVX2's masked ones cost more)
 };
 inline ColumnBlock column_block(int64_t left) {
   left = std::min<int64_t>(left, 3 * kLanes);
   const int nv = static_cast<int>((left + kLanes - 1) / kLanes);
-  return {nv, Vec::first(left - (nv - 1) * kLanes)};
+  return {nv, Vec::first(left - (nv - 1) * kLanes), left == nv * kLanes};
 }
 
 // Where a kernel reads A's element (row r, reduction index i): blocks
@@ -65,7 +69,7 @@ struct RowsA {
 // whatever A gives there) but not stored.
 // With kPost, `post` (its bias and residual already at this tile) is
 // applied before the store.
-template <int kRows, int kNv, bool kPost, typename A>
+template <int kRows, int kNv, bool kPost, bool kFull, typename A>
 void micro(const A& a, int64_t k, const float* b, int64_t ldb, Mask last, float* c, int64_t ldc, int64_t rows,
            const GemmPost& post) {
   VecT acc[kRows][kNv];
@@ -76,8 +80,10 @@ void micro(const A& a, int64_t k, const float* b, int64_t ldb, Mask last, float*
   for (int64_t i = 0; i < k; ++i) {
     VecT x[kNv];
 #pragma GCC unroll 3
-    for (int q = 0; q < kNv; ++q)
-      x[q] = q + 1 < kNv ? Vec::load(b + i * ldb + q * kLanes) : Vec::load(b + i * ldb + q * kLanes, last);
+    for (int q = 0; q < kNv; ++q) {
+      x[q] = kFull || q + 1 < kNv ? Vec::load(b + i * ldb + q * kLanes) : Vec::load(b + i * ldb + q * kLanes, last);
+      if constexpr (Vec::kRegisters < 32) asm("" : "+x"(x[q]));
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
       const VecT s = Vec::set1(a(r, i));
@@ -90,24 +96,36 @@ void micro(const A& a, int64_t k, const float* b, int64_t ldb, Mask last, float*
     if (r >= rows) break;
 #pragma GCC unroll 3
     for (int q = 0; q < kNv; ++q) {
-      if constexpr (kPost) acc[r][q] = finish(acc[r][q], r, q, last, post, q + 1 < kNv);
-      if (q + 1 < kNv) Vec::store(c + r * ldc + q * kLanes, acc[r][q]);
+      if constexpr (kPost) acc[r][q] = finish(acc[r][q], r, q, last, post, kFull || q + 1 < kNv);
+      if (kFull || q + 1 < kNv) Vec::store(c + r * ldc + q * kLanes, acc[r][q]);
       else Vec::store(c + r * ldc + q * kLanes, last, acc[r][q]);
     }
+  }
+}
+
+// micro() for column block `cb`.
+template <int kRows, bool kPost, typename A>
+void micro_block(const A& a, int64_t k, const float* b, int64_t ldb, const ColumnBlock& cb, float* c, int64_t ldc,
+                 int64_t rows, const GemmPost& post) {
+  if (cb.full) {
+    if (cb.nv == 3) micro<kRows, 3, kPost, true>(a, k, b, ldb, cb.last, c, ldc, rows, post);
+    else if (cb.nv == 2) micro<kRows, 2, kPost, true>(a, k, b, ldb, cb.last, c, ldc, rows, post);
+    else micro<kRows, 1, kPost, true>(a, k, b, ldb, cb.last, c, ldc, rows, post);
+  } else {
+    if (cb.nv == 3) micro<kRows, 3, kPost, false>(a, k, b, ldb, cb.last, c, ldc, rows, post);
+    else if (cb.nv == 2) micro<kRows, 2, kPost, false>(a, k, b, ldb, cb.last, c, ldc, rows, post);
+    else micro<kRows, 1, kPost, false>(a, k, b, ldb, cb.last, c, ldc, rows, post);
   }
 }
 
 // kRows rows of C = A * B with A read in place (row r of the block at
 // a + r * lda; rows past `rows` repeat the last one).
 template <int kRows>
-void rows_block(const float* a, int64_t lda, int64_t rows, int64_t k, const float* b, int64_t ldb, int nv, Mask last,
-                float* c, int64_t ldc) {
+void rows_block(const float* a, int64_t lda, int64_t rows, int64_t k, const float* b, int64_t ldb,
+                const ColumnBlock& cb, float* c, int64_t ldc) {
   RowsA<kRows> ar;
   for (int r = 0; r < kRows; ++r) ar.row[r] = a + (r < rows ? r : rows - 1) * lda;
-  const GemmPost none;
-  if (nv == 3) micro<kRows, 3, false>(ar, k, b, ldb, last, c, ldc, rows, none);
-  else if (nv == 2) micro<kRows, 2, false>(ar, k, b, ldb, last, c, ldc, rows, none);
-  else micro<kRows, 1, false>(ar, k, b, ldb, last, c, ldc, rows, none);
+  micro_block<kRows, false>(ar, k, b, ldb, cb, c, ldc, rows, GemmPost());
 }
 #endif
 
@@ -177,8 +195,25 @@ void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64
   // B (k x 3 vectors) stays in L1 while every row block passes over it.
   // A packed block of kPackRows rows runs as kPackRows / kTileRows
   // micro-kernels of kTileRows rows.
+  //
+  // With AVX2 the block is first copied to a contiguous panel when more
+  // than one row block reads it: B's rows are often a multiple of 4 KB
+  // apart (planes of 32 x 32 floats), all in one set of the 8-way L1, so
+  // in place the block did not stay there. One thread, 32 x 160 by 160 x
+  // 1024: 370 -> 200 us; 32 x 32 by 32 x 1024: 79 -> 40 us. (AVX-512
+  // builds read B in place, as measured before; their L1 has 12 ways.)
+  alignas(64) float panel[Vec::kRegisters < 32 ? kPanelMaxK * 3 * kLanes : 1];
+  const bool use_panel = Vec::kRegisters < 32 && m > kTileRows && k <= kPanelMaxK;
   for (int64_t j = 0; j < n; j += 3 * kLanes) {
-    const auto [nv, last] = column_block(n - j);
+    const ColumnBlock cb = column_block(n - j);
+    const float* bj = b + j;
+    int64_t ldbj = ldb;
+    if (use_panel) {
+      const int64_t w = std::min<int64_t>(3 * kLanes, n - j);
+      for (int64_t i = 0; i < k; ++i) std::copy(b + i * ldb + j, b + i * ldb + j + w, panel + i * 3 * kLanes);
+      bj = panel;
+      ldbj = 3 * kLanes;
+    }
     for (int64_t r = 0; r < m; r += kTileRows) {
       const float* a = packed + r / kPackRows * kPackRows * k + r % kPackRows;
       const int64_t rows = std::min<int64_t>(kTileRows, m - r);
@@ -189,9 +224,7 @@ void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64
       }
       const PackedA pa{a};
       float* cr = c + r * ldc + j;
-      if (nv == 3) micro<kTileRows, 3, kPost>(pa, k, b + j, ldb, last, cr, ldc, rows, at);
-      else if (nv == 2) micro<kTileRows, 2, kPost>(pa, k, b + j, ldb, last, cr, ldc, rows, at);
-      else micro<kTileRows, 1, kPost>(pa, k, b + j, ldb, last, cr, ldc, rows, at);
+      micro_block<kTileRows, kPost>(pa, k, bj, ldbj, cb, cr, ldc, rows, at);
     }
   }
 #else
@@ -239,15 +272,15 @@ void gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, con
   // inside (a last block of 1, 2 or up to half as many rows with fewer
   // accumulators).
   for (int64_t j = 0; j < n; j += 3 * kLanes) {
-    const auto [nv, last] = column_block(n - j);
+    const ColumnBlock cb = column_block(n - j);
     for (int64_t r = 0; r < m;) {
       const int64_t rows = std::min<int64_t>(kTileRows, m - r);
       const float* ar = a + r * lda;
       float* cr = c + r * ldc + j;
-      if (rows > kTileRows / 2) rows_block<kTileRows>(ar, lda, rows, k, b + j, ldb, nv, last, cr, ldc);
-      else if (rows > 2) rows_block<kTileRows / 2>(ar, lda, rows, k, b + j, ldb, nv, last, cr, ldc);
-      else if (rows == 2) rows_block<2>(ar, lda, rows, k, b + j, ldb, nv, last, cr, ldc);
-      else rows_block<1>(ar, lda, rows, k, b + j, ldb, nv, last, cr, ldc);
+      if (rows > kTileRows / 2) rows_block<kTileRows>(ar, lda, rows, k, b + j, ldb, cb, cr, ldc);
+      else if (rows > 2) rows_block<kTileRows / 2>(ar, lda, rows, k, b + j, ldb, cb, cr, ldc);
+      else if (rows == 2) rows_block<2>(ar, lda, rows, k, b + j, ldb, cb, cr, ldc);
+      else rows_block<1>(ar, lda, rows, k, b + j, ldb, cb, cr, ldc);
       r += rows;
     }
   }
