@@ -12,7 +12,8 @@
 // every tap of a vector of outputs is one unaligned load: no masks, no
 // permutes in the inner loop. The copy is ~3% of the multiply-adds.
 //
-// An output tile is one row, 8 output channels and B vectors of columns; taps are added in (ci, ky, kx) order, weights packed
+// An output tile is one row, 8 output channels and B vectors of columns;
+// taps are added in (ci, ky, kx) order, weights packed
 // [block][ci][ky][kx][8] when the op is made. The bias is added after the
 // sum, as the im2col path does; a fused Relu or Clip is applied before the
 // store, any other epilogue to the stored rows.

@@ -6,14 +6,11 @@
 #include <limits>
 #include <vector>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 #include "base/strings.h"
 #include "ir/ops/op_registry.h"
 #include "kernels/cpu/epilogue.h"
 #include "kernels/cpu/kernel.h"
+#include "kernels/cpu/simd.h"
 
 namespace tessera {
 namespace {
@@ -27,19 +24,19 @@ class PoolOp : public ROp {
       : max_(max), include_pad_(include_pad), epi_(epi), g_(g) {
     tasks_ = choose_tasks(g.planes, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, g.oh * g.ow * g.kh * g.kw)), p);
     scratch_bytes_ = static_cast<size_t>(g.ow) * sizeof(float);  // one output row's accumulators
-#if defined(__AVX512F__)
-    // Unit stride along the row: per block of 16 output columns, each input
+#if defined(TESSERA_SIMD)
+    // Unit stride along the row: per vector of output columns, each input
     // row's kw taps are reduced once (one masked load per tap), then each
     // output row reduces kh of those row sums from scratch.
     rows_first_ = g.sw == 1 && g.dw == 1;
     if (rows_first_) {
-      const int64_t blocks = (g.ow + 15) / 16;
+      const int64_t blocks = (g.ow + kLanes - 1) / kLanes;
       for (int64_t blk = 0; blk < blocks; ++blk)
         for (int64_t kx = 0; kx < g.kw; ++kx) {
-          const int64_t ix0 = blk * 16 - g.pw + kx;  // lane j reads input column ix0 + j
-          tap_mask_.push_back(static_cast<__mmask16>(lane_bits(-ix0, std::min(g.iw - ix0, g.ow - blk * 16))));
+          const int64_t ix0 = blk * kLanes - g.pw + kx;  // lane j reads input column ix0 + j
+          tap_mask_.push_back({Vec::from_bits(lane_bits(-ix0, std::min(g.iw - ix0, g.ow - blk * kLanes)))});
         }
-      scratch_bytes_ = static_cast<size_t>(g.ih) * 16 * sizeof(float);
+      scratch_bytes_ = static_cast<size_t>(g.ih * kLanes) * sizeof(float);
     }
 #endif
     // Per output column: the first and last tap inside the row, the
@@ -52,6 +49,7 @@ class PoolOp : public ROp {
       window_range(x0, g.dw, g.kw, g.iw, &kx_lo_[ox], &kx_hi_[ox]);
       width_[ox] = include_pad ? std::min(x0 + (g.kw - 1) * g.dw + 1, g.iw + g.pw_end) - x0 : kx_hi_[ox] - kx_lo_[ox];
     }
+#if defined(TESSERA_SIMD)
 #if defined(__AVX512F__)
     separable_ = !rows_first_ && g.sw == 2 && g.dw == 1 && g.kw <= kMaxSeparableKw;
     for (int64_t kx = 0; separable_ && kx < g.kw; ++kx) {
@@ -63,6 +61,7 @@ class PoolOp : public ROp {
       }
       shift_[kx] = _mm512_load_si512(idx);
     }
+#endif
     if (separable_ || rows_first_) {
       // Made once here rather than per row and plane: window_range divides
       // (3x3 average pooling of 32 planes of 32x32: 14.2 -> 13.5 us).
@@ -105,13 +104,15 @@ class PoolOp : public ROp {
   void plane(const float* xp, float* yp, float* acc) const {
     const int64_t ow = g_.ow;
     const float init = max_ ? -std::numeric_limits<float>::infinity() : 0.f;
-#if defined(__AVX512F__)
+#if defined(TESSERA_SIMD)
     if (rows_first_) {
       if (!max_) rows_first<Combine::kSum>(xp, yp, acc);
       else if (has_nan(xp)) rows_first<Combine::kMaxNan>(xp, yp, acc);
       else rows_first<Combine::kMax>(xp, yp, acc);
       return;
     }
+#endif
+#if defined(__AVX512F__)
     if (separable_) {
       if (!max_) plane_separable<Combine::kSum>(xp, yp);
       else if (has_nan(xp)) plane_separable<Combine::kMaxNan>(xp, yp);
@@ -183,7 +184,10 @@ class PoolOp : public ROp {
     }
   }
 
-#if defined(__AVX512F__)
+#if defined(TESSERA_SIMD)
+  using Vec = simd::Vec;
+  static constexpr int64_t kLanes = Vec::kLanes;
+
   // kMax is vmaxps with the new value first (v > acc ? v : acc), the same
   // as kMaxNan's rule on planes with no NaN, and cheaper: kMaxNan adds two
   // compares and a blend to every step (3x3 max pooling of 32 planes of
@@ -194,6 +198,7 @@ class PoolOp : public ROp {
   // infinity.
   bool has_nan(const float* xp) const {
     const int64_t n = g_.ih * g_.iw;
+#if defined(__AVX512F__)
     const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
     __mmask16 nan = 0;
     for (int64_t i = 0; i < n; i += 16) {
@@ -202,18 +207,28 @@ class PoolOp : public ROp {
       nan = static_cast<__mmask16>(nan | _mm512_cmpgt_epu32_mask(_mm512_and_si512(v, magnitude), inf));
     }
     return nan != 0;
+#else
+    __m256 nan = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      const __m256 v = _mm256_loadu_ps(xp + i);
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    bool any = _mm256_movemask_ps(nan) != 0;
+    for (; i < n; ++i) any = any || std::isnan(xp[i]);
+    return any;
+#endif
   }
 
   // The three ways of combining two values, as one vector op.
   template <Combine kMode>
-  [[gnu::always_inline]] static __m512 combine(__m512 acc, __m512 v) {
-    if constexpr (kMode == Combine::kSum) return _mm512_add_ps(acc, v);
+  [[gnu::always_inline]] static Vec::T combine(Vec::T acc, Vec::T v) {
+    if constexpr (kMode == Combine::kSum) return Vec::add(acc, v);
     if constexpr (kMode == Combine::kMax) return v > acc ? v : acc;
-    const __mmask16 take = _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    return _mm512_mask_blend_ps(take, acc, v);
+    return Vec::max_nan(acc, v);
   }
 
-  // Column stride 1, undilated: per block of 16 output columns, every input
+  // Column stride 1, undilated: per vector of output columns, every input
   // row's kw taps are reduced once (a masked unaligned load per tap: -inf
   // or 0 outside the row), into `rows` (one vector per input row); each
   // output row then reduces its window's rows of that. kw + kh operations
@@ -244,73 +259,72 @@ class PoolOp : public ROp {
   // reloads of the row reductions just stored stalled).
   template <Combine kMode, int K>
   void plane_rolling(const float* xp, float* yp) const {
-    const __m512 init = _mm512_set1_ps(kMode != Combine::kSum ? -std::numeric_limits<float>::infinity() : 0.f);
+    const Vec::T init = Vec::set1(kMode != Combine::kSum ? -std::numeric_limits<float>::infinity() : 0.f);
     const int64_t ih = g_.ih, iw = g_.iw, ow = g_.ow, ph = g_.ph;
-    const __mmask16* masks = tap_mask_.data();
-    for (int64_t ox0 = 0; ox0 < ow; ox0 += 16, masks += K) {
-      __mmask16 m[K];
+    const TapLanes* masks = tap_mask_.data();
+    for (int64_t ox0 = 0; ox0 < ow; ox0 += kLanes, masks += K) {
+      Vec::Mask m[K];
 #pragma GCC unroll 8
-      for (int kx = 0; kx < K; ++kx) m[kx] = masks[kx];
+      for (int kx = 0; kx < K; ++kx) m[kx] = masks[kx].m;
       const float* src = xp + ox0 - g_.pw;
       auto row = [&](int64_t iy) {
         if (iy < 0 || iy >= ih) return init;
         const float* r = src + iy * iw;
-        __m512 v = _mm512_mask_loadu_ps(init, m[0], r);
+        Vec::T v = Vec::load_or(r, m[0], init);
 #pragma GCC unroll 8
-        for (int kx = 1; kx < K; ++kx) v = combine<kMode>(v, _mm512_mask_loadu_ps(init, m[kx], r + kx));
+        for (int kx = 1; kx < K; ++kx) v = combine<kMode>(v, Vec::load_or(r + kx, m[kx], init));
         return v;
       };
-      __m512 h[K];
+      Vec::T h[K];
       // h[k] holds input row oy - ph + k; start one row early.
 #pragma GCC unroll 8
       for (int k = 1; k < K; ++k) h[k] = row(k - 1 - ph);
-      __m512 width;
-      if constexpr (kMode == Combine::kSum) width = _mm512_loadu_ps(&widthf_[ox0]);
-      const __mmask16 lanes = static_cast<__mmask16>(lane_bits(0, ow - ox0));
+      Vec::T width;
+      if constexpr (kMode == Combine::kSum) width = Vec::load(&widthf_[ox0]);
+      const Vec::Mask lanes = Vec::first(ow - ox0);
+      const bool full = ow - ox0 >= kLanes;
       for (int64_t oy = 0; oy < g_.oh; ++oy) {
 #pragma GCC unroll 8
         for (int k = 0; k + 1 < K; ++k) h[k] = h[k + 1];
         h[K - 1] = row(oy - ph + K - 1);
-        __m512 acc = h[0];
+        Vec::T acc = h[0];
 #pragma GCC unroll 8
         for (int k = 1; k < K; ++k) acc = combine<kMode>(acc, h[k]);
-        if constexpr (kMode == Combine::kSum) {
-          const __m512 count = _mm512_mul_ps(_mm512_set1_ps(row_window_[oy].divisor), width);
-          acc = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(count, _mm512_setzero_ps(), _CMP_GT_OQ), acc, count);
-        }
-        _mm512_mask_storeu_ps(yp + oy * ow + ox0, lanes, acc);
+        if constexpr (kMode == Combine::kSum)
+          acc = Vec::div_positive(acc, Vec::mul(Vec::set1(row_window_[oy].divisor), width));
+        if (full) Vec::store(yp + oy * ow + ox0, acc);
+        else Vec::store(yp + oy * ow + ox0, lanes, acc);
       }
     }
   }
 
   template <Combine kMode>
   void plane_rows_first(const float* xp, float* yp, float* rows) const {
-    const __m512 init = _mm512_set1_ps(kMode != Combine::kSum ? -std::numeric_limits<float>::infinity() : 0.f);
+    const Vec::T init = Vec::set1(kMode != Combine::kSum ? -std::numeric_limits<float>::infinity() : 0.f);
     const int64_t ih = g_.ih, iw = g_.iw, ow = g_.ow, kw = g_.kw, dh = g_.dh;
-    const __mmask16* masks = tap_mask_.data();
-    for (int64_t ox0 = 0; ox0 < ow; ox0 += 16, masks += kw) {
+    const TapLanes* masks = tap_mask_.data();
+    for (int64_t ox0 = 0; ox0 < ow; ox0 += kLanes, masks += kw) {
       const float* src = xp + ox0 - g_.pw;
       for (int64_t iy = 0; iy < ih; ++iy, src += iw) {
-        __m512 v = _mm512_mask_loadu_ps(init, masks[0], src);
-        for (int64_t kx = 1; kx < kw; ++kx) v = combine<kMode>(v, _mm512_mask_loadu_ps(init, masks[kx], src + kx));
-        _mm512_storeu_ps(rows + iy * 16, v);
+        Vec::T v = Vec::load_or(src, masks[0].m, init);
+        for (int64_t kx = 1; kx < kw; ++kx) v = combine<kMode>(v, Vec::load_or(src + kx, masks[kx].m, init));
+        Vec::store(rows + iy * kLanes, v);
       }
-      __m512 width;
-      if constexpr (kMode == Combine::kSum) width = _mm512_loadu_ps(&widthf_[ox0]);
-      const __mmask16 lanes = static_cast<__mmask16>(lane_bits(0, ow - ox0));
+      Vec::T width;
+      if constexpr (kMode == Combine::kSum) width = Vec::load(&widthf_[ox0]);
+      const Vec::Mask lanes = Vec::first(ow - ox0);
       for (int64_t oy = 0; oy < g_.oh; ++oy) {
         const RowWindow& rw = row_window_[oy];
-        const float* r = rows + rw.row * 16;
-        __m512 acc = init;
-        for (int64_t k = 0; k < rw.rows; ++k) acc = combine<kMode>(acc, _mm512_loadu_ps(r + k * dh * 16));
-        if constexpr (kMode == Combine::kSum) {
-          const __m512 count = _mm512_mul_ps(_mm512_set1_ps(rw.divisor), width);
-          acc = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(count, _mm512_setzero_ps(), _CMP_GT_OQ), acc, count);
-        }
-        _mm512_mask_storeu_ps(yp + oy * ow + ox0, lanes, acc);
+        const float* r = rows + rw.row * kLanes;
+        Vec::T acc = init;
+        for (int64_t k = 0; k < rw.rows; ++k) acc = combine<kMode>(acc, Vec::load(r + k * dh * kLanes));
+        if constexpr (kMode == Combine::kSum) acc = Vec::div_positive(acc, Vec::mul(Vec::set1(rw.divisor), width));
+        Vec::store(yp + oy * ow + ox0, lanes, acc);
       }
     }
   }
+
+#if defined(__AVX512F__)
 
   // Column stride 2, undilated: each output row is a reduction over
   // its window's rows, column by column (fill outside the input row: -inf
@@ -370,6 +384,8 @@ class PoolOp : public ROp {
     }
   }
 
+#endif
+
   // Separable: per output row, the window's rows inside the input (the
   // offset of the first, their count) and the average's rows counted.
   struct RowWindow {
@@ -382,12 +398,17 @@ class PoolOp : public ROp {
   // lanes whose column passes 31 take it 16 columns on, from the next
   // pair: high_).
   static constexpr int64_t kMaxSeparableKw = 16;
+#if defined(__AVX512F__)
   __m512i shift_[kMaxSeparableKw];
   __mmask16 high_[kMaxSeparableKw] = {};
+#endif
 
   bool separable_ = false;
   bool rows_first_ = false;
-  std::vector<__mmask16> tap_mask_;  // rows first: [block][kx] lanes whose input column lies in the row
+  struct TapLanes {
+    Vec::Mask m;
+  };
+  std::vector<TapLanes> tap_mask_;  // rows first: [block][kx] lanes whose input column lies in the row
   std::vector<float> widthf_;  // width_ as floats, padded to whole vectors
 #endif
 

@@ -34,6 +34,18 @@ struct Vec {
   static void store(float* p, Mask m, T v) { _mm512_mask_storeu_ps(p, m, v); }
   static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
   static T add(T a, T b) { return _mm512_add_ps(a, b); }
+  static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
+  // p's lanes in m, `fill` in the others.
+  static T load_or(const float* p, Mask m, T fill) { return _mm512_mask_loadu_ps(fill, m, p); }
+  // v where v > acc or v is NaN, else acc.
+  static T max_nan(T acc, T v) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), acc,
+                                v);
+  }
+  // a / b where b > 0, else 0.
+  static T div_positive(T a, T b) {
+    return _mm512_maskz_div_ps(_mm512_cmp_ps_mask(b, _mm512_setzero_ps(), _CMP_GT_OQ), a, b);
+  }
   // The even and the odd lanes of the 2 * kLanes floats lo, hi.
   static void deinterleave(T lo, T hi, T* even, T* odd) {
     const __m512i e = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -65,6 +77,16 @@ struct Vec {
   static void store(float* p, Mask m, T v) { _mm256_maskstore_ps(p, m, v); }
   static T fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
   static T add(T a, T b) { return _mm256_add_ps(a, b); }
+  static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
+  static T load_or(const float* p, Mask m, T fill) {
+    return _mm256_blendv_ps(fill, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+  }
+  static T max_nan(T acc, T v) {
+    return _mm256_blendv_ps(acc, v, _mm256_or_ps(_mm256_cmp_ps(v, acc, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  }
+  static T div_positive(T a, T b) {
+    return _mm256_and_ps(_mm256_div_ps(a, b), _mm256_cmp_ps(b, _mm256_setzero_ps(), _CMP_GT_OQ));
+  }
   static void deinterleave(T lo, T hi, T* even, T* odd) {
     // Within each 128-bit half: lo's pair then hi's pair; then the 64-bit
     // quarters reordered to lo, lo, hi, hi.
