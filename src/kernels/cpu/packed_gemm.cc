@@ -209,8 +209,13 @@ void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64
     const float* bj = b + j;
     int64_t ldbj = ldb;
     if (use_panel) {
-      const int64_t w = std::min<int64_t>(3 * kLanes, n - j);
-      for (int64_t i = 0; i < k; ++i) std::copy(b + i * ldb + j, b + i * ldb + j + w, panel + i * 3 * kLanes);
+      for (int64_t i = 0; i < k; ++i) {
+        const float* src = b + i * ldb + j;
+        float* dst = panel + i * 3 * kLanes;
+        for (int q = 0; q + 1 < cb.nv; ++q) Vec::store(dst + q * kLanes, Vec::load(src + q * kLanes));
+        const int64_t q = cb.nv - 1;
+        Vec::store(dst + q * kLanes, cb.full ? Vec::load(src + q * kLanes) : Vec::load(src + q * kLanes, cb.last));
+      }
       bj = panel;
       ldbj = 3 * kLanes;
     }
