@@ -33,11 +33,14 @@ using simd::Vec;
 constexpr double kFlopsPerTask = 1 << 22;
 constexpr int64_t kMaxTaps = 160;  // cin * kh * kw
 constexpr int64_t kMaxCin = 4;
-constexpr int kCb = 8;             // output channels per tile
+constexpr int kCb = 8;             // output channels per packed weight block
 constexpr int64_t kLanes = Vec::kLanes;
-// Vectors of columns per tile: 8 x B accumulators, B inputs and a weight
-// in the registers.
-constexpr int kMaxB = Vec::kRegisters >= 32 ? 3 : 1;
+// Output channels per tile (of a weight block) and up to kMaxB vectors of
+// columns: kTileC x B accumulators, B inputs and a weight in the
+// registers. With AVX2, 4 x 3 (8 x 1, 9 loads per 8 FMAs, ran ResNet-18's
+// 7x7 stem at 22 GFLOP/s).
+constexpr int kTileC = Vec::kRegisters >= 32 ? 8 : 4;
+constexpr int kMaxB = 3;
 
 class DirectConvOp : public ROp {
  public:
@@ -82,16 +85,17 @@ class DirectConvOp : public ROp {
       if (c_.sw == 1) fill_panel<1>(x, n, oy, panel);
       else fill_panel<2>(x, n, oy, panel);
       for (int64_t k = 0; k < blocks_; ++k)
-        for (int64_t blk = 0; blk < nblk_;) {
-          // Tiles of 3 blocks, but 2 + 2 rather than 3 + 1 at the end: a
-          // 1-block tile has too few accumulators to keep the FMAs busy.
-          const int64_t left = nblk_ - blk;
-          const int64_t nb = left == 4 && kMaxB == 3 ? 2 : std::min<int64_t>(kMaxB, left);
-          if (kMaxB >= 3 && nb == 3) tile<std::min(3, kMaxB)>(panel, bias, y, n, oy, k, blk);
-          else if (kMaxB >= 2 && nb == 2) tile<std::min(2, kMaxB)>(panel, bias, y, n, oy, k, blk);
-          else tile<1>(panel, bias, y, n, oy, k, blk);
-          blk += nb;
-        }
+        for (int c0 = 0; c0 < kCb && k * kCb + c0 < c_.cout; c0 += kTileC)
+          for (int64_t blk = 0; blk < nblk_;) {
+            // Tiles of 3 blocks, but 2 + 2 rather than 3 + 1 at the end: a
+            // 1-block tile has too few accumulators to keep the FMAs busy.
+            const int64_t left = nblk_ - blk;
+            const int64_t nb = left == 4 ? 2 : std::min<int64_t>(kMaxB, left);
+            if (nb == 3) tile<3>(panel, bias, y, n, oy, k, c0, blk);
+            else if (nb == 2) tile<2>(panel, bias, y, n, oy, k, c0, blk);
+            else tile<1>(panel, bias, y, n, oy, k, c0, blk);
+            blk += nb;
+          }
     }
     if (!epi_.empty() && !clamp_.on) {
       const float* res = epi_.residual ? static_cast<const float*>(args.in[3]) : nullptr;
@@ -137,28 +141,34 @@ class DirectConvOp : public ROp {
       }
   }
 
+  // Channels c0 .. c0 + kTileC - 1 of weight block k.
   template <int B>
-  void tile(const float* panel, const float* bias, float* y, int64_t n, int64_t oy, int64_t k, int64_t blk0) const {
-    const float* wk = wpack_.data() + k * taps_ * kCb;
+  void tile(const float* panel, const float* bias, float* y, int64_t n, int64_t oy, int64_t k, int c0,
+            int64_t blk0) const {
+    const float* wk = wpack_.data() + k * taps_ * kCb + c0;
     const int32_t* off = off_.data();
     const float* base = panel + blk0 * kLanes;
     const int64_t taps = taps_;
-    Vec::T acc[kCb][B];
+    Vec::T acc[kTileC][B];
 #pragma GCC unroll 8
-    for (int c = 0; c < kCb; ++c)
+    for (int c = 0; c < kTileC; ++c)
 #pragma GCC unroll 3
       for (int j = 0; j < B; ++j) acc[c][j] = Vec::zero();
     for (int64_t t = 0; t < taps; ++t) {
       const float* src = base + off[t];
       const float* wt = wk + t * kCb;
-      // B inputs, then one weight at a time: 8 x B accumulators, B inputs
-      // and one weight fit the vector registers (8 weights held at once
-      // would spill an accumulator).
+      // B inputs, then one weight at a time: kTileC x B accumulators, B
+      // inputs and one weight fit the vector registers (all the weights
+      // held at once would spill an accumulator). The inputs are kept in
+      // registers, not folded into each FMA as loads.
       Vec::T v[B];
 #pragma GCC unroll 3
-      for (int j = 0; j < B; ++j) v[j] = Vec::load(src + j * kLanes);
+      for (int j = 0; j < B; ++j) {
+        v[j] = Vec::load(src + j * kLanes);
+        if constexpr (Vec::kRegisters < 32) asm("" : "+x"(v[j]));
+      }
 #pragma GCC unroll 8
-      for (int c = 0; c < kCb; ++c) {
+      for (int c = 0; c < kTileC; ++c) {
         const Vec::T w = Vec::set1(wt[c]);
 #pragma GCC unroll 3
         for (int j = 0; j < B; ++j) acc[c][j] = Vec::fma(w, v[j], acc[c][j]);
@@ -166,8 +176,8 @@ class DirectConvOp : public ROp {
     }
     const int64_t ow = c_.ow;
 #pragma GCC unroll 8
-    for (int c = 0; c < kCb; ++c) {
-      const int64_t co = k * kCb + c;
+    for (int c = 0; c < kTileC; ++c) {
+      const int64_t co = k * kCb + c0 + c;
       if (co >= c_.cout) break;
       const Vec::T b = Vec::set1(bias != nullptr ? bias[co] : 0.f);
       float* out = y + ((n * c_.cout + co) * c_.oh + oy) * ow;
