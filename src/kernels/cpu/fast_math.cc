@@ -1,6 +1,6 @@
 #include "kernels/cpu/fast_math.h"
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -49,6 +49,58 @@ constexpr __mmask16 kAll = 0xffff;
 }
 
 }  // namespace
+#elif defined(__AVX2__) && defined(__FMA__)
+namespace {
+
+// fast_erf on 8 lanes, the same operations in the same order as erf16. A
+// 16-entry table is two registers: each read permutes both by the index's
+// low 3 bits and takes the high one where bit 3 is set.
+struct Table16 {
+  __m256 lo, hi;
+  explicit Table16(const float* t) : lo(_mm256_loadu_ps(t)), hi(_mm256_loadu_ps(t + 8)) {}
+};
+
+[[gnu::always_inline]] inline __m256 pick(__m256i i, const Table16& t) {
+  const __m256 hi_lane = _mm256_castsi256_ps(_mm256_slli_epi32(i, 28));  // bit 3 to the sign bit
+  return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t.lo, i), _mm256_permutevar8x32_ps(t.hi, i), hi_lane);
+}
+
+struct ErfTables {
+  Table16 c[7] = {Table16(erf_table::kErfCoef[0]), Table16(erf_table::kErfCoef[1]), Table16(erf_table::kErfCoef[2]),
+                  Table16(erf_table::kErfCoef[3]), Table16(erf_table::kErfCoef[4]), Table16(erf_table::kErfCoef[5]),
+                  Table16(erf_table::kErfCoef[6])};
+  Table16 center{erf_table::kErfCenter};
+};
+
+[[gnu::always_inline]] inline __m256 erf8(__m256 x, const ErfTables& t) {
+  const __m256 sign_bit = _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN));
+  const __m256 a = _mm256_andnot_ps(sign_bit, x);
+  // For a >= 4 (or NaN) the index is anything; that lane's result is
+  // replaced (or stays NaN) below.
+  const __m256i i = _mm256_cvttps_epi32(_mm256_mul_ps(a, _mm256_set1_ps(4.f)));
+  const __m256 u = _mm256_mul_ps(_mm256_sub_ps(a, pick(i, t.center)), _mm256_set1_ps(8.f));
+  __m256 p = pick(i, t.c[6]);
+  p = _mm256_fmadd_ps(p, u, pick(i, t.c[5]));
+  p = _mm256_fmadd_ps(p, u, pick(i, t.c[4]));
+  p = _mm256_fmadd_ps(p, u, pick(i, t.c[3]));
+  p = _mm256_fmadd_ps(p, u, pick(i, t.c[2]));
+  p = _mm256_fmadd_ps(p, u, pick(i, t.c[1]));
+  const __m256 first = _mm256_cmp_ps(a, _mm256_set1_ps(0.25f), _CMP_LT_OQ);
+  const __m256 add = _mm256_blendv_ps(pick(i, t.c[0]), a, first);
+  __m256 r = _mm256_fmadd_ps(p, u, add);
+  r = _mm256_blendv_ps(r, _mm256_set1_ps(1.f), _mm256_cmp_ps(a, _mm256_set1_ps(4.f), _CMP_GE_OQ));
+  return _mm256_or_ps(r, _mm256_and_ps(x, sign_bit));
+}
+
+[[gnu::always_inline]] inline __m256 gelu8(__m256 y, __m256 a, __m256 b, const ErfTables& t) {
+  __m256 v = _mm256_div_ps(y, a);
+  v = erf8(v, t);
+  v = _mm256_add_ps(v, _mm256_set1_ps(1.f));
+  v = _mm256_mul_ps(y, v);
+  return _mm256_mul_ps(v, b);
+}
+
+}  // namespace
 #endif
 
 void gelu_n(float* y, int64_t n, float a, float b) {
@@ -64,6 +116,10 @@ void gelu_n(float* y, int64_t n, float a, float b) {
     _mm512_mask_storeu_ps(y + i, m, gelu16(_mm512_maskz_loadu_ps(m, y + i), va, vb, c, center));
     return;
   }
+#elif defined(__AVX2__) && defined(__FMA__)
+  const ErfTables tables;
+  const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu8(_mm256_loadu_ps(y + i), va, vb, tables));
 #endif
   for (; i < n; ++i) {
     float t = y[i] / a;
@@ -86,6 +142,9 @@ void erf_n(const float* x, float* y, int64_t n) {
     _mm512_mask_storeu_ps(y + i, m, erf16(_mm512_maskz_loadu_ps(m, x + i), c, center));
     return;
   }
+#elif defined(__AVX2__) && defined(__FMA__)
+  const ErfTables tables;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, erf8(_mm256_loadu_ps(x + i), tables));
 #endif
   for (; i < n; ++i) y[i] = fast_erf(x[i]);
 }

@@ -115,7 +115,8 @@ inline constexpr float kErfCoef[7][16] = {
 
 // y[0, n) = erf(x[0, n)), equal to fast_erf element by element (y may be
 // x). With AVX-512 the tables live in registers and each coefficient is a
-// lane permute (a gather would cost more than the whole polynomial).
+// lane permute (a gather would cost more than the whole polynomial); with
+// AVX2 two permutes and a blend per coefficient.
 void erf_n(const float* x, float* y, int64_t n);
 
 // y[0, n) = ((y * (erf(y / a) + 1)) * b), PyTorch's exact GELU as it
