@@ -26,12 +26,9 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/packed_gemm.h"
+#include "kernels/cpu/simd.h"
 
 namespace tessera {
 namespace {
@@ -39,8 +36,8 @@ namespace {
 constexpr int64_t kPoints = 16;                    // 4x4 transform points
 constexpr size_t kChunkBytes = size_t{512} << 10;  // V and M of one chunk
 constexpr double kFlopsPerTask = 1 << 23;           // direct-conv FLOPs, as conv.cc
-#if defined(__AVX512F__)
-constexpr int64_t kLanes = 16;  // floats per vector
+#if defined(TESSERA_SIMD)
+constexpr int64_t kLanes = simd::Vec::kLanes;  // floats (tiles) per vector
 #endif
 constexpr int64_t kMinChunkTiles = 48;
 // Output channels are split in units of kCoUnit (the packed weights' row
@@ -179,6 +176,9 @@ class WinogradOp : public ROp {
 #if defined(__AVX512F__)
     (void)buf;
     input_row_avx512(xc, ty, v, ps);
+#elif defined(TESSERA_SIMD)
+    (void)buf;
+    input_row_avx2(xc, ty, v, ps);
 #else
     float* d = buf;  // 4 input rows, zero outside the plane: column q is input column q - pw
     float* tr = buf + 4 * wp_;
@@ -218,6 +218,9 @@ class WinogradOp : public ROp {
 #if defined(__AVX512F__)
     (void)buf;
     output_row_avx512(m, ps, bias, yc, ty);
+#elif defined(TESSERA_SIMD)
+    (void)buf;
+    output_row_avx2(m, ps, bias, yc, ty);
 #else
     float* o0 = buf;
     float* o1 = buf + wp_;
@@ -326,6 +329,93 @@ class WinogradOp : public ROp {
       _mm512_mask_storeu_ps(y1 + 2 * tx, static_cast<__mmask16>(cols), _mm512_permutex2var_ps(y10, lo, y11));
       _mm512_mask_storeu_ps(y1 + 2 * tx + kLanes, static_cast<__mmask16>(cols >> 16),
                             _mm512_permutex2var_ps(y10, hi, y11));
+    }
+  }
+#elif defined(TESSERA_SIMD)
+  // input_row_avx512 on 8 tiles a vector: 16 consecutive columns (two
+  // loads, masked to the plane) split into even and odd lanes give tile
+  // columns 0 and 1, the 16 from 2 further columns 2 and 3. The same
+  // operations in the same order as the portable loops, so the same bits.
+  void input_row_avx2(const float* xc, int64_t ty, float* v, int64_t ps) const {
+    using Vec = simd::Vec;
+    for (int64_t tx = 0; tx < tw_; tx += kLanes) {
+      const bool full = tw_ - tx >= kLanes;
+      const Vec::Mask k = Vec::first(tw_ - tx);
+      const int64_t ix = 2 * tx - c_.pw;
+      const uint32_t m0 = lane_bits(-ix, c_.iw - ix), m2 = lane_bits(-ix - 2, c_.iw - ix - 2);
+      const Vec::Mask lo_m = Vec::from_bits(m0), hi_m = Vec::from_bits(m0 >> kLanes);
+      const Vec::Mask lo2_m = Vec::from_bits(m2), hi2_m = Vec::from_bits(m2 >> kLanes);
+      Vec::T a[4], b[4], c[4], d[4];  // columns 0..3 of the 4 rows
+      for (int r = 0; r < 4; ++r) {
+        const int64_t iy = 2 * ty - c_.ph + r;
+        if (iy < 0 || iy >= c_.ih) {
+          a[r] = b[r] = c[r] = d[r] = Vec::zero();
+          continue;
+        }
+        const float* p = xc + iy * c_.iw + ix;
+        Vec::deinterleave(Vec::load(p, lo_m), Vec::load(p + kLanes, hi_m), &a[r], &b[r]);
+        Vec::deinterleave(Vec::load(p + 2, lo2_m), Vec::load(p + 2 + kLanes, hi2_m), &c[r], &d[r]);
+      }
+      Vec::T* cols[4] = {a, b, c, d};
+      for (auto* col : cols) {  // B^T d: rows combined, in place
+        const Vec::T x0 = col[0], x1 = col[1], x2 = col[2], x3 = col[3];
+        col[0] = _mm256_sub_ps(x0, x2);
+        col[1] = _mm256_add_ps(x1, x2);
+        col[2] = _mm256_sub_ps(x2, x1);
+        col[3] = _mm256_sub_ps(x1, x3);
+      }
+      for (int i = 0; i < 4; ++i) {  // then columns
+        float* vi = v + i * 4 * ps + tx;
+        const Vec::T out[4] = {_mm256_sub_ps(a[i], c[i]), _mm256_add_ps(b[i], c[i]), _mm256_sub_ps(c[i], b[i]),
+                               _mm256_sub_ps(b[i], d[i])};
+        for (int q = 0; q < 4; ++q) {
+          if (full) Vec::store(vi + q * ps, out[q]);
+          else Vec::store(vi + q * ps, k, out[q]);
+        }
+      }
+    }
+  }
+
+  // output_row_avx512 on 8 tiles a vector; a tile's two columns
+  // interleaved by unpack and a swap of 128-bit halves.
+  void output_row_avx2(const float* m, int64_t ps, float bias, float* yc, int64_t ty) const {
+    using Vec = simd::Vec;
+    const Vec::T vb = Vec::set1(bias);
+    const int64_t ow = c_.ow;
+    float* y0 = yc + 2 * ty * ow;
+    float* y1 = y0 + ow;
+    const bool second = 2 * ty + 1 < c_.oh;
+    // Stores 2 * kLanes outputs from y_even (columns 2j) and y_odd (2j + 1).
+    auto store_pair = [&](float* out, Vec::T y_even, Vec::T y_odd, uint32_t cols) {
+      const Vec::T lo = _mm256_unpacklo_ps(y_even, y_odd), hi = _mm256_unpackhi_ps(y_even, y_odd);
+      const Vec::T first = _mm256_permute2f128_ps(lo, hi, 0x20), second_half = _mm256_permute2f128_ps(lo, hi, 0x31);
+      if (cols == 0xffff) {
+        Vec::store(out, first);
+        Vec::store(out + kLanes, second_half);
+      } else {
+        Vec::store(out, Vec::from_bits(cols), first);
+        Vec::store(out + kLanes, Vec::from_bits(cols >> kLanes), second_half);
+      }
+    };
+    for (int64_t tx = 0; tx < tw_; tx += kLanes) {
+      const bool full = tw_ - tx >= kLanes;
+      const Vec::Mask k = Vec::first(tw_ - tx);
+      const uint32_t cols = lane_bits(0, ow - 2 * tx) & 0xffff;
+      Vec::T s0[4], s1[4];
+      for (int c = 0; c < 4; ++c) {
+        const float* mc = m + c * ps + tx;
+        const Vec::T p0 = full ? Vec::load(mc) : Vec::load(mc, k);
+        const Vec::T p1 = full ? Vec::load(mc + 4 * ps) : Vec::load(mc + 4 * ps, k);
+        const Vec::T p2 = full ? Vec::load(mc + 8 * ps) : Vec::load(mc + 8 * ps, k);
+        const Vec::T p3 = full ? Vec::load(mc + 12 * ps) : Vec::load(mc + 12 * ps, k);
+        s0[c] = _mm256_add_ps(_mm256_add_ps(p0, p1), p2);
+        s1[c] = _mm256_sub_ps(_mm256_sub_ps(p1, p2), p3);
+      }
+      store_pair(y0 + 2 * tx, _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s0[0], s0[1]), s0[2]), vb),
+                 _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(s0[1], s0[2]), s0[3]), vb), cols);
+      if (!second) continue;
+      store_pair(y1 + 2 * tx, _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s1[0], s1[1]), s1[2]), vb),
+                 _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(s1[1], s1[2]), s1[3]), vb), cols);
     }
   }
 #endif
