@@ -183,11 +183,27 @@ class BinaryOp : public ROp {
  public:
   BinaryOp(BroadcastPlan plan, const KernelParams& p) : plan_(std::move(plan)) {
     tasks_ = choose_tasks(plan_.numel, kGrain, p);
+    if (plan_.rank == 1 && plan_.inputs == 2) {
+      flat_ = true;
+      numel_ = plan_.numel;
+      stride_[0] = plan_.stride[0][0];
+      stride_[1] = plan_.stride[1][0];
+    }
   }
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t b, e;
-    task_range(plan_.numel, tasks_, task, &b, &e);
     auto* out = static_cast<R*>(args.out[0]);
+    if (flat_) {
+      // One run (merged dims, two inputs): no broadcast walk (a division
+      // per dim), nothing read beyond this object's first cache line. A
+      // chain of 10 000 one-float Adds, medians alternated 4 times on 1 and
+      // 2 vEUs (AVX2 host): 52-66 -> 17-25 ns per rTask.
+      task_range(numel_, tasks_, task, &b, &e);
+      binary_run<kOp>(static_cast<const T*>(args.in[0]) + b * stride_[0], stride_[0],
+                      static_cast<const T*>(args.in[1]) + b * stride_[1], stride_[1], out + b, e - b);
+      return;
+    }
+    task_range(plan_.numel, tasks_, task, &b, &e);
     const int k = plan_.inputs;
     for_each_run(plan_, b, e, [&](int64_t o, const int64_t* offs, int64_t len, const int64_t* st) {
       binary_run<kOp>(static_cast<const T*>(args.in[0]) + offs[0], st[0], static_cast<const T*>(args.in[1]) + offs[1],
@@ -200,6 +216,11 @@ class BinaryOp : public ROp {
   }
 
  private:
+  // The flat case, in the object's first cache line (after the vtable and
+  // ROp's fields).
+  bool flat_ = false;
+  int64_t numel_ = 0;
+  int64_t stride_[2] = {};
   BroadcastPlan plan_;
 };
 
