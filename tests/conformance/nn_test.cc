@@ -9,6 +9,7 @@
 #include "base/strings.h"
 #include "ir/ops/op_registry.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/kernel.h"
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/row_math.h"
 #include "tests/conformance/harness.h"
@@ -348,16 +349,18 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
                                               {"group", attr_i(s.group)}};
     if (s.auto_pad == "NOTSET") attrs["pads"] = attr_ints(s.pads);
     else attrs["auto_pad"] = attr_s(s.auto_pad);
-    // The paths with their own sums (conv.cc): depthwise, pointwise with
-    // K <= 256, Winograd (3x3, stride 1, 8 or more channels per group) and
-    // direct (1 to 4 input channels); the others multiply with sgemm.
+    // The paths with their own sums (conv.cc): depthwise, Winograd (3x3,
+    // stride 1, 8 or more channels per group) and, in AVX-512 or AVX2
+    // builds, pointwise with K <= 256 and direct (1 to 4 input channels);
+    // the others multiply with sgemm.
+    const bool simd = std::string(kernel_isa()) != "portable";
     const int64_t cg = s.c / s.group, taps = cg * s.kh * s.kw;
     const bool undilated = s.dilations[0] == 1 && s.dilations[1] == 1;
     const bool unit = s.strides[0] == 1 && s.strides[1] == 1;
     const bool exact = (cg == 1 && s.m == s.group) ||
-                       (s.kh == 1 && s.kw == 1 && unit && oh == s.h && ow == s.w && cg <= 256) ||
+                       (simd && s.kh == 1 && s.kw == 1 && unit && oh == s.h && ow == s.w && cg <= 256) ||
                        (s.kh == 3 && s.kw == 3 && unit && undilated && cg >= 8) ||
-                       (s.group == 1 && s.c <= 4 && taps <= 160 && undilated && s.m >= 8 &&
+                       (simd && s.group == 1 && s.c <= 4 && taps <= 160 && undilated && s.m >= 8 &&
                         (s.strides[1] == 1 || s.strides[1] == 2));
     OpCase with_bias{"Conv", {{x}, {w, true}, {b, true}}, attrs}, no_bias{"Conv", {{x}, {w, true}}, attrs};
     with_bias.exact_tiling = no_bias.exact_tiling = exact;
