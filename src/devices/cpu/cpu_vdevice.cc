@@ -15,7 +15,11 @@
 namespace tessera {
 namespace {
 
-constexpr int kParkSpins = 100000;  // ~50 µs of pause instructions
+// Pause instructions a vEU spins between runs before it parks: ~50 µs
+// where pause takes ~0.5 ns, 2.7 ms on Zen 3 (27 ns a pause). The longer
+// spin keeps back-to-back runs free of the futex wake (a system call on the
+// run path) when a vEU idles through most of a run.
+constexpr int kParkSpins = 100000;
 
 // Whether this thread has been pinned to PU 0 as a caller. Thread-local, not
 // a thread id kept by the device: ids of finished threads are reused.
