@@ -207,9 +207,21 @@ def main():
     cpu = "unknown"
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
+            info = {}
+            for l in f:
+                if not l.strip():
+                    break  # the first processor's fields
+                k, _, v = l.partition(":")
+                info[k.strip()] = v.strip()
+        cpu = (f"{info.get('model name', 'unknown')} (family {info.get('cpu family', '?')}, "
+               f"model {info.get('model', '?')})")
+    except OSError:
         pass
+    # The instruction set Tessera's kernels were built for (the second line
+    # of `tessera --version`), so that results from hosts of different
+    # kinds are not mistaken for one another.
+    version = subprocess.run([tessera, "--version"], capture_output=True, text=True).stdout.splitlines()
+    cpu += f", Tessera's {version[1]}" if len(version) > 1 else ""
     table = "\n".join(lines)
     print(table + summary)
     with open(a.out, "w") as f:
