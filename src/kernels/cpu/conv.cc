@@ -243,7 +243,7 @@ class ConvOp : public ROp {
       float* col = static_cast<float*>(args.scratch);
       for (int64_t q0 = p0; q0 < p1; q0 += chunk_px_) {
         const int64_t q1 = std::min(p1, q0 + chunk_px_);
-#if defined(__AVX512F__)
+#if defined(TESSERA_SIMD)
         if (c_.sh == 1 && c_.sw == 1 && c_.ow == c_.iw) im2col_flat(xg, col, q0, q1);
         else if (c_.sw == 2) im2col_s2(xg, col, q0, q1);
         else im2col(xg, col, q0, q1);
@@ -352,6 +352,82 @@ class ConvOp : public ROp {
                 const int64_t n = std::min<int64_t>(16, run - j);
                 _mm512_mask_storeu_ps(d + j, static_cast<__mmask16>((1u << n) - 1),
                                       _mm512_permutex2var_ps(v0, even, v1));
+              }
+            }
+            pos += run;
+          }
+        }
+      }
+    }
+  }
+#elif defined(TESSERA_SIMD)
+  // im2col_flat and im2col_s2 above with AVX2: 8 pixels a vector, masks
+  // as integer lanes.
+  void im2col_flat(const float* xg, float* col, int64_t p0, int64_t p1) const {
+    using Vec = simd::Vec;
+    const int64_t px = p1 - p0, taps = c_.kh * c_.kw, plane = c_.ih * c_.iw, ow = c_.ow;
+    alignas(32) int32_t oy[8], ox[8];
+    const __m256i zero = _mm256_setzero_si256(), ih = _mm256_set1_epi32(static_cast<int32_t>(c_.ih));
+    const __m256i iw = _mm256_set1_epi32(static_cast<int32_t>(c_.iw));
+    for (int64_t b0 = p0; b0 < p1; b0 += 8) {
+      const int64_t n = std::min<int64_t>(8, p1 - b0);
+      for (int64_t j = 0; j < 8; ++j) {
+        const int64_t q = b0 + std::min(j, n - 1);
+        oy[j] = static_cast<int32_t>(q / ow);
+        ox[j] = static_cast<int32_t>(q % ow);
+      }
+      const __m256i voy = _mm256_load_si256(reinterpret_cast<const __m256i*>(oy));
+      const __m256i vox = _mm256_load_si256(reinterpret_cast<const __m256i*>(ox));
+      const Vec::Mask tail = Vec::first(n);
+      const bool full = n == 8;
+      for (int64_t ky = 0; ky < c_.kh; ++ky) {
+        const int64_t dy = ky * c_.dh - c_.ph;
+        const __m256i iy = _mm256_add_epi32(voy, _mm256_set1_epi32(static_cast<int32_t>(dy)));
+        // 0 <= iy < ih: not (iy < 0), and ih > iy.
+        const __m256i rows = _mm256_andnot_si256(_mm256_cmpgt_epi32(zero, iy), _mm256_cmpgt_epi32(ih, iy));
+        for (int64_t kx = 0; kx < c_.kw; ++kx) {
+          const int64_t dx = kx * c_.dw - c_.pw;
+          const __m256i ix = _mm256_add_epi32(vox, _mm256_set1_epi32(static_cast<int32_t>(dx)));
+          const __m256i m = _mm256_and_si256(
+              rows, _mm256_andnot_si256(_mm256_cmpgt_epi32(zero, ix), _mm256_cmpgt_epi32(iw, ix)));
+          const float* src = xg + b0 + dy * c_.iw + dx;
+          float* dst = col + (ky * c_.kw + kx) * px + (b0 - p0);
+          for (int64_t ci = 0; ci < cin_g_; ++ci) {
+            const Vec::T v = Vec::load(src + ci * plane, m);
+            if (full) Vec::store(dst + ci * taps * px, v);
+            else Vec::store(dst + ci * taps * px, tail, v);
+          }
+        }
+      }
+    }
+  }
+
+  void im2col_s2(const float* xg, float* col, int64_t p0, int64_t p1) const {
+    using Vec = simd::Vec;
+    const int64_t px = p1 - p0, ow = c_.ow, iw = c_.iw;
+    for (int64_t ci = 0; ci < cin_g_; ++ci) {
+      const float* xc = xg + ci * c_.ih * iw;
+      for (int64_t ky = 0; ky < c_.kh; ++ky) {
+        for (int64_t kx = 0; kx < c_.kw; ++kx) {
+          float* dst = col + ((ci * c_.kh + ky) * c_.kw + kx) * px;
+          const int64_t dx = kx * c_.dw - c_.pw;
+          for (int64_t pos = p0; pos < p1;) {
+            const int64_t oy = pos / ow, ox0 = pos % ow, run = std::min(ow - ox0, p1 - pos);
+            const int64_t iy = oy * c_.sh - c_.ph + ky * c_.dh;
+            float* d = dst + (pos - p0);
+            if (iy < 0 || iy >= c_.ih) {
+              std::fill(d, d + run, 0.f);
+            } else {
+              const float* row = xc + iy * iw;
+              for (int64_t j = 0; j < run; j += 8) {
+                const int64_t a = 2 * (ox0 + j) + dx;  // input column of lane 0
+                const uint32_t bits = lane_bits(-a, iw - a);
+                Vec::T even, odd;
+                Vec::deinterleave(Vec::load(row + a, Vec::from_bits(bits)),
+                                  Vec::load(row + a + 8, Vec::from_bits(bits >> 8)), &even, &odd);
+                const int64_t n = std::min<int64_t>(8, run - j);
+                if (n == 8) Vec::store(d + j, even);
+                else Vec::store(d + j, Vec::first(n), even);
               }
             }
             pos += run;
