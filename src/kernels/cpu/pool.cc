@@ -61,8 +61,12 @@ class PoolOp : public ROp {
       }
       shift_[kx] = _mm512_load_si512(idx);
     }
+#else
+    // AVX2: column stride 2 through a row of column reductions in scratch.
+    strided_ = !rows_first_ && g.sw == 2 && g.dw == 1;
+    if (strided_) scratch_bytes_ = static_cast<size_t>(strided_row()) * sizeof(float);
 #endif
-    if (separable_ || rows_first_) {
+    if (separable_ || rows_first_ || strided_) {
       // Made once here rather than per row and plane: window_range divides
       // (3x3 average pooling of 32 planes of 32x32: 14.2 -> 13.5 us).
       row_window_.resize(g.oh);
@@ -109,6 +113,12 @@ class PoolOp : public ROp {
       if (!max_) rows_first<Combine::kSum>(xp, yp, acc);
       else if (has_nan(xp)) rows_first<Combine::kMaxNan>(xp, yp, acc);
       else rows_first<Combine::kMax>(xp, yp, acc);
+      return;
+    }
+    if (strided_) {
+      if (!max_) plane_strided<Combine::kSum>(xp, yp, acc);
+      else if (has_nan(xp)) plane_strided<Combine::kMaxNan>(xp, yp, acc);
+      else plane_strided<Combine::kMax>(xp, yp, acc);
       return;
     }
 #endif
@@ -324,8 +334,50 @@ class PoolOp : public ROp {
     }
   }
 
-#if defined(__AVX512F__)
+  // Column stride 2, undilated, without AVX-512: per output row, the
+  // window's rows reduced column by column into `row` (the fill outside
+  // the input row, as in plane_separable below), then output ox reduces
+  // row[2 ox + kx] over kx, each tap the even or odd lanes of two loaded
+  // vectors. kh + kw operations per vector of outputs; the same order of
+  // sums as plane_separable.
+  int64_t strided_row() const {  // floats: padding, the row, and whole vectors of reads past it
+    return g_.pw + g_.iw + 2 * g_.ow + g_.kw + 4 * kLanes;
+  }
+  template <Combine kMode>
+  void plane_strided(const float* xp, float* yp, float* row) const {
+    const float fill = kMode != Combine::kSum ? -std::numeric_limits<float>::infinity() : 0.f;
+    const Vec::T init = Vec::set1(fill);
+    const int64_t ow = g_.ow, iw = g_.iw, kw = g_.kw, pw = g_.pw, rstep = g_.dh * iw;
+    const int64_t iw_up = (iw + kLanes - 1) / kLanes * kLanes, width = strided_row();
+    std::fill(row, row + pw, fill);
+    std::fill(row + pw + iw_up, row + width, fill);
+    for (int64_t oy = 0; oy < g_.oh; ++oy) {
+      const RowWindow& rw = row_window_[oy];
+      const float* rows = xp + rw.first;
+      for (int64_t x = 0; x < iw; x += kLanes) {
+        const Vec::Mask m = Vec::first(iw - x);
+        Vec::T v = init;
+        for (int64_t r = 0; r < rw.rows; ++r) v = combine<kMode>(v, Vec::load_or(rows + r * rstep + x, m, init));
+        Vec::store(row + pw + x, v);  // lanes past the row hold the fill
+      }
+      float* out = yp + oy * ow;
+      for (int64_t ox0 = 0; ox0 < ow; ox0 += kLanes) {
+        Vec::T acc = init;
+        for (int64_t kx = 0; kx < kw; ++kx) {
+          const float* base = row + 2 * ox0 + (kx & ~int64_t{1});
+          Vec::T even, odd;
+          Vec::deinterleave(Vec::load(base), Vec::load(base + kLanes), &even, &odd);
+          acc = combine<kMode>(acc, (kx & 1) != 0 ? odd : even);
+        }
+        if constexpr (kMode == Combine::kSum)
+          acc = Vec::div_positive(acc, Vec::mul(Vec::set1(rw.divisor), Vec::load(&widthf_[ox0])));
+        if (ow - ox0 >= kLanes) Vec::store(out + ox0, acc);
+        else Vec::store(out + ox0, Vec::first(ow - ox0), acc);
+      }
+    }
+  }
 
+#if defined(__AVX512F__)
   // Column stride 2, undilated: each output row is a reduction over
   // its window's rows, column by column (fill outside the input row: -inf
   // for max, 0 for the sum, which leave the result as skipping the tap
@@ -405,6 +457,7 @@ class PoolOp : public ROp {
 
   bool separable_ = false;
   bool rows_first_ = false;
+  bool strided_ = false;  // plane_strided (column stride 2 without AVX-512)
   struct TapLanes {
     Vec::Mask m;
   };
