@@ -325,44 +325,9 @@ class ConvOp : public ROp {
     }
   }
 
-  // im2col for column stride 2: 16 outputs of a row read 32 consecutive
-  // inputs (masked to the row), split to their even lanes by one permute.
-  void im2col_s2(const float* xg, float* col, int64_t p0, int64_t p1) const {
-    const int64_t px = p1 - p0, ow = c_.ow, iw = c_.iw;
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    for (int64_t ci = 0; ci < cin_g_; ++ci) {
-      const float* xc = xg + ci * c_.ih * iw;
-      for (int64_t ky = 0; ky < c_.kh; ++ky) {
-        for (int64_t kx = 0; kx < c_.kw; ++kx) {
-          float* dst = col + ((ci * c_.kh + ky) * c_.kw + kx) * px;
-          const int64_t dx = kx * c_.dw - c_.pw;
-          for (int64_t pos = p0; pos < p1;) {
-            const int64_t oy = pos / ow, ox0 = pos % ow, run = std::min(ow - ox0, p1 - pos);
-            const int64_t iy = oy * c_.sh - c_.ph + ky * c_.dh;
-            float* d = dst + (pos - p0);
-            if (iy < 0 || iy >= c_.ih) {
-              std::fill(d, d + run, 0.f);
-            } else {
-              const float* row = xc + iy * iw;
-              for (int64_t j = 0; j < run; j += 16) {
-                const int64_t a = 2 * (ox0 + j) + dx;  // input column of lane 0
-                const uint32_t bits = lane_bits(-a, iw - a);
-                const __m512 v0 = _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits), row + a);
-                const __m512 v1 = _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits >> 16), row + a + 16);
-                const int64_t n = std::min<int64_t>(16, run - j);
-                _mm512_mask_storeu_ps(d + j, static_cast<__mmask16>((1u << n) - 1),
-                                      _mm512_permutex2var_ps(v0, even, v1));
-              }
-            }
-            pos += run;
-          }
-        }
-      }
-    }
-  }
 #elif defined(TESSERA_SIMD)
-  // im2col_flat and im2col_s2 above with AVX2: 8 pixels a vector, masks
-  // as integer lanes.
+  // im2col_flat above with AVX2: 8 pixels a vector, masks as integer
+  // lanes.
   void im2col_flat(const float* xg, float* col, int64_t p0, int64_t p1) const {
     using Vec = simd::Vec;
     const int64_t px = p1 - p0, taps = c_.kh * c_.kw, plane = c_.ih * c_.iw, ow = c_.ow;
@@ -402,8 +367,14 @@ class ConvOp : public ROp {
     }
   }
 
+#endif
+#if defined(TESSERA_SIMD)
+  // im2col for column stride 2: a vector of outputs of a row reads two
+  // vectors of consecutive inputs (masked to the row) and keeps the even
+  // lanes.
   void im2col_s2(const float* xg, float* col, int64_t p0, int64_t p1) const {
     using Vec = simd::Vec;
+    constexpr int64_t L = Vec::kLanes;
     const int64_t px = p1 - p0, ow = c_.ow, iw = c_.iw;
     for (int64_t ci = 0; ci < cin_g_; ++ci) {
       const float* xc = xg + ci * c_.ih * iw;
@@ -419,14 +390,14 @@ class ConvOp : public ROp {
               std::fill(d, d + run, 0.f);
             } else {
               const float* row = xc + iy * iw;
-              for (int64_t j = 0; j < run; j += 8) {
+              for (int64_t j = 0; j < run; j += L) {
                 const int64_t a = 2 * (ox0 + j) + dx;  // input column of lane 0
                 const uint32_t bits = lane_bits(-a, iw - a);
                 Vec::T even, odd;
                 Vec::deinterleave(Vec::load(row + a, Vec::from_bits(bits)),
-                                  Vec::load(row + a + 8, Vec::from_bits(bits >> 8)), &even, &odd);
-                const int64_t n = std::min<int64_t>(8, run - j);
-                if (n == 8) Vec::store(d + j, even);
+                                  Vec::load(row + a + L, Vec::from_bits(bits >> L)), &even, &odd);
+                const int64_t n = std::min<int64_t>(L, run - j);
+                if (n == L) Vec::store(d + j, even);
                 else Vec::store(d + j, Vec::first(n), even);
               }
             }
