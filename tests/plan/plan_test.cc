@@ -18,6 +18,7 @@
 
 #include "base/strings.h"
 #include "compiler/variants.h"
+#include "kernels/cpu/kernel.h"
 #include "ir/npy.h"
 #include "onnx/importer.h"
 #include "runtime/session.h"
@@ -378,9 +379,17 @@ TEST(Profiler, MeasuresCachesAndFeedsThePlan) {
   EXPECT_GT(planted->measured, 0u);
   EXPECT_EQ(planted->contended, planted->measured);
   for (double c : planted->task_cost_us) EXPECT_GT(c, 0.0);
-  // The profiled plan still computes the same thing.
+  // The profiled plan still computes the same thing: bit for bit where the
+  // kernels' sums do not depend on their tiling; in a portable build the
+  // 3-channel stem is im2col and sgemm, whose sums follow the tile's shape.
   auto want = sequential_reference("nasnet_like");
-  expect_bitwise(run_outputs(std::move(*first), Executor::kPlan, inputs), want, "profiled plan");
+  auto got = run_outputs(std::move(*first), Executor::kPlan, inputs);
+  if (std::string(kernel_isa()) != "portable") {
+    expect_bitwise(got, want, "profiled plan");
+  } else {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(rel_l2(got[i], want[i]), 1e-5) << "profiled plan, output " << i;
+  }
   fs::remove_all(dir);
 }
 

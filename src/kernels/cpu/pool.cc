@@ -449,8 +449,8 @@ class PoolOp : public ROp {
   // (j * sw + kx in the 32 lanes of two column vectors; for stride 2,
   // lanes whose column passes 31 take it 16 columns on, from the next
   // pair: high_).
-  static constexpr int64_t kMaxSeparableKw = 16;
 #if defined(__AVX512F__)
+  static constexpr int64_t kMaxSeparableKw = 16;
   __m512i shift_[kMaxSeparableKw];
   __mmask16 high_[kMaxSeparableKw] = {};
 #endif
