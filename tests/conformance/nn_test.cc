@@ -311,6 +311,14 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
       // grouped: 16 channels in and 12 out per group; 16 per group on 7x7
       {1, 32, 9, 21, 24, 3, 3, 2, {1, 1}, {1, 1}, {1, 1, 1, 1}},
       {2, 48, 7, 7, 48, 3, 3, 3, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      // Grouped, whole vectors of output channels per group (the grouped
+      // direct path): stride 2, batch 2; 32 out per group (two channel
+      // blocks with AVX2) with asymmetric pads; 8 out per group, dilated,
+      // column stride 2; a 5x5 window with 24 channels per group.
+      {2, 32, 15, 15, 32, 3, 3, 2, {2, 2}, {1, 1}, {1, 1, 1, 1}},
+      {1, 16, 10, 11, 64, 3, 3, 2, {1, 1}, {1, 1}, {0, 1, 2, 1}},
+      {1, 8, 9, 9, 16, 3, 3, 2, {1, 2}, {2, 1}, {2, 1, 1, 2}},
+      {1, 48, 12, 12, 48, 5, 5, 2, {1, 1}, {1, 1}, {2, 2, 2, 2}},
       // Few input channels (the direct path of CNN stems, with AVX-512):
       // 7x7 stride 2 with asymmetric pads, 12 outputs (a partial block of
       // 8) and batch 2 (4 column blocks: 2 + 2); 3x3 stride 2 with 115
@@ -351,15 +359,22 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
     else attrs["auto_pad"] = attr_s(s.auto_pad);
     // The paths with their own sums (conv.cc): depthwise, Winograd (3x3,
     // stride 1, 8 or more channels per group) and, in AVX-512 or AVX2
-    // builds, pointwise with K <= 256 and direct (1 to 4 input channels);
-    // the others multiply with sgemm.
+    // builds, pointwise with K <= 256, direct (1 to 4 input channels) and
+    // grouped direct (2 to 64 channels per group, whole vectors of output
+    // channels); the others multiply with sgemm.
     const bool simd = std::string(kernel_isa()) != "portable";
-    const int64_t cg = s.c / s.group, taps = cg * s.kh * s.kw;
+    const int64_t lanes = std::string(kernel_isa()) == "avx512" ? 16 : 8;
+    const int64_t cg = s.c / s.group, mg = s.m / s.group, taps = cg * s.kh * s.kw;
     const bool undilated = s.dilations[0] == 1 && s.dilations[1] == 1;
     const bool unit = s.strides[0] == 1 && s.strides[1] == 1;
+    // Grouped convs run Winograd from 8 channels per group; with AVX2,
+    // from 32 and 400 output pixels (winograd.cc).
+    const bool avx2 = std::string(kernel_isa()) == "avx2";
+    const bool winograd = s.kh == 3 && s.kw == 3 && unit && undilated && cg >= 8 && mg >= 8 &&
+                          (s.group == 1 || !avx2 || (cg >= 32 && oh * ow >= 400));
     const bool exact = (cg == 1 && s.m == s.group) ||
-                       (simd && s.kh == 1 && s.kw == 1 && unit && oh == s.h && ow == s.w && cg <= 256) ||
-                       (s.kh == 3 && s.kw == 3 && unit && undilated && cg >= 8) ||
+                       (simd && s.kh == 1 && s.kw == 1 && unit && oh == s.h && ow == s.w && cg <= 256) || winograd ||
+                       (simd && s.group > 1 && cg > 1 && cg <= 64 && mg % lanes == 0 && mg <= 64) ||
                        (simd && s.group == 1 && s.c <= 4 && taps <= 160 && undilated && s.m >= 8 &&
                         (s.strides[1] == 1 || s.strides[1] == 2));
     OpCase with_bias{"Conv", {{x}, {w, true}, {b, true}}, attrs}, no_bias{"Conv", {{x}, {w, true}}, attrs};
@@ -372,8 +387,10 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
 // A grouped 3x3 conv cut into a given number of rTasks splits its groups,
 // as its default tiling does: each rTask writes whole output channels and
 // reads only its groups' weights. (Cut by rows instead, every rTask would
-// transform every group's weights: regnet's grouped convs ran 30 % slower.)
-TEST_F(Nn, GroupedWinogradConvCutIntoRTasksSplitsGroups) {
+// transform every group's weights: regnet's grouped convs ran 30 % slower
+// with Winograd.) With AVX-512 this conv runs Winograd, with AVX2 the
+// grouped direct kernel.
+TEST_F(Nn, GroupedConvCutIntoRTasksSplitsGroups) {
   Graph g;
   const int64_t c = 48, groups = 3, h = 7, w = 7;
   Value* x = g.add_input("x", DType::kFloat32, Shape{1, c, h, w});

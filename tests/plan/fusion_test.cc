@@ -121,15 +121,20 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
     // NaN: the fused clamp must treat it as the unfused activation does;
     // then 1x1 convs (packed weights, the epilogue in registers: 20
     // output channels, 70 pixels, partial blocks of both) without and with
-    // a residual, their input holding a NaN too.
-    for (int variant = 0; variant < 10; ++variant) {
-      const bool dw = variant == 4 || variant == 5, stem = variant == 6 || variant == 7, pw = variant >= 8;
-      const bool residual = (variant >= 1 && variant <= 3) || variant == 7 || variant == 9;
-      const int64_t cin = variant == 1 ? 8 : stem ? 3 : pw ? 12 : 4;
+    // a residual, their input holding a NaN too; then a grouped 3x3 conv
+    // at stride 2 (16 channels per group: the grouped direct path, a
+    // partial last tile of pixels) without and with a residual, with a NaN.
+    for (int variant = 0; variant < 12; ++variant) {
+      const bool dw = variant == 4 || variant == 5, stem = variant == 6 || variant == 7;
+      const bool pw = variant == 8 || variant == 9, gc = variant >= 10;
+      const bool residual = (variant >= 1 && variant <= 3) || variant == 7 || variant == 9 || variant == 11;
+      const int64_t cin = variant == 1 ? 8 : stem ? 3 : pw ? 12 : gc ? 32 : 4;
       const Shape rs = variant == 2 ? Shape{5, 10} : variant == 3 ? Shape{2, 5, 10} : stem ? Shape{1, 8, 5, 20}
-                                                   : pw ? Shape{1, 20, 7, 10} : Shape{1, 8, 9, 7};
+                                                   : pw ? Shape{1, 20, 7, 10} : gc ? Shape{1, 32, 5, 7}
+                                                                                : Shape{1, 8, 9, 7};
       const Shape xs = variant == 2 ? Shape{5, 12} : variant == 3 ? Shape{2, 5, 12} : dw || stem ? Shape{1, cin, 9, 40}
-                                                   : pw ? Shape{1, cin, 7, 10} : Shape{1, cin, 9, 7};
+                                                   : pw ? Shape{1, cin, 7, 10} : gc ? Shape{1, cin, 9, 13}
+                                                                                : Shape{1, cin, 9, 7};
       auto build = [&](uint32_t seed) {
         rng.seed(seed);
         auto g = std::make_unique<Graph>();
@@ -142,8 +147,8 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
           op = g->add_node("Gemm", "gemm", {x, g->add_constant("w", random(Shape{12, 10})),
                                             g->add_constant("b", random(Shape{10}))}, 1);
         } else {
-          const int64_t m = dw ? 4 : variant == 1 || stem ? 8 : pw ? 20 : 6, k = pw ? 1 : 3;
-          op = g->add_node("Conv", "conv", {x, g->add_constant("w", random(Shape{m, dw ? 1 : cin, k, k})),
+          const int64_t m = dw ? 4 : variant == 1 || stem ? 8 : pw ? 20 : gc ? 32 : 6, k = pw ? 1 : 3;
+          op = g->add_node("Conv", "conv", {x, g->add_constant("w", random(Shape{m, dw ? 1 : gc ? cin / 2 : cin, k, k})),
                                             g->add_constant("b", random(Shape{m}))}, 1);
           Attribute ints;
           ints.kind = Attribute::Kind::kInts;
@@ -157,7 +162,13 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
             ints.ints = {variant - 3, variant - 3};
             op->attrs["strides"] = ints;
           }
-          if (stem) {
+          if (gc) {
+            Attribute group;
+            group.kind = Attribute::Kind::kInt;
+            group.i = 2;
+            op->attrs["group"] = group;
+          }
+          if (stem || gc) {
             ints.ints = {2, 2};
             op->attrs["strides"] = ints;
           }
@@ -192,7 +203,7 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
       std::map<std::string, Tensor> inputs;
       rng.seed(99);
       inputs["x"] = random(xs);
-      if (dw || stem || pw) inputs["x"].data<float>()[2 * 40 + 17] = std::numeric_limits<float>::quiet_NaN();
+      if (dw || stem || pw || gc) inputs["x"].data<float>()[2 * 40 + 17] = std::numeric_limits<float>::quiet_NaN();
       inputs["r"] = random(rs);
       if (!residual) inputs.erase("r");
       auto [plain, fused] = compile_unfused_and_fused([&] { return build(1); });

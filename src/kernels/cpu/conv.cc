@@ -8,8 +8,10 @@
 // direct loop per channel; a 3x3 stride-1 conv with at least 8 channels
 // per group and constant weights runs Winograd F(2x2, 3x3) (winograd.cc);
 // a dense conv with 1 to 4 input channels (a CNN stem) and constant
-// weights runs direct (direct_conv.cc). The AVX-512 depthwise kernel,
-// DwDirect, is in dw_direct.h.
+// weights runs direct (direct_conv.cc), and so does a grouped conv with
+// 2 to 64 channels per group that Winograd does not take
+// (grouped_conv.cc). The SIMD depthwise kernel, DwDirect, is in
+// dw_direct.h.
 //
 // ConvTranspose: an rTask is one (image, group, output-channel block); it
 // multiplies W^T by the input into scratch ([oc_block * kh * kw, in
@@ -243,13 +245,7 @@ class ConvOp : public ROp {
       float* col = static_cast<float*>(args.scratch);
       for (int64_t q0 = p0; q0 < p1; q0 += chunk_px_) {
         const int64_t q1 = std::min(p1, q0 + chunk_px_);
-#if defined(TESSERA_SIMD)
-        if (c_.sh == 1 && c_.sw == 1 && c_.ow == c_.iw) im2col_flat(xg, col, q0, q1);
-        else if (c_.sw == 2) im2col_s2(xg, col, q0, q1);
-        else im2col(xg, col, q0, q1);
-#else
-        im2col(xg, col, q0, q1);
-#endif
+        gather(xg, col, q0, q1);
         sgemm(false, false, o1 - o0, q1 - q0, kdim_, 1.f, wg, kdim_, col, q1 - q0, 0.f, yg + (q0 - p0), pixels_);
       }
     }
@@ -270,6 +266,18 @@ class ConvOp : public ROp {
   }
 
  private:
+  // col = im2col of pixels [q0, q1) of the group at xg, by the fastest
+  // gather the geometry allows.
+  void gather(const float* xg, float* col, int64_t q0, int64_t q1) const {
+#if defined(TESSERA_SIMD)
+    if (c_.sh == 1 && c_.sw == 1 && c_.ow == c_.iw) im2col_flat(xg, col, q0, q1);
+    else if (c_.sw == 2) im2col_s2(xg, col, q0, q1);
+    else im2col(xg, col, q0, q1);
+#else
+    im2col(xg, col, q0, q1);
+#endif
+  }
+
   // Packs each (group, output-channel block)'s weights for packed_gemm and
   // splits the epilogue into what the GEMM applies in registers and the
   // activation left for a pass after it.
@@ -613,6 +621,8 @@ Result<std::unique_ptr<ROp>> make_conv(const Node& n, const KernelParams& p) {
   const Value* wv = n.inputs[1];
   if (winograd_fits(*c) && wv->is_constant() && wv->dtype == DType::kFloat32)
     return make_winograd(*c, wv->constant->data<float>(), n.input(2) != nullptr, epi, p);
+  if (grouped_conv_fits(*c) && wv->is_constant() && wv->dtype == DType::kFloat32)
+    return make_grouped_conv(*c, wv->constant->data<float>(), n.input(2) != nullptr, epi, p);
   if (direct_conv_fits(*c) && wv->is_constant() && wv->dtype == DType::kFloat32)
     return make_direct_conv(*c, wv->constant->data<float>(), n.input(2) != nullptr, epi, p);
   const float* weights = wv->is_constant() && wv->dtype == DType::kFloat32 ? wv->constant->data<float>() : nullptr;

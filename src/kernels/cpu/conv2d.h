@@ -35,4 +35,13 @@ bool direct_conv_fits(const Conv2d& c);
 std::unique_ptr<ROp> make_direct_conv(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi,
                                       const KernelParams& p);
 
+// Direct convolution for grouped convs with 2 to 64 channels per group
+// (grouped_conv.cc: RegNet, ResNeXt): whether it takes a conv of this
+// geometry (never in a build without SIMD kernels), and the rOperator;
+// `w` is the constant weight tensor [cout, cin / group, kh, kw], packed
+// into the op.
+bool grouped_conv_fits(const Conv2d& c);
+std::unique_ptr<ROp> make_grouped_conv(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi,
+                                       const KernelParams& p);
+
 }  // namespace tessera

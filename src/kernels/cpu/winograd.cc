@@ -53,6 +53,24 @@ constexpr int64_t kMinTasks = 2;  // default rTasks of a grouped conv, at least
 // (below, only weights up to 2 * kWeightsInL2): the 2.25x fewer FLOPs
 // outweigh reading 16/9 the weight bytes from memory.
 constexpr int64_t kMinPixelsForBigWeights = 144;
+// Channels per group, and output pixels, from which a grouped conv runs
+// Winograd rather than the grouped direct kernel (grouped_conv.cc). Each
+// group's 16 point GEMMs are cin_g deep and as wide as its tiles; with
+// AVX2's 4 x 24 register tile, shallow or narrow ones lose. One thread,
+// regnet_x_400mf's 16-channel groups against im2col and sgemm: 400
+// channels on 7x7 242 against 123 us, 160 on 14x14 220 against 145; the
+// grouped direct kernel is faster still. 32 channels per group against
+// the grouped direct kernel: 64 channels on 28x28 344 against 542 us, 128
+// on 14x14 217 against 170, 256 on 7x7 133 against 72. AVX-512's 8 x 48
+// tile took 16-channel groups from 8 channels (400 on 7x7: 58 against 62
+// us with sgemm).
+#if defined(TESSERA_SIMD) && !defined(__AVX512F__)
+constexpr int64_t kMinGroupedChannels = 32;
+constexpr int64_t kMinGroupedPixels = 400;
+#else
+constexpr int64_t kMinGroupedChannels = 8;
+constexpr int64_t kMinGroupedPixels = 0;
+#endif
 
 class WinogradOp : public ROp {
  public:
@@ -439,6 +457,7 @@ bool winograd_fits(const Conv2d& c) {
   if (c.kh != 3 || c.kw != 3 || c.sh != 1 || c.sw != 1 || c.dh != 1 || c.dw != 1 || cin_g < 8 || cout_g < 8 ||
       c.oh < 2 || c.ow < 2)
     return false;
+  if (c.group > 1 && (cin_g < kMinGroupedChannels || c.oh * c.ow < kMinGroupedPixels)) return false;
   // The transformed weights are 16/9 the size of the direct ones. On small
   // maps with many channels, reading them is the cost (weights larger than
   // the caches come from memory every run): ResNet-18's 512-channel 3x3
