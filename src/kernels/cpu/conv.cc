@@ -141,9 +141,20 @@ class ConvOp : public ROp {
       // of its group's output channels: im2col then happens once per pixel.
       // Output channels are split (in blocks of at least 16, each redoing
       // its pixel block's im2col) only when pixels run out.
-      pb_ = std::clamp<int64_t>(per, 1, std::max<int64_t>(1, pixels_ / kMinPixelBlock));
       const int64_t want = p.tasks > 0 ? p.tasks : kMinTasks;
-      ob_ = pb_ >= want ? 1 : std::clamp<int64_t>(want / pb_, 1, std::max<int64_t>(1, cout_g_ / 16));
+      const int64_t max_pb = std::max<int64_t>(1, pixels_ / kMinPixelBlock);
+      const int64_t max_ob = std::max<int64_t>(1, cout_g_ / 16);
+      if (path_ == Path::kPointwise && cout_g_ > pixels_) {
+        // No im2col to share, and the weights outweigh the input: every
+        // pixel block would read all of them (and a GEMM a few columns
+        // wide runs as whole vectors plus a pass for the rest, reading
+        // them again), so output-channel blocks come first.
+        ob_ = std::clamp<int64_t>(per, 1, max_ob);
+        pb_ = ob_ >= want ? 1 : std::clamp<int64_t>(want / ob_, 1, max_pb);
+      } else {
+        pb_ = std::clamp<int64_t>(per, 1, max_pb);
+        ob_ = pb_ >= want ? 1 : std::clamp<int64_t>(want / pb_, 1, max_ob);
+      }
     }
     tasks_ = outer * ob_ * pb_;
 #if defined(TESSERA_SIMD)
