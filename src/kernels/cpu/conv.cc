@@ -6,7 +6,8 @@
 // weights with one sgemm; a 1x1, stride-1, unpadded conv multiplies the
 // input directly; a depthwise conv (one input channel per group) runs a
 // direct loop per channel; a 3x3 stride-1 conv with at least 8 channels
-// per group and constant weights runs Winograd F(2x2, 3x3) (winograd.cc);
+// per group and constant weights runs Winograd F(2x2, 3x3) (winograd.cc;
+// grouped ones with AVX2 only from 32 channels per group and 400 pixels);
 // a dense conv with 1 to 4 input channels (a CNN stem) and constant
 // weights runs direct (direct_conv.cc), and so does a grouped conv with
 // 2 to 64 channels per group that Winograd does not take

@@ -28,9 +28,9 @@ std::unique_ptr<ROp> make_winograd(const Conv2d& c, const float* w, bool has_bia
                                    const KernelParams& p);
 
 // Direct convolution for few input channels (direct_conv.cc: CNN stems,
-// 1 to 4 input channels): whether it takes a conv of this geometry (never
-// without AVX-512), and the rOperator; `w` is the constant weight tensor
-// [cout, cin, kh, kw], packed into the op.
+// 1 to 4 input channels): whether it takes a conv of this geometry
+// (never in a build without SIMD kernels), and the rOperator; `w` is the
+// constant weight tensor [cout, cin, kh, kw], packed into the op.
 bool direct_conv_fits(const Conv2d& c);
 std::unique_ptr<ROp> make_direct_conv(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi,
                                       const KernelParams& p);
