@@ -26,7 +26,7 @@ PYTHON := /usr/bin/python3
 BUILD := build
 TESSERA := $(BUILD)/bin/tessera
 
-.PHONY: all deps configure build demo test zoo fuzz fuzz-smoke asan tsan bench bench-quick bench-deps bench-gemm clean
+.PHONY: all deps configure build demo test check-erf zoo fuzz fuzz-smoke asan tsan bench bench-quick bench-deps bench-gemm clean
 
 all: build
 
@@ -54,6 +54,10 @@ demo: build
 test: build zoo
 	cd $(BUILD) && ctest --output-on-failure -j 1
 	@$(MAKE) --no-print-directory fuzz-smoke
+
+# erf against every float in [-4.5, 4.5] (the unit test checks a dense grid).
+check-erf: build
+	$(BUILD)/tests/erf_every_float
 
 FUZZ_BUILD := build-fuzz
 $(FUZZ_BUILD)/build.ninja: CMakeLists.txt

@@ -10,29 +10,37 @@ namespace tessera {
 namespace {
 
 // fast_erf on 16 lanes: the same operations in the same order, each table
-// read a permute of one 16-float register by the interval index. (The
-// zero-masking forms with every lane on are the plain instructions; GCC 12
-// warns about the plain intrinsics' undefined pass-through operand.)
+// read an in-lane permute of a register holding the 4-entry table in every
+// 128-bit lane. (The zero-masking forms with every lane on are the plain
+// instructions; GCC 12 warns about the plain intrinsics' undefined
+// pass-through operand.)
 constexpr __mmask16 kAll = 0xffff;
+using erf_table::kErfTerms;
+
+struct ErfTables {
+  __m512 c[kErfTerms];
+  __m512 center;
+  ErfTables() {
+    for (int k = 0; k < kErfTerms; ++k) c[k] = _mm512_maskz_broadcast_f32x4(kAll, _mm_loadu_ps(erf_table::kErfCoef[k]));
+    center = _mm512_maskz_broadcast_f32x4(kAll, _mm_loadu_ps(erf_table::kErfCenter));
+  }
+};
 
 [[gnu::always_inline]] inline __m512 pick(__m512i i, __m512 table) {
-  return _mm512_maskz_permutexvar_ps(kAll, i, table);
+  return _mm512_maskz_permutevar_ps(kAll, table, i);
 }
 
-[[gnu::always_inline]] inline __m512 erf16(__m512 x, const __m512 (&c)[7], __m512 center) {
+[[gnu::always_inline]] inline __m512 erf16(__m512 x, const ErfTables& t) {
   const __m512 a = _mm512_abs_ps(x);
   // For a >= 4 (or NaN) the index is anything; that lane's result is
   // replaced (or stays NaN) below.
-  const __m512i i = _mm512_maskz_cvttps_epi32(kAll, _mm512_mul_ps(a, _mm512_set1_ps(4.f)));
-  const __m512 u = _mm512_mul_ps(_mm512_sub_ps(a, pick(i, center)), _mm512_set1_ps(8.f));
-  __m512 p = pick(i, c[6]);
-  p = _mm512_fmadd_ps(p, u, pick(i, c[5]));
-  p = _mm512_fmadd_ps(p, u, pick(i, c[4]));
-  p = _mm512_fmadd_ps(p, u, pick(i, c[3]));
-  p = _mm512_fmadd_ps(p, u, pick(i, c[2]));
-  p = _mm512_fmadd_ps(p, u, pick(i, c[1]));
-  const __mmask16 first = _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.25f), _CMP_LT_OQ);
-  const __m512 add = _mm512_mask_blend_ps(first, pick(i, c[0]), a);
+  const __m512i i = _mm512_maskz_cvttps_epi32(kAll, a);
+  const __m512 u = _mm512_mul_ps(_mm512_sub_ps(a, pick(i, t.center)), _mm512_set1_ps(2.f));
+  __m512 p = pick(i, t.c[kErfTerms - 1]);
+#pragma GCC unroll 16
+  for (int k = kErfTerms - 2; k >= 1; --k) p = _mm512_fmadd_ps(p, u, pick(i, t.c[k]));
+  const __mmask16 first = _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.f), _CMP_LT_OQ);
+  const __m512 add = _mm512_mask_blend_ps(first, pick(i, t.c[0]), a);
   __m512 r = _mm512_fmadd_ps(p, u, add);
   r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(4.f), _CMP_GE_OQ), r, _mm512_set1_ps(1.f));
   const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN));
@@ -40,9 +48,9 @@ constexpr __mmask16 kAll = 0xffff;
 }
 
 // PyTorch's exact GELU as exported, each step rounded as its op stores it.
-[[gnu::always_inline]] inline __m512 gelu16(__m512 y, __m512 a, __m512 b, const __m512 (&c)[7], __m512 center) {
+[[gnu::always_inline]] inline __m512 gelu16(__m512 y, __m512 a, __m512 b, const ErfTables& tables) {
   __m512 t = _mm512_div_ps(y, a);
-  t = erf16(t, c, center);
+  t = erf16(t, tables);
   t = _mm512_add_ps(t, _mm512_set1_ps(1.f));
   t = _mm512_mul_ps(y, t);
   return _mm512_mul_ps(t, b);
@@ -52,40 +60,34 @@ constexpr __mmask16 kAll = 0xffff;
 #elif defined(__AVX2__) && defined(__FMA__)
 namespace {
 
-// fast_erf on 8 lanes, the same operations in the same order as erf16. A
-// 16-entry table is two registers: each read permutes both by the index's
-// low 3 bits and takes the high one where bit 3 is set.
-struct Table16 {
-  __m256 lo, hi;
-  explicit Table16(const float* t) : lo(_mm256_loadu_ps(t)), hi(_mm256_loadu_ps(t + 8)) {}
-};
-
-[[gnu::always_inline]] inline __m256 pick(__m256i i, const Table16& t) {
-  const __m256 hi_lane = _mm256_castsi256_ps(_mm256_slli_epi32(i, 28));  // bit 3 to the sign bit
-  return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t.lo, i), _mm256_permutevar8x32_ps(t.hi, i), hi_lane);
-}
+// fast_erf on 8 lanes, the same operations in the same order as erf16:
+// each table read is an in-lane permute of the 4-entry table held in both
+// 128-bit lanes (the index's low 2 bits select).
+using erf_table::kErfTerms;
 
 struct ErfTables {
-  Table16 c[7] = {Table16(erf_table::kErfCoef[0]), Table16(erf_table::kErfCoef[1]), Table16(erf_table::kErfCoef[2]),
-                  Table16(erf_table::kErfCoef[3]), Table16(erf_table::kErfCoef[4]), Table16(erf_table::kErfCoef[5]),
-                  Table16(erf_table::kErfCoef[6])};
-  Table16 center{erf_table::kErfCenter};
+  __m256 c[kErfTerms];
+  __m256 center;
+  ErfTables() {
+    for (int k = 0; k < kErfTerms; ++k)
+      c[k] = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(erf_table::kErfCoef[k]));
+    center = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(erf_table::kErfCenter));
+  }
 };
+
+[[gnu::always_inline]] inline __m256 pick(__m256i i, __m256 table) { return _mm256_permutevar_ps(table, i); }
 
 [[gnu::always_inline]] inline __m256 erf8(__m256 x, const ErfTables& t) {
   const __m256 sign_bit = _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN));
   const __m256 a = _mm256_andnot_ps(sign_bit, x);
   // For a >= 4 (or NaN) the index is anything; that lane's result is
   // replaced (or stays NaN) below.
-  const __m256i i = _mm256_cvttps_epi32(_mm256_mul_ps(a, _mm256_set1_ps(4.f)));
-  const __m256 u = _mm256_mul_ps(_mm256_sub_ps(a, pick(i, t.center)), _mm256_set1_ps(8.f));
-  __m256 p = pick(i, t.c[6]);
-  p = _mm256_fmadd_ps(p, u, pick(i, t.c[5]));
-  p = _mm256_fmadd_ps(p, u, pick(i, t.c[4]));
-  p = _mm256_fmadd_ps(p, u, pick(i, t.c[3]));
-  p = _mm256_fmadd_ps(p, u, pick(i, t.c[2]));
-  p = _mm256_fmadd_ps(p, u, pick(i, t.c[1]));
-  const __m256 first = _mm256_cmp_ps(a, _mm256_set1_ps(0.25f), _CMP_LT_OQ);
+  const __m256i i = _mm256_cvttps_epi32(a);
+  const __m256 u = _mm256_mul_ps(_mm256_sub_ps(a, pick(i, t.center)), _mm256_set1_ps(2.f));
+  __m256 p = pick(i, t.c[kErfTerms - 1]);
+#pragma GCC unroll 16
+  for (int k = kErfTerms - 2; k >= 1; --k) p = _mm256_fmadd_ps(p, u, pick(i, t.c[k]));
+  const __m256 first = _mm256_cmp_ps(a, _mm256_set1_ps(1.f), _CMP_LT_OQ);
   const __m256 add = _mm256_blendv_ps(pick(i, t.c[0]), a, first);
   __m256 r = _mm256_fmadd_ps(p, u, add);
   r = _mm256_blendv_ps(r, _mm256_set1_ps(1.f), _mm256_cmp_ps(a, _mm256_set1_ps(4.f), _CMP_GE_OQ));
@@ -106,14 +108,12 @@ struct ErfTables {
 void gelu_n(float* y, int64_t n, float a, float b) {
   int64_t i = 0;
 #if defined(__AVX512F__)
-  __m512 c[7];
-  for (int k = 0; k < 7; ++k) c[k] = _mm512_loadu_ps(erf_table::kErfCoef[k]);
-  const __m512 center = _mm512_loadu_ps(erf_table::kErfCenter);
+  const ErfTables tables;
   const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, gelu16(_mm512_loadu_ps(y + i), va, vb, c, center));
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, gelu16(_mm512_loadu_ps(y + i), va, vb, tables));
   if (i < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(y + i, m, gelu16(_mm512_maskz_loadu_ps(m, y + i), va, vb, c, center));
+    _mm512_mask_storeu_ps(y + i, m, gelu16(_mm512_maskz_loadu_ps(m, y + i), va, vb, tables));
     return;
   }
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -133,13 +133,11 @@ void gelu_n(float* y, int64_t n, float a, float b) {
 void erf_n(const float* x, float* y, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512F__)
-  __m512 c[7];
-  for (int k = 0; k < 7; ++k) c[k] = _mm512_loadu_ps(erf_table::kErfCoef[k]);
-  const __m512 center = _mm512_loadu_ps(erf_table::kErfCenter);
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, erf16(_mm512_loadu_ps(x + i), c, center));
+  const ErfTables tables;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, erf16(_mm512_loadu_ps(x + i), tables));
   if (i < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(y + i, m, erf16(_mm512_maskz_loadu_ps(m, x + i), c, center));
+    _mm512_mask_storeu_ps(y + i, m, erf16(_mm512_maskz_loadu_ps(m, x + i), tables));
     return;
   }
 #elif defined(__AVX2__) && defined(__FMA__)
