@@ -16,8 +16,10 @@ namespace {
 const cli::Command kProfile = {
     "profile",
     "tessera profile MODEL.onnx [options]",
-    "Measure the cost of one rTask of every op (per rKernel variant and bound shapes) and print a table.\n"
-    "Results are cached under $TESSERA_CACHE (default ~/.cache/tessera) and reused by later compiles.",
+    "Measure the cost of one rTask of every op (per rKernel variant and bound shapes) and print a table:\n"
+    "op, node, rKernel, the path it chose for these shapes (e.g. a Conv's winograd, 1x1 packed or depthwise\n"
+    "rows), rTasks, us per rTask, total and share. Results are cached under $TESSERA_CACHE (default\n"
+    "~/.cache/tessera) and reused by later compiles.",
     {
         {"--shape", "NAME=DIMS", "bind a dynamic input's shape", true},
         {"--no-cache", "", "measure everything again (and refresh the cache)"},
@@ -65,12 +67,25 @@ int profile_main(int argc, char** argv) {
   }
   std::stable_sort(rows.begin(), rows.end(), [](const Row& x, const Row& y) { return x.total > y.total; });
   size_t shown = *top > 0 ? std::min<size_t>(rows.size(), static_cast<size_t>(*top)) : rows.size();
-  std::printf("%-18s %-34s %-24s %7s %11s %11s %6s\n", "op", "node", "rKernel", "rTasks", "us/rTask", "total us", "share");
+  // Columns as wide as the widest shown entry; node names keep their last
+  // 34 characters.
+  constexpr size_t kNodeWidth = 34;
+  int op_w = 2, kernel_w = 7, path_w = 4;
   for (size_t k = 0; k < shown; ++k) {
     const Step& st = p.steps[rows[k].step];
-    std::string name = st.node->name.size() > 34 ? "..." + st.node->name.substr(st.node->name.size() - 31) : st.node->name;
-    std::printf("%-18s %-34s %-24s %7lld %11.2f %11.1f %5.1f%%%s\n", st.node->op_type.c_str(), name.c_str(),
-                std::string(st.kernel->name).c_str(), static_cast<long long>(st.op->tasks()),
+    op_w = std::max(op_w, static_cast<int>(st.node->op_type.size()));
+    kernel_w = std::max(kernel_w, static_cast<int>(st.kernel->name.size()));
+    path_w = std::max(path_w, static_cast<int>(st.op->path().size()));
+  }
+  std::printf("%-*s %-*s %-*s %-*s %7s %11s %11s %6s\n", op_w, "op", static_cast<int>(kNodeWidth), "node", kernel_w,
+              "rKernel", path_w, "path", "rTasks", "us/rTask", "total us", "share");
+  for (size_t k = 0; k < shown; ++k) {
+    const Step& st = p.steps[rows[k].step];
+    const std::string& node = st.node->name;
+    std::string name = node.size() > kNodeWidth ? "..." + node.substr(node.size() - (kNodeWidth - 3)) : node;
+    std::printf("%-*s %-*s %-*s %-*s %7lld %11.2f %11.1f %5.1f%%%s\n", op_w, st.node->op_type.c_str(),
+                static_cast<int>(kNodeWidth), name.c_str(), kernel_w, std::string(st.kernel->name).c_str(), path_w,
+                std::string(st.op->path()).c_str(), static_cast<long long>(st.op->tasks()),
                 r->task_cost_us[rows[k].step], rows[k].total, sum > 0 ? 100 * rows[k].total / sum : 0.0,
                 r->cached[rows[k].step] ? "  (cached)" : "");
   }

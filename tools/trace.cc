@@ -41,8 +41,10 @@ Status write_chrome_trace(const std::string& path, const Program& program,
   for (size_t i = 0; i < plan.placements.size(); ++i) {
     const TaskPlacement& t = plan.placements[i];
     const Step& st = program.steps[static_cast<size_t>(t.step)];
-    std::string args = str_cat("{\"node\":\"", escape(st.node->name), "\",\"rKernel\":\"", st.kernel->name,
-                               "\",\"task\":", t.task, ",\"of\":", st.op->tasks(), "}");
+    const std::string_view kernel_path = st.op->path();
+    std::string args = str_cat("{\"node\":\"", escape(st.node->name), "\",\"rKernel\":\"", st.kernel->name, "\"",
+                               kernel_path.empty() ? "" : str_cat(",\"path\":\"", kernel_path, "\""),
+                               ",\"task\":", t.task, ",\"of\":", st.op->tasks(), "}");
     std::string name = escape(st.node->op_type);
     char buf[128];
     std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(measured[i].first - t0) / 1e3);

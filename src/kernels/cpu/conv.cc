@@ -177,6 +177,20 @@ class ConvOp : public ROp {
     }
   }
 
+  std::string_view path() const override {
+    switch (path_) {
+      case Path::kIm2col: return "im2col + sgemm";
+      case Path::kPointwise: return packed_.empty() ? "1x1 sgemm" : "1x1 packed";
+#if defined(TESSERA_SIMD)
+      case Path::kDepthwise: return !use_direct_ ? "depthwise padded" : direct_.flat() ? "depthwise flat" : "depthwise rows";
+#else
+      case Path::kDepthwise: return "depthwise padded";
+#endif
+      case Path::kDepthwiseChannels: return "depthwise by channels";
+    }
+    return {};
+  }
+
   void run(int64_t task, const TaskArgs& args) const override {
     const float* x = static_cast<const float*>(args.in[0]);
     const float* w = static_cast<const float*>(args.in[1]);

@@ -79,6 +79,9 @@ class DwDirect {
     rows_as<true>(xc, wc, b, zero, yc, r0, r1);
   }
 
+  // Whether init() chose whole planes flat.
+  bool flat() const { return flat_; }
+
   // Whether rows() also applies `epi` (Relu or Clip, no residual), each
   // output clamped while it is still in a register.
   bool fuse(const Epilogue& epi) { return clamp_.take(epi); }

@@ -34,8 +34,7 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 
 void matmul_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                  int64_t ldc, int64_t product_m, int64_t product_n) {
-  const bool rows = k <= kRowsGemmMaxK && (product_m >= kRowsGemmMinM || product_n * k <= kRowsGemmSmallB);
-  if (rows) gemm_rows(m, n, k, a, lda, b, ldb, c, ldc);
+  if (matmul_uses_rows(k, product_m, product_n)) gemm_rows(m, n, k, a, lda, b, ldb, c, ldc);
   else sgemm(false, false, m, n, k, 1.f, a, lda, b, ldb, 0.f, c, ldc);
 }
 

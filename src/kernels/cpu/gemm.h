@@ -33,4 +33,10 @@ inline constexpr int64_t kRowsGemmSmallB = 32768;
 void matmul_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                  int64_t ldc, int64_t product_m, int64_t product_n);
 
+// Whether matmul_gemm runs gemm_rows (else sgemm) for a product of
+// product_m x k by k x product_n.
+inline bool matmul_uses_rows(int64_t k, int64_t product_m, int64_t product_n) {
+  return k <= kRowsGemmMaxK && (product_m >= kRowsGemmMinM || product_n * k <= kRowsGemmSmallB);
+}
+
 }  // namespace tessera

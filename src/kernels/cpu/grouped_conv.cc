@@ -86,6 +86,8 @@ class GroupedConvOp : public ROp {
     clamp_.take(epi);
   }
 
+  std::string_view path() const override { return "grouped direct"; }
+
   void run(int64_t task, const TaskArgs& args) const override {
     const float* x = static_cast<const float*>(args.in[0]);
     const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) : nullptr;

@@ -44,6 +44,11 @@ class ROp {
   int64_t tasks() const { return tasks_; }
   size_t scratch_bytes() const { return scratch_bytes_; }
   virtual void run(int64_t task, const TaskArgs& args) const = 0;
+  // The algorithm chosen for these shapes where the rKernel has several
+  // (a Conv: "winograd", "1x1 packed", "depthwise rows", ...; a MatMul:
+  // "gemm_rows" or "sgemm"), for `tessera profile` and traces; empty
+  // where there is one.
+  virtual std::string_view path() const { return {}; }
 
  protected:
   int64_t tasks_ = 1;

@@ -61,6 +61,8 @@ class MatMulOp : public ROp {
         norm_(norm), norm_bias_(norm_bias), norm_eps_(norm_eps), sections_(std::move(sections)) {
     tasks_ = g_.tasks();
   }
+  std::string_view path() const override { return matmul_uses_rows(k_, g_.m, g_.n) ? "gemm_rows" : "sgemm"; }
+
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t bi, m0, m1, n0, n1;
     g_.tile(task, &bi, &m0, &m1, &n0, &n1);

@@ -116,6 +116,8 @@ class WinogradOp : public ROp {
     transform_weights(w);
   }
 
+  std::string_view path() const override { return "winograd F(2,3)"; }
+
   void run(int64_t task, const TaskArgs& args) const override {
     const float* x = static_cast<const float*>(args.in[0]);
     const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) : nullptr;
