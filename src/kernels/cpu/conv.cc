@@ -182,7 +182,9 @@ class ConvOp : public ROp {
       case Path::kIm2col: return "im2col + sgemm";
       case Path::kPointwise: return packed_.empty() ? "1x1 sgemm" : "1x1 packed";
 #if defined(TESSERA_SIMD)
-      case Path::kDepthwise: return !use_direct_ ? "depthwise padded" : direct_.flat() ? "depthwise flat" : "depthwise rows";
+      case Path::kDepthwise:
+        if (!use_direct_) return "depthwise padded";
+        return direct_.flat() ? "depthwise flat" : "depthwise rows";
 #else
       case Path::kDepthwise: return "depthwise padded";
 #endif

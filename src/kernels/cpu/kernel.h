@@ -45,7 +45,7 @@ class ROp {
   size_t scratch_bytes() const { return scratch_bytes_; }
   virtual void run(int64_t task, const TaskArgs& args) const = 0;
   // The algorithm chosen for these shapes where the rKernel has several
-  // (a Conv: "winograd", "1x1 packed", "depthwise rows", ...; a MatMul:
+  // (a Conv: "winograd F(2,3)", "1x1 packed", "depthwise rows", ...; a MatMul:
   // "gemm_rows" or "sgemm"), for `tessera profile` and traces; empty
   // where there is one.
   virtual std::string_view path() const { return {}; }
