@@ -275,10 +275,10 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
       {2, 2, 17, 40, 2, 5, 5, 2, {1, 1}, {1, 1}, {2, 2, 2, 2}},      // 5x5, 3 blocks, 17 rows
       {1, 4, 13, 33, 4, 3, 3, 4, {1, 1}, {1, 1}, {0, 0, 0, 0}},      // 3x3 unpadded: 31 wide, 11 rows
       {1, 2, 30, 80, 2, 3, 3, 2, {1, 1}, {1, 1}, {1, 0, 1, 2}},      // 5 blocks (4 + 1), 30 rows
-      // 3x3 at stride 1 or 2 with AVX2: strips of 8 output columns down
-      // the rows, the last strip partial (stored whole but on the rTask's
-      // last row), masked loads at the row's ends, pads 0 to 2,
-      // asymmetric, one strip only, row tiles of 6 (stride 1) and 3 with
+      // 3x3 and 5x5 at stride 1 or 2 with AVX2: strips of 8 output
+      // columns down the rows, the last strip partial (stored whole but
+      // on the rTask's last row), masked loads at the row's ends, pads 0
+      // to 2, asymmetric, one strip only, row tiles (3 to 8 rows) with
       // leftovers.
       {1, 8, 16, 19, 8, 3, 3, 8, {1, 1}, {1, 1}, {1, 1, 1, 1}},      // 19 wide: 8 + 8 + 3
       {2, 6, 23, 29, 6, 3, 3, 6, {2, 2}, {1, 1}, {1, 0, 1, 2}},      // stride 2, 15 wide: 8 + 7
@@ -286,6 +286,8 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
       {1, 4, 9, 8, 4, 3, 3, 4, {1, 1}, {1, 1}, {2, 2, 0, 0}},        // pads of 2: one strip of 8
       {1, 3, 40, 50, 3, 3, 3, 3, {2, 2}, {1, 1}, {1, 1, 1, 1}},      // stride 2, 25 wide: 3 + 1 lane
       {1, 6, 7, 7, 6, 3, 3, 6, {1, 1}, {1, 1}, {1, 1, 1, 1}},        // 7x7: flat (less than one strip)
+      {1, 4, 14, 14, 4, 5, 5, 4, {1, 1}, {1, 1}, {2, 2, 2, 2}},      // 5x5 on 14x14: 8 + 6, tiles of 8 rows
+      {2, 3, 27, 35, 3, 5, 5, 3, {2, 2}, {1, 1}, {2, 2, 2, 1}},      // 5x5 stride 2, 17 wide: 8 + 8 + 1
       // Narrow planes at stride 1, output as wide as the input: flat runs
       // of 16 pixels across rows.
       {2, 5, 9, 10, 5, 3, 3, 5, {1, 1}, {1, 2}, {0, 1, 2, 3}},       // dilated, asymmetric, oh != ih

@@ -130,8 +130,8 @@ class ConvOp : public ROp {
       wp_ = (ow_pad - 1) * c.sw + (c.kw - 1) * c.dw + 1;
       scratch_bytes_ = static_cast<size_t>((hp_ + 1) * wp_ + 1) * sizeof(float);
 #if defined(TESSERA_DW_STRIP)
-      // With AVX2, 3x3 windows at stride 1 or 2 run in strips, but for
-      // rows of less than one vector, which run flat. MobileNetV2's on one
+      // With AVX2, 3x3 and 5x5 windows at stride 1 or 2 run in strips,
+      // but for rows of less than one vector, which run flat. MobileNetV2's on one
       // thread, per rTask (profiled in alternated processes): 112x112 ->
       // 56x56, 96 channels: 33.8 -> 18.7 us; 56x56, 144 channels: 17.2 ->
       // 9.0 us; 14x14 (flat before): 67.7 -> 62.6 us; 7x7: flat 16.7 us,
@@ -243,7 +243,7 @@ class ConvOp : public ROp {
         [[maybe_unused]] const float* xc = x + (n * c_.cin + ch) * c_.ih * c_.iw;
         [[maybe_unused]] const float bc = bias ? bias[ch] : 0.f;
 #if defined(TESSERA_DW_STRIP)
-        if (use_strip_) strip_.rows(xc, w + ch * 9, bc, scratch, y + o * pixels_, r0, r1);
+        if (use_strip_) strip_.rows(xc, w + ch * c_.kh * c_.kw, bc, scratch, y + o * pixels_, r0, r1);
         else
 #endif
 #if defined(TESSERA_SIMD)

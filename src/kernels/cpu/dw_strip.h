@@ -1,9 +1,10 @@
-// DwStrip: the depthwise conv of conv.cc's depthwise path for 3 x 3
-// windows at stride 1 or 2 (MobileNets, MnasNets, EfficientNets) where
-// vectors have 8 lanes (AVX2). One vector of output columns (a strip) at
-// a time, down the rows: the 9 weights stay in registers for the whole
-// strip, so that the only loads are the input's, and a tile of R rows
-// shares each input vector among the rows it reaches.
+// DwStrip: the depthwise conv of conv.cc's depthwise path for 3 x 3 and
+// 5 x 5 windows at stride 1 or 2 (MobileNets, MnasNets, EfficientNets,
+// NASNets) where vectors have 8 lanes (AVX2). A tile is one vector of
+// output columns (a strip) x R rows; each input vector loaded feeds every
+// row of the tile it reaches. A 3 x 3 window's 9 weights stay in registers
+// over the tile, so that the only loads are the input's; a 5 x 5 window's
+// 25 do not fit, and each FMA broadcasts its weight from memory.
 //
 // Strips inside the row load plain vectors; the first and last strips mask
 // the columns outside the row, and rows above or below the plane read a
@@ -31,8 +32,8 @@ class DwStrip {
   static constexpr int64_t kLanes = Vec::kLanes;
 
   static bool ok(const Conv2d& c) {
-    return c.kh == 3 && c.kw == 3 && c.sh == c.sw && (c.sh == 1 || c.sh == 2) && c.dh == 1 && c.dw == 1 &&
-           c.pw <= 2;
+    return c.kh == c.kw && (c.kh == 3 || c.kh == 5) && c.sh == c.sw && (c.sh == 1 || c.sh == 2) && c.dh == 1 &&
+           c.dw == 1 && c.pw <= 2;
   }
 
   // False when ok(c) is not.
@@ -40,9 +41,9 @@ class DwStrip {
     if (!ok(c)) return false;
     c_ = c;
     nstrip_ = (c.ow + kLanes - 1) / kLanes;
-    // Per strip, per load (3 for stride 1, 4 for stride 2): the lanes
+    // Per strip, per load (K for stride 1, K + 1 for stride 2): the lanes
     // inside the row; a strip is plain when all are.
-    loads_ = c.sw == 1 ? 3 : 4;
+    loads_ = c.sw == 1 ? c.kw : c.kw + 1;
     mask_.clear();
     plain_.assign(static_cast<size_t>(nstrip_), 1);
     for (int64_t s = 0; s < nstrip_; ++s) {
@@ -72,25 +73,31 @@ class DwStrip {
 
  private:
   // Input column of load l's lane 0 in strip s: stride 1 loads tap kx = l
-  // at ox - pw + l; stride 2 loads vectors at 2 ox - pw (+ 8) for taps 0
-  // and 1, and at 2 ox - pw + 2 (+ 8) for tap 2.
+  // at ox - pw + l; stride 2 loads pairs of vectors at 2 ox - pw + 2 p and
+  // 8 on (l = 2 p, 2 p + 1), split into taps 2 p (even lanes) and 2 p + 1.
   int64_t column(int64_t s, int64_t l) const {
     const int64_t ox = s * kLanes;
     if (c_.sw == 1) return ox - c_.pw + l;
-    return 2 * ox - c_.pw + (l >= 2 ? 2 : 0) + (l % 2) * kLanes;
+    return 2 * ox - c_.pw + 2 * (l / 2) + (l % 2) * kLanes;
   }
 
-  // Output rows per tile: R accumulators beside the 9 weights and the
-  // loaded vectors (1 for stride 1; 2 loaded and 2 split for stride 2).
-  static constexpr int kRows1 = 6, kRows2 = 3;
+  // Output rows per tile: R accumulators beside the weights held (9 for
+  // 3 x 3, 1 broadcast for 5 x 5) and the loaded vectors (1 at stride 1;
+  // 2 loaded and 2 split at stride 2).
+  template <int K, int S>
+  static constexpr int kRows = K == 3 ? (S == 1 ? 6 : 3) : (S == 1 ? 8 : 6);
 
   template <bool kClamp>
   void rows_as(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t r0, int64_t r1) const {
-    Vec::T w[9];
+    Vec::T w[9] = {};
+    if (c_.kw == 3) {
 #pragma GCC unroll 9
-    for (int t = 0; t < 9; ++t) w[t] = Vec::set1(wc[t]);
-    if (c_.sw == 1) return tiles<1, kRows1, kClamp>(xc, w, b, zero, yc, r0, r1);
-    tiles<2, kRows2, kClamp>(xc, w, b, zero, yc, r0, r1);
+      for (int t = 0; t < 9; ++t) w[t] = Vec::set1(wc[t]);
+      if (c_.sw == 1) return tiles<3, 1, kClamp>(xc, w, wc, b, zero, yc, r0, r1);
+      return tiles<3, 2, kClamp>(xc, w, wc, b, zero, yc, r0, r1);
+    }
+    if (c_.sw == 1) return tiles<5, 1, kClamp>(xc, w, wc, b, zero, yc, r0, r1);
+    tiles<5, 2, kClamp>(xc, w, wc, b, zero, yc, r0, r1);
   }
 
   // Tiles of R rows (as even as can be, so that none is left with too few
@@ -100,73 +107,76 @@ class DwStrip {
   // overwrites (that row's first strip). Only the rTask's last row
   // (r1 - 1) stores it masked: a masked store costs tens of cycles on AMD
   // cores.
-  template <int S, int R, bool kClamp>
-  void tiles(const float* xc, const Vec::T (&w)[9], float b, const float* zero, float* yc, int64_t r0,
-             int64_t r1) const {
+  // `w`: a 3 x 3 window's weights as vectors; `wc` the plane's weights.
+  template <int K, int S, bool kClamp>
+  void tiles(const float* xc, const Vec::T (&w)[9], const float* wc, float b, const float* zero, float* yc,
+             int64_t r0, int64_t r1) const {
+    constexpr int R = kRows<K, S>;
     const int64_t n = r1 - r0, count = (n + R - 1) / R;
     int64_t oy = r0;
     for (int64_t t = 0; t < count; ++t) {
       const int64_t r = n / count + (t < n % count ? 1 : 0);
       for (int64_t s = nstrip_ - 1; s >= 0; --s) {
         const bool plain = plain_[static_cast<size_t>(s)] != 0;
-        if (plain) by_rows<S, R, true, kClamp>(r, xc, w, b, zero, yc, oy, s, r1 - 1);
-        else by_rows<S, R, false, kClamp>(r, xc, w, b, zero, yc, oy, s, r1 - 1);
+        if (plain) by_rows<K, S, R, true, kClamp>(r, xc, w, wc, b, zero, yc, oy, s, r1 - 1);
+        else by_rows<K, S, R, false, kClamp>(r, xc, w, wc, b, zero, yc, oy, s, r1 - 1);
       }
       oy += r;
     }
   }
 
   // tile() for a tile of r rows, 1 to R.
-  template <int S, int R, bool kPlain, bool kClamp>
-  void by_rows(int64_t r, const float* xc, const Vec::T (&w)[9], float b, const float* zero, float* yc, int64_t oy,
-               int64_t s, int64_t last) const {
+  template <int K, int S, int R, bool kPlain, bool kClamp>
+  void by_rows(int64_t r, const float* xc, const Vec::T (&w)[9], const float* wc, float b, const float* zero,
+               float* yc, int64_t oy, int64_t s, int64_t last) const {
     if constexpr (R > 1) {
-      if (r < R) return by_rows<S, R - 1, kPlain, kClamp>(r, xc, w, b, zero, yc, oy, s, last);
+      if (r < R) return by_rows<K, S, R - 1, kPlain, kClamp>(r, xc, w, wc, b, zero, yc, oy, s, last);
     }
-    tile<S, R, kPlain, kClamp>(xc, w, b, zero, yc, oy, s, last);
+    tile<K, S, R, kPlain, kClamp>(xc, w, wc, b, zero, yc, oy, s, last);
   }
 
-  template <int S, int R, bool kPlain, bool kClamp>
-  void tile(const float* xc, const Vec::T (&w_in)[9], float b, const float* zero, float* yc, int64_t oy0, int64_t s,
-            int64_t last) const {
+  template <int K, int S, int R, bool kPlain, bool kClamp>
+  void tile(const float* xc, const Vec::T (&w_in)[9], const float* wc, float b, const float* zero, float* yc,
+            int64_t oy0, int64_t s, int64_t last) const {
+    constexpr int kLoads = S == 1 ? K : K + 1;
     const int64_t ih = c_.ih, iw = c_.iw;
     const Mask* m = mask_.data() + s * loads_;
-    int64_t col[4];
-#pragma GCC unroll 4
-    for (int l = 0; l < 4; ++l) col[l] = column(s, l);
-    Vec::T w[9];  // locals, held in registers over the tile
+    int64_t col[kLoads];
+#pragma GCC unroll 6
+    for (int l = 0; l < kLoads; ++l) col[l] = column(s, l);
+    Vec::T w[9];  // 3 x 3: locals, held in registers over the tile
+    if constexpr (K == 3) {
 #pragma GCC unroll 9
-    for (int t = 0; t < 9; ++t) w[t] = w_in[t];
+      for (int t = 0; t < 9; ++t) w[t] = w_in[t];
+    }
+    auto weight = [&](int ky, int kx) { return K == 3 ? w[ky * 3 + kx] : Vec::set1(wc[ky * K + kx]); };
+    auto load = [&](const float* row, int l) {
+      if constexpr (kPlain) return Vec::load(row + col[l]);
+      else return Vec::load(row + col[l], m[l].m);
+    };
     Vec::T acc[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r] = Vec::set1(b);
     // Input row i of the tile reaches output row r at ky = i - S * r.
-    constexpr int kSpan = (R - 1) * S + 3;
+    constexpr int kSpan = (R - 1) * S + K;
 #pragma GCC unroll 16
     for (int i = 0; i < kSpan; ++i) {
       const int64_t iy = oy0 * S - c_.ph + i;
       const float* row = iy >= 0 && iy < ih ? xc + iy * iw : zero;
-      Vec::T v[3];
+      Vec::T v[K + 1];
       if constexpr (S == 1) {
-#pragma GCC unroll 3
-        for (int kx = 0; kx < 3; ++kx) v[kx] = kPlain ? Vec::load(row + col[kx]) : Vec::load(row + col[kx], m[kx].m);
+#pragma GCC unroll 5
+        for (int kx = 0; kx < K; ++kx) v[kx] = load(row, kx);
       } else {
-        Vec::T odd2;
-        if constexpr (kPlain) {
-          Vec::deinterleave(Vec::load(row + col[0]), Vec::load(row + col[1]), &v[0], &v[1]);
-          Vec::deinterleave(Vec::load(row + col[2]), Vec::load(row + col[3]), &v[2], &odd2);
-        } else {
-          Vec::deinterleave(Vec::load(row + col[0], m[0].m), Vec::load(row + col[1], m[1].m), &v[0], &v[1]);
-          Vec::deinterleave(Vec::load(row + col[2], m[2].m), Vec::load(row + col[3], m[3].m), &v[2], &odd2);
-        }
-        (void)odd2;
-      }
 #pragma GCC unroll 3
-      for (int kx = 0; kx < 3; ++kx)
+        for (int p = 0; p <= K / 2; ++p) Vec::deinterleave(load(row, 2 * p), load(row, 2 * p + 1), &v[2 * p], &v[2 * p + 1]);
+      }
+#pragma GCC unroll 5
+      for (int kx = 0; kx < K; ++kx)
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const int ky = i - S * r;
-          if (ky >= 0 && ky < 3) acc[r] = Vec::fma(w[ky * 3 + kx], v[kx], acc[r]);
+          if (ky >= 0 && ky < K) acc[r] = Vec::fma(weight(ky, kx), v[kx], acc[r]);
         }
     }
     const int64_t ow = c_.ow, ox = s * kLanes, count = std::min<int64_t>(kLanes, ow - ox);
