@@ -8,6 +8,7 @@
 
 #include "base/strings.h"
 #include "ir/ops/op_registry.h"
+#include "kernels/cpu/dw_strip.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernel.h"
 #include "kernels/cpu/packed_gemm.h"
@@ -286,6 +287,8 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
       {1, 4, 9, 8, 4, 3, 3, 4, {1, 1}, {1, 1}, {2, 2, 0, 0}},        // pads of 2: one strip of 8
       {1, 3, 40, 50, 3, 3, 3, 3, {2, 2}, {1, 1}, {1, 1, 1, 1}},      // stride 2, 25 wide: 3 + 1 lane
       {1, 6, 7, 7, 6, 3, 3, 6, {1, 1}, {1, 1}, {1, 1, 1, 1}},        // 7x7: flat (less than one strip)
+      {1, 4, 9, 5, 4, 3, 3, 4, {2, 2}, {1, 1}, {1, 1, 1, 1}},        // rows of 3: a store spans 3 rows
+      {2, 3, 6, 2, 3, 3, 3, 3, {2, 2}, {1, 1}, {1, 1, 1, 1}},        // rows of 1
       {1, 4, 14, 14, 4, 5, 5, 4, {1, 1}, {1, 1}, {2, 2, 2, 2}},      // 5x5 on 14x14: 8 + 6, tiles of 8 rows
       {2, 3, 27, 35, 3, 5, 5, 3, {2, 2}, {1, 1}, {2, 2, 2, 1}},      // 5x5 stride 2, 17 wide: 8 + 8 + 1
       // Narrow planes at stride 1, output as wide as the input: flat runs
@@ -395,6 +398,50 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
     expect_matches(with_bias, {conv_ref(x, w, &b, s, oh, ow, pt, pl)}, 1e-5);
     expect_matches(no_bias, {conv_ref(x, w, nullptr, s, oh, ow, pt, pl)}, 1e-5);
   }
+}
+
+// DwStrip stores a row's partial last strip whole, its extra lanes on
+// the next rows; it must never write outside the rTask's rows [r0, r1),
+// which another rTask may own (rows narrower than a vector included: a
+// store then spans several rows). Every split of a plane's rows gives the
+// bits of the whole plane, and the floats around the split stay as they
+// were.
+TEST_F(Nn, DepthwiseStripsWriteOnlyTheirRows) {
+#if defined(TESSERA_DW_STRIP)
+  struct Geo {
+    int64_t h, w, k, s;
+  };
+  for (const Geo& g : {Geo{9, 2, 3, 2}, Geo{9, 5, 3, 2}, Geo{7, 3, 3, 1}, Geo{12, 15, 3, 2}, Geo{10, 19, 3, 1},
+                       Geo{11, 21, 5, 2}, Geo{9, 6, 5, 1}}) {
+    SCOPED_TRACE(::testing::Message() << g.h << "x" << g.w << " k=" << g.k << " s=" << g.s);
+    Conv2d c{};
+    c.batch = c.cin = c.cout = c.group = 1;
+    c.ih = g.h, c.iw = g.w, c.kh = c.kw = g.k, c.sh = c.sw = g.s, c.dh = c.dw = 1, c.ph = c.pw = g.k / 2;
+    c.oh = (g.h + 2 * c.ph - g.k) / g.s + 1, c.ow = (g.w + 2 * c.pw - g.k) / g.s + 1;
+    DwStrip strip;
+    ASSERT_TRUE(strip.init(c));
+    Tensor x = rng.floats(Shape{g.h, g.w}), w = rng.floats(Shape{g.k, g.k});
+    std::vector<float> scratch(static_cast<size_t>(strip.scratch_floats()));
+    const int64_t plane = c.oh * c.ow, guard = 16;
+    std::vector<float> whole(static_cast<size_t>(plane));
+    strip.rows(x.data<float>(), w.data<float>(), 0.5f, scratch.data(), whole.data(), 0, c.oh);
+    const float sentinel = -12345.f;
+    for (int64_t r0 = 0; r0 < c.oh; ++r0)
+      for (int64_t r1 = r0 + 1; r1 <= c.oh; ++r1) {
+        std::vector<float> y(static_cast<size_t>(plane + 2 * guard), sentinel);
+        strip.rows(x.data<float>(), w.data<float>(), 0.5f, scratch.data(), y.data() + guard, r0, r1);
+        for (int64_t i = 0; i < plane + 2 * guard; ++i) {
+          const int64_t p = i - guard;
+          const bool mine = p >= r0 * c.ow && p < r1 * c.ow;
+          const float want = mine ? whole[static_cast<size_t>(p)] : sentinel;
+          ASSERT_EQ(std::memcmp(&y[static_cast<size_t>(i)], &want, sizeof want), 0)
+              << "rows [" << r0 << ", " << r1 << "), float " << p << " of the plane";
+        }
+      }
+  }
+#else
+  GTEST_SKIP() << "DwStrip is the AVX2 build's depthwise kernel; this build is " << kernel_isa();
+#endif
 }
 
 // A grouped 3x3 conv cut into a given number of rTasks splits its groups,

@@ -103,11 +103,11 @@ class DwStrip {
   // Tiles of R rows (as even as can be, so that none is left with too few
   // accumulators to hide the FMA latency), each across the row's strips
   // right to left: a partial last strip is stored whole, its extra lanes
-  // landing on the next row's first columns, which a later store
-  // overwrites (that row's first strip). Only the rTask's last row
-  // (r1 - 1) stores it masked: a masked store costs tens of cycles on AMD
-  // cores.
-  // `w`: a 3 x 3 window's weights as vectors; `wc` the plane's weights.
+  // landing on the next rows' first columns, which later stores overwrite
+  // (those rows' first strips). Only a store that would pass the end of
+  // the rTask's rows (r1) is masked: a masked store costs tens of cycles
+  // on AMD cores. `w`: a 3 x 3 window's weights as vectors; `wc` the
+  // plane's weights.
   template <int K, int S, bool kClamp>
   void tiles(const float* xc, const Vec::T (&w)[9], const float* wc, float b, const float* zero, float* yc,
              int64_t r0, int64_t r1) const {
@@ -118,8 +118,8 @@ class DwStrip {
       const int64_t r = n / count + (t < n % count ? 1 : 0);
       for (int64_t s = nstrip_ - 1; s >= 0; --s) {
         const bool plain = plain_[static_cast<size_t>(s)] != 0;
-        if (plain) by_rows<K, S, R, true, kClamp>(r, xc, w, wc, b, zero, yc, oy, s, r1 - 1);
-        else by_rows<K, S, R, false, kClamp>(r, xc, w, wc, b, zero, yc, oy, s, r1 - 1);
+        if (plain) by_rows<K, S, R, true, kClamp>(r, xc, w, wc, b, zero, yc, oy, s, r1 * c_.ow);
+        else by_rows<K, S, R, false, kClamp>(r, xc, w, wc, b, zero, yc, oy, s, r1 * c_.ow);
       }
       oy += r;
     }
@@ -128,16 +128,16 @@ class DwStrip {
   // tile() for a tile of r rows, 1 to R.
   template <int K, int S, int R, bool kPlain, bool kClamp>
   void by_rows(int64_t r, const float* xc, const Vec::T (&w)[9], const float* wc, float b, const float* zero,
-               float* yc, int64_t oy, int64_t s, int64_t last) const {
+               float* yc, int64_t oy, int64_t s, int64_t end) const {
     if constexpr (R > 1) {
-      if (r < R) return by_rows<K, S, R - 1, kPlain, kClamp>(r, xc, w, wc, b, zero, yc, oy, s, last);
+      if (r < R) return by_rows<K, S, R - 1, kPlain, kClamp>(r, xc, w, wc, b, zero, yc, oy, s, end);
     }
-    tile<K, S, R, kPlain, kClamp>(xc, w, wc, b, zero, yc, oy, s, last);
+    tile<K, S, R, kPlain, kClamp>(xc, w, wc, b, zero, yc, oy, s, end);
   }
 
   template <int K, int S, int R, bool kPlain, bool kClamp>
   void tile(const float* xc, const Vec::T (&w_in)[9], const float* wc, float b, const float* zero, float* yc,
-            int64_t oy0, int64_t s, int64_t last) const {
+            int64_t oy0, int64_t s, int64_t end) const {
     constexpr int kLoads = S == 1 ? K : K + 1;
     const int64_t ih = c_.ih, iw = c_.iw;
     const Mask* m = mask_.data() + s * loads_;
@@ -184,7 +184,7 @@ class DwStrip {
     for (int r = 0; r < R; ++r) {
       if constexpr (kClamp) acc[r] = clamp_(acc[r]);
       float* out = yc + (oy0 + r) * ow + ox;
-      if (count == kLanes || oy0 + r < last) Vec::store(out, acc[r]);
+      if (count == kLanes || (oy0 + r) * ow + ox + kLanes <= end) Vec::store(out, acc[r]);
       else Vec::store(out, Vec::first(count), acc[r]);
     }
   }
