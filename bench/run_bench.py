@@ -147,6 +147,13 @@ def main():
     if a.quick:
         a.rounds, a.iters = 2, 5
     tessera = os.path.join(a.build, "bin", "tessera")
+    if not os.path.isdir(os.path.join(a.node_dir, "node_modules", "onnxruntime-node")):
+        print(f"bench: onnxruntime-node is not installed under {a.node_dir}: run `make bench-deps` "
+              "(or `make bench`, which installs it)", file=sys.stderr)
+        return 2
+    if not os.path.exists(tessera):
+        print(f"bench: {tessera} is missing: run `make build`", file=sys.stderr)
+        return 2
     names = [w for w in a.only.split(",") if w] or WORKLOADS + (UNSEEN if a.unseen else [])
     systems = ["tessera-plan", "tessera-two-layer", "onnxruntime", "pytorch"]
     results = {}

@@ -144,6 +144,49 @@ TEST_F(Nn, MatmulGemmIsTheInOrderFmaChain) {
   }
 }
 
+// At its own grain a MatMul cuts rows into whole blocks of 8 where m is a
+// multiple of 8 (the row kernel's register block): tiny BERT's 64 x 384
+// QKV projection, 6.3 MFLOP, asks for 6 rTasks of 10-11 rows and gets 8 of
+// 8. Each rTask writes whole rows of its block, and together they write C.
+TEST_F(Nn, MatMulDefaultTilesRowsInBlocksOf8) {
+  struct Case { int64_t m, k, n; };
+  for (const Case& cs : {Case{64, 128, 384}, Case{64, 128, 512}, Case{40, 256, 256}, Case{48, 128, 640}}) {
+    SCOPED_TRACE(str_cat(cs.m, " x ", cs.k, " by ", cs.k, " x ", cs.n));
+    Graph g;
+    Value* a = g.add_input("a", DType::kFloat32, Shape{cs.m, cs.k});
+    Value* b = g.add_constant("b", rng.floats(Shape{cs.k, cs.n}));
+    Node* n = g.add_node("MatMul", "mm", {a, b}, 1);
+    n->outputs[0]->dtype = DType::kFloat32;
+    n->outputs[0]->shape = Shape{cs.m, cs.n};
+    const RKernel* kern = cpu_kernel_find("MatMul");
+    ASSERT_NE(kern, nullptr);
+    auto op = kern->make(*n, KernelParams{});
+    ASSERT_TRUE(op.ok()) << op.status().to_string();
+    ASSERT_GT((*op)->tasks(), 1);
+    Tensor in = rng.floats(Shape{cs.m, cs.k});
+    std::vector<int> covered(static_cast<size_t>(cs.m * cs.n), 0);
+    for (int64_t t = 0; t < (*op)->tasks(); ++t) {
+      std::vector<float> out(static_cast<size_t>(cs.m * cs.n), std::numeric_limits<float>::quiet_NaN());
+      std::vector<float> scratch((*op)->scratch_bytes() / sizeof(float) + 1);
+      const void* ins[] = {in.raw(), b->constant->raw()};
+      void* outs[] = {out.data()};
+      (*op)->run(t, TaskArgs{ins, outs, scratch.data()});
+      int64_t rows = 0;
+      for (int64_t i = 0; i < cs.m; ++i) {
+        int64_t written = 0;
+        for (int64_t j = 0; j < cs.n; ++j) {
+          const bool w = !std::isnan(out[static_cast<size_t>(i * cs.n + j)]);
+          written += w;
+          covered[static_cast<size_t>(i * cs.n + j)] += w;
+        }
+        rows += written > 0;
+      }
+      EXPECT_EQ(rows % 8, 0) << "rTask " << t << " of " << (*op)->tasks() << " writes " << rows << " rows";
+    }
+    for (size_t i = 0; i < covered.size(); ++i) ASSERT_EQ(covered[i], 1) << "element " << i;
+  }
+}
+
 // transpose, the attention's K^T copy: 16 x 16 register blocks and the
 // scalar edges, with row strides wider than the matrices.
 TEST_F(Nn, TransposeWithEdgesAndStrides) {

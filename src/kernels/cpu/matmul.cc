@@ -7,6 +7,7 @@
 // fusion pass absorbed) keeps whole rows in every tile; one that took in a
 // Split of its columns writes each section to its own output.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -44,6 +45,17 @@ Grid make_grid(int64_t batch, int64_t m, int64_t n, int64_t k, const KernelParam
   if (batch >= target) per_batch = 1;
   // Rows first in blocks of at least 8, then columns in blocks of at least 32.
   g.mb = std::clamp<int64_t>(per_batch, 1, std::max<int64_t>(1, m / 8));
+  // At the default grain, rows in whole blocks of 8 where m allows it: the
+  // row kernels keep 8 rows in registers (4 with AVX2), and a block of 10
+  // or 11 ran its last 2 or 3 rows at half speed (tiny BERT's 64 x 384 QKV
+  // projection in 6 tasks: 11.7 us per rTask against 7.0 in 8 blocks of 8).
+  // The divisor of m / 8 nearest the wanted count, the larger on a tie.
+  if (p.tasks <= 0 && m % 8 == 0 && m / 8 > 1) {
+    int64_t best = 1;
+    for (int64_t d = 1; d <= m / 8; ++d)
+      if ((m / 8) % d == 0 && std::abs(d - g.mb) <= std::abs(best - g.mb)) best = d;
+    g.mb = best;
+  }
   int64_t left = std::max<int64_t>(1, per_batch / g.mb);
   g.nb = whole_rows ? 1 : std::clamp<int64_t>(left, 1, std::max<int64_t>(1, n / 32));
   return g;
