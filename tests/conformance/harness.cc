@@ -138,4 +138,10 @@ int64_t ravel_broadcast(const std::vector<int64_t>& out_idx, const Shape& in) {
   return off;
 }
 
+float at(const Tensor& t, std::initializer_list<int64_t> idx) {
+  int64_t off = 0, d = 0;
+  for (int64_t i : idx) off = off * t.shape().dims[d++] + i;
+  return t.data<float>()[off];
+}
+
 }  // namespace tessera::testing

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <random>
 #include <string>
@@ -65,6 +66,17 @@ Result<std::vector<Tensor>> run_case(const OpCase& c, Executor executor, int64_t
 // output to match `reference` (rel-L2 <= tol, exact for non-floats) and to
 // hold no NaN unless the reference does.
 void expect_matches(const OpCase& c, const std::vector<Tensor>& reference, double tol = 1e-5);
+
+// The fixture of the op suites split across matmul_test.cc, conv_test.cc
+// and nn_test.cc (one fixture class for the one `Nn` suite): a generator
+// seeded from --gtest_random_seed.
+class Nn : public ::testing::Test {
+ protected:
+  Rng rng{static_cast<uint64_t>(::testing::UnitTest::GetInstance()->random_seed()) * 13 + 5};
+};
+
+// The float at a full multi-index of a row-major tensor.
+float at(const Tensor& t, std::initializer_list<int64_t> idx);
 
 // Numpy-style multi-index helpers for references.
 std::vector<int64_t> unravel(int64_t flat, const Shape& s);
