@@ -6,9 +6,10 @@
 // A forward LSTM (no sequence_lens, peepholes, clip or input_forget) or
 // GRU (linear_before_reset = 1, as PyTorch exports it), layout 0, with
 // constant weights, becomes:
-//   - TesseraRnnProj nodes: the input projection X W^T + biases as GEMMs.
-//     If X is the (squeezed) Y of a layer lowered before it, the projection
-//     reads that layer's h_t directly: one per chunk of `chunk` steps, so
+//   - TesseraRnnProj nodes: the input projection X W^T + biases as GEMMs,
+//     W packed so that the output columns follow R's panels. If X is the
+//     (squeezed) Y of a layer lowered before it, the projection reads that
+//     layer's h_t directly: one per chunk of `chunk` steps, so
 //     layer l+1 starts once layer l has done one chunk (0: one projection
 //     of all steps once layer l is done). Otherwise one projection of all
 //     of X;
@@ -95,7 +96,12 @@ Result<int> lower_recurrent(Graph& g, int64_t chunk_steps) {
       if (it != steps_of.end() && static_cast<int64_t>(it->second.size()) == seq) chained = &it->second;
     }
     const std::string base = n.name;
-    Value* bias = g.add_constant(str_cat(base, "/proj_bias"), projection_bias(b, gates, hidden, lstm));
+    const int64_t input = w->shape[2];
+    Value* wp = g.add_constant(str_cat(base, "/packed_w"),
+                               pack_rnn_projection(w->constant->data<float>(), gates, hidden, input));
+    Tensor folded = projection_bias(b, gates, hidden, lstm);
+    Value* bias =
+        g.add_constant(str_cat(base, "/proj_bias"), pack_rnn_gate_vector(folded.data<float>(), gates, hidden));
     Value* rp = g.add_constant(str_cat(base, "/packed_r"),
                                pack_rnn_recurrence(n.inputs[2]->constant->data<float>(), gates, hidden));
     Value* rb = nullptr;
@@ -108,10 +114,11 @@ Result<int> lower_recurrent(Graph& g, int64_t chunk_steps) {
     const int64_t chunk = chained && chunk_steps > 0 ? std::min(chunk_steps, seq) : seq;
     std::vector<Value*> proj;
     for (int64_t t0 = 0; t0 < seq; t0 += chunk) {
-      std::vector<Value*> ins = {w, bias};
+      std::vector<Value*> ins = {wp, bias};
       if (chained) ins.insert(ins.end(), chained->begin() + t0, chained->begin() + std::min(seq, t0 + chunk));
       else ins.push_back(x);
       Node* p = g.add_node("TesseraRnnProj", chained ? str_cat(base, "/proj", t0) : str_cat(base, "/proj"), ins, 1);
+      p->attrs["gates"] = int_attr(gates);
       p->opset = n.opset;
       TESSERA_RETURN_IF_ERROR(op_infer(*p));
       proj.push_back(p->outputs[0]);

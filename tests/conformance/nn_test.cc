@@ -6,7 +6,10 @@
 #include <vector>
 
 #include "base/strings.h"
+#include "compiler/program.h"
+#include "ir/ops/op_registry.h"
 #include "kernels/cpu/row_math.h"
+#include "kernels/cpu/rnn_cell.h"
 #include "tests/conformance/harness.h"
 
 namespace tessera::testing {
@@ -423,6 +426,81 @@ TEST_F(Nn, LstmAndGruAllDirections) {
           if (lowerable) expect_matches(c, {y, yh});
         }
       }
+    }
+  }
+}
+
+// A lowered layer's projection and its cells, cut into the same number of
+// rTasks, cut the hidden units alike: cell task t reads only projection
+// columns that projection task t wrote, so a Plan that keeps task t of
+// both on one vEU never makes a cell fetch its inputs from another core.
+// Checked by running each task pair alone over NaN-filled buffers.
+TEST_F(Nn, RnnProjectionTasksFeedTheirCellTasks) {
+  const int64_t seq = 3, batch = 2, in = 24;
+  for (bool lstm : {true, false})
+  for (int64_t h : {80, 37}) {
+    const int64_t G = lstm ? 4 : 3;
+    Graph g;
+    Value* x = g.add_input("x", DType::kFloat32, Shape{seq, batch, in});
+    x->shape_known = true;
+    std::vector<Value*> ins = {x, g.add_constant("w", rng.floats(Shape{1, G * h, in})),
+                               g.add_constant("r", rng.floats(Shape{1, G * h, h})),
+                               g.add_constant("b", rng.floats(Shape{1, 2 * G * h}))};
+    Node* n = g.add_node(lstm ? "LSTM" : "GRU", "rnn", ins, lstm ? 3 : 2);
+    n->attrs["hidden_size"] = attr_i(h);
+    if (!lstm) n->attrs["linear_before_reset"] = attr_i(1);
+    const Status inferred = op_infer(*n);
+    ASSERT_TRUE(inferred.ok()) << inferred.to_string();
+    g.mark_output(n->outputs[0]);
+    auto lowered = lower_recurrent(g, 0);
+    ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+    ASSERT_EQ(*lowered, 1);
+    const Node* proj = nullptr;
+    const Node* cell = nullptr;
+    for (const auto& node : g.nodes()) {
+      if (node->dead) continue;
+      if (node->op_type == "TesseraRnnProj") proj = node.get();
+      if (node->name == "rnn/step1") cell = node.get();
+    }
+    ASSERT_NE(proj, nullptr);
+    ASSERT_NE(cell, nullptr);
+    const int64_t cols = proj->outputs[0]->shape[1], panels = rnn_panels(h);
+    ASSERT_EQ(cols, rnn_projection_cols(G, h));
+    const Tensor xs = rng.floats(Shape{seq, batch, in}), hs = rng.floats(Shape{batch, h}),
+                 cs = rng.floats(Shape{batch, h});
+    for (int64_t tasks = 2; tasks <= panels; ++tasks) {
+      SCOPED_TRACE(str_cat(lstm ? "LSTM" : "GRU", " h=", h, ", ", tasks, " rTasks"));
+      auto pop = cpu_kernel_find("TesseraRnnProj")->make(*proj, KernelParams{tasks});
+      auto cop = cpu_kernel_find(cell->op_type)->make(*cell, KernelParams{tasks});
+      ASSERT_TRUE(pop.ok() && cop.ok());
+      ASSERT_EQ((*pop)->tasks(), tasks);
+      ASSERT_EQ((*cop)->tasks(), tasks);
+      std::vector<int> covered(static_cast<size_t>(h), 0);
+      for (int64_t t = 0; t < tasks; ++t) {
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> xp(static_cast<size_t>(seq * batch * cols), nan), hy(static_cast<size_t>(batch * h), nan),
+            cy(static_cast<size_t>(batch * h), nan);
+        std::vector<float> scratch((*pop)->scratch_bytes() / sizeof(float) + 1);
+        const void* pin[] = {proj->inputs[0]->constant->raw(), proj->inputs[1]->constant->raw(), xs.raw()};
+        void* pout[] = {xp.data()};
+        (*pop)->run(t, TaskArgs{pin, pout, scratch.data()});
+        const void* rp = cell->inputs[lstm ? 3 : 2]->constant->raw();
+        const void* rb = lstm || cell->input(3) == nullptr ? nullptr : cell->inputs[3]->constant->raw();
+        const void* cin_lstm[] = {xp.data(), hs.raw(), cs.raw(), rp};
+        const void* cin_gru[] = {xp.data(), hs.raw(), rp, rb};
+        void* cout[] = {hy.data(), cy.data()};
+        (*cop)->run(t, TaskArgs{lstm ? cin_lstm : cin_gru, cout, nullptr});
+        for (int64_t u = 0; u < h; ++u) {
+          bool written = !std::isnan(hy[static_cast<size_t>(u)]);
+          for (int64_t b = 0; b < batch; ++b)
+            EXPECT_EQ(!std::isnan(hy[static_cast<size_t>(b * h + u)]), written)
+                << "cell rTask " << t << ", unit " << u << ": some batch rows read unwritten projection columns";
+          covered[static_cast<size_t>(u)] += written;
+        }
+      }
+      for (int64_t u = 0; u < h; ++u)
+        EXPECT_EQ(covered[static_cast<size_t>(u)], 1) << "unit " << u << " computed from the rTask's own projection "
+                                                      << covered[static_cast<size_t>(u)] << " times";
     }
   }
 }

@@ -140,8 +140,9 @@ Status infer_gru(Node& n) {
 // (linear_before_reset = 1), made by the compiler (lower_rnn.cc).
 // Inputs, LSTM: xp, h_prev, c_prev, Rp; GRU: xp, h_prev, Rp, Rb_h (absent
 // states are zeros; Rb_h is optional). xp [rows, G*H] is a projection of
-// the layer's inputs with biases folded in; the cell reads rows
-// step * batch .. step * batch + batch - 1. Rp is R packed in panels
+// the layer's inputs with biases folded in, its columns in panel order
+// (ceil(H / kRnnPanelUnits) panels of G * kRnnPanelUnits); the cell reads
+// rows step * batch .. step * batch + batch - 1. Rp is R packed in panels
 // [ceil(H / kRnnPanelUnits), H, G * kRnnPanelUnits] (kernels/cpu/rnn_cell.h).
 // Attributes: hidden_size H, batch, step. Outputs: h [1, 1, batch, H] and,
 // for the LSTM, c [batch, H].
@@ -157,10 +158,12 @@ Status infer_rnn_cell(Node& n) {
   const Value* xp = n.input(0);
   const Value* rp = n.input(lstm ? 3 : 2);
   if (xp == nullptr || rp == nullptr) return invalid_argument("the projection and packed R are required");
-  if (xp->shape.rank() != 2 || xp->shape[1] != gates * h || xp->shape[0] < (step + 1) * b)
+  const int64_t panels = (h + kRnnPanelUnits - 1) / kRnnPanelUnits;
+  if (xp->shape.rank() != 2 || xp->shape[1] != panels * gates * kRnnPanelUnits || xp->shape[0] < (step + 1) * b)
     return invalid_argument(str_cat("projection ", xp->name, " has shape ", xp->shape.to_string(), ", too small for step ",
-                                    step, " of batch ", b, " and ", gates, "x", h, " gates"));
-  const Shape want_rp{(h + kRnnPanelUnits - 1) / kRnnPanelUnits, h, gates * kRnnPanelUnits};
+                                    step, " of batch ", b, " and ", panels, " panels of ", gates, "x",
+                                    kRnnPanelUnits, " gates"));
+  const Shape want_rp{panels, h, gates * kRnnPanelUnits};
   if (rp->shape != want_rp)
     return invalid_argument(str_cat("packed R ", rp->name, " has shape ", rp->shape.to_string(), ", expected ",
                                     want_rp.to_string()));
@@ -174,26 +177,32 @@ Status infer_rnn_cell(Node& n) {
   return Status();
 }
 
-// TesseraRnnProj: W [1, G*H, I], bias [G*H], then the inputs x_0..x_n-1,
-// equal in size, each a whole number of rows of I values (one X
-// [seq, batch, I], or steps of the previous layer). Output: the rows
-// stacked in order times W[0]^T plus bias, [rows, G*H].
+// TesseraRnnProj: Wp [I, C], W packed in the cells' panel order (C a
+// whole number of panels of `gates` x kRnnPanelUnits columns), bias [C] in
+// the same order, then the inputs x_0..x_n-1, equal in size, each a whole
+// number of rows of I values (one X [seq, batch, I], or steps of the
+// previous layer). Output: the rows stacked in order times Wp plus bias,
+// [rows, C]. Attribute: gates (4 LSTM, 3 GRU).
 Status infer_rnn_proj(Node& n) {
+  if (n.inputs.size() < 3) return invalid_argument("expected Wp, bias and at least one input");
   for (Value* v : n.inputs) {
     if (v == nullptr) return invalid_argument("every input is required");
     if (v->dtype != DType::kFloat32) return invalid_argument(str_cat(v->name, " is not float32"));
   }
+  const int64_t gates = n.attr_int("gates", 0);
+  if (gates != 3 && gates != 4) return invalid_argument(str_cat("gates ", gates, ", expected 3 or 4"));
   const Shape& w = n.inputs[0]->shape;
-  if (w.rank() != 3 || w[0] != 1 || w[1] < 1 || w[2] < 1)
-    return invalid_argument(str_cat("W has shape ", w.to_string(), ", expected [1, G*H, I]"));
+  if (w.rank() != 2 || w[0] < 1 || w[1] < 1 || w[1] % (gates * kRnnPanelUnits) != 0)
+    return invalid_argument(str_cat("Wp has shape ", w.to_string(), ", expected [I, panels x ", gates * kRnnPanelUnits,
+                                    "]"));
   if (n.inputs[1]->shape.numel() != w[1])
     return invalid_argument(str_cat("bias has shape ", n.inputs[1]->shape.to_string(), ", expected ", w[1], " values"));
   const int64_t numel = n.inputs[2]->shape.numel();
   for (size_t i = 2; i < n.inputs.size(); ++i)
-    if (n.inputs[i]->shape.numel() != numel || numel % w[2] != 0)
+    if (n.inputs[i]->shape.numel() != numel || numel % w[0] != 0)
       return invalid_argument(str_cat(n.inputs[i]->name, " has shape ", n.inputs[i]->shape.to_string(),
-                                      ", not a whole number of rows of ", w[2], " like every other input"));
-  set_output(n, 0, DType::kFloat32, Shape{static_cast<int64_t>(n.inputs.size() - 2) * (numel / w[2]), w[1]});
+                                      ", not a whole number of rows of ", w[0], " like every other input"));
+  set_output(n, 0, DType::kFloat32, Shape{static_cast<int64_t>(n.inputs.size() - 2) * (numel / w[0]), w[1]});
   return Status();
 }
 
@@ -203,7 +212,7 @@ double flops_rnn_cell(const Node& n) {
 }
 
 double flops_rnn_proj(const Node& n) {
-  return 2.0 * static_cast<double>(n.outputs[0]->shape.numel()) * static_cast<double>(n.inputs[0]->shape[2]);
+  return 2.0 * static_cast<double>(n.outputs[0]->shape.numel()) * static_cast<double>(n.inputs[0]->shape[0]);
 }
 
 double flops_conv(const Node& n) {

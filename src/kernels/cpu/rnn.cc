@@ -15,6 +15,7 @@
 #include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernel.h"
+#include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/rnn_cell.h"
 
 namespace tessera {
@@ -214,6 +215,40 @@ Tensor pack_rnn_recurrence(const float* r, int64_t gates, int64_t hidden) {
 
 namespace {
 
+// The row of W (g * H + u) behind column c of the packed projection, or -1
+// for a unit past H.
+int64_t projection_source(int64_t c, int64_t gates, int64_t hidden) {
+  const int64_t width = gates * kRnnPanelUnits;
+  const int64_t g = (c % width) / kRnnPanelUnits, u = (c / width) * kRnnPanelUnits + c % kRnnPanelUnits;
+  return u < hidden ? g * hidden + u : -1;
+}
+
+}  // namespace
+
+Tensor pack_rnn_projection(const float* w, int64_t gates, int64_t hidden, int64_t input) {
+  const int64_t cols = rnn_projection_cols(gates, hidden);
+  Tensor out(DType::kFloat32, Shape{input, cols});
+  float* o = out.data<float>();
+  for (int64_t c = 0; c < cols; ++c) {
+    const int64_t src = projection_source(c, gates, hidden);
+    for (int64_t k = 0; k < input; ++k) o[k * cols + c] = src < 0 ? 0.f : w[src * input + k];
+  }
+  return out;
+}
+
+Tensor pack_rnn_gate_vector(const float* v, int64_t gates, int64_t hidden) {
+  const int64_t cols = rnn_projection_cols(gates, hidden);
+  Tensor out(DType::kFloat32, Shape{cols});
+  float* o = out.data<float>();
+  for (int64_t c = 0; c < cols; ++c) {
+    const int64_t src = projection_source(c, gates, hidden);
+    o[c] = src < 0 ? 0.f : v[src];
+  }
+  return out;
+}
+
+namespace {
+
 // acc[W] = sum over i < k of h[i] * panel row i: the sums stay in
 // registers while the panel streams through once.
 template <int64_t W>
@@ -294,19 +329,16 @@ class RnnCellOp : public ROp {
     alignas(64) float acc[kW];
     for (int64_t b = 0; b < batch_; ++b) {
       const float* hb = hp != nullptr ? hp + b * H : nullptr;
-      const float* xb = xp + (step_ * batch_ + b) * G * H;
+      const float* xb = xp + (step_ * batch_ + b) * rnn_panels(H) * kW;
       for (int64_t p = p0; p < p1; ++p) {
         if (hb != nullptr) panel_gemv<kW>(rp + p * H * kW, hb, H, acc);
         else std::fill(acc, acc + kW, 0.f);
         // Gate math on whole panels; units past H are computed on zeros
-        // and not stored.
+        // (their projection columns are zero) and not stored.
         const int64_t u0 = p * kRnnPanelUnits, n = std::min(kRnnPanelUnits, H - u0);
         constexpr int64_t U = kRnnPanelUnits;
-        alignas(64) float pre[kW], prev[U], hout[U], cout[U];
-        for (int64_t g = 0; g < G; ++g) {
-          std::fill(pre + g * U + n, pre + (g + 1) * U, 0.f);
-          std::copy(xb + g * H + u0, xb + g * H + u0 + n, pre + g * U);
-        }
+        alignas(64) float prev[U], hout[U], cout[U];
+        const float* pre = xb + p * kW;  // the panel's gates, in its order
         std::fill(prev + n, prev + U, 0.f);
         const float* state = G == 4 ? (cp != nullptr ? cp + b * H : nullptr) : hb;
         if (state != nullptr) std::copy(state + u0, state + u0 + n, prev);
@@ -339,24 +371,28 @@ Result<std::unique_ptr<ROp>> make_rnn_cell(const Node& n, const KernelParams& p)
                                             lstm && n.input(2) != nullptr, !lstm && n.input(3) != nullptr, p));
 }
 
-// The input projection of a run of steps: [rows, I] x W[0]^T + bias, where
+// The input projection of a run of steps: [rows, I] x Wp + bias, where
 // the rows are those of one X [seq, batch, I] or of several step inputs
-// (each [.., batch, I], e.g. the previous layer's h_t) stacked in order.
-// rTasks are blocks of output columns (multiples of 16), so W is read once
-// however few the rows; with several inputs a task first gathers the rows.
+// (each [.., batch, I], e.g. the previous layer's h_t) stacked in order,
+// and Wp [I, cols] is W packed in the cells' panel order (rnn_cell.h).
+// rTasks are blocks of whole panels, cut as the cells cut them: task t
+// writes every input that cell task t reads (with as many tasks), so a
+// Plan that keeps task t of both on one vEU (the wavefront's does) leaves
+// those inputs in that core's cache. W is read once however few the rows;
+// with several inputs a task first gathers the rows.
 class RnnProjOp : public ROp {
  public:
-  RnnProjOp(int64_t parts, int64_t part_rows, int64_t in, int64_t cols, const KernelParams& p)
-      : parts_(parts), part_rows_(part_rows), in_(in), cols_(cols) {
-    const int64_t rows = parts * part_rows, units = (cols + kColUnit - 1) / kColUnit;
-    const int64_t unit_flops = 2 * rows * in * kColUnit;
-    tasks_ = choose_tasks(units, std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(unit_flops, 1)), p);
+  RnnProjOp(int64_t parts, int64_t part_rows, int64_t in, int64_t cols, int64_t panel_cols, const KernelParams& p)
+      : parts_(parts), part_rows_(part_rows), in_(in), cols_(cols), panel_cols_(panel_cols) {
+    const int64_t rows = parts * part_rows, panels = cols / panel_cols;
+    const int64_t panel_flops = 2 * rows * in * panel_cols;
+    tasks_ = choose_tasks(panels, std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(panel_flops, 1)), p);
     if (parts > 1) scratch_bytes_ = static_cast<size_t>(rows * in) * sizeof(float);
   }
   void run(int64_t task, const TaskArgs& args) const override {
-    int64_t u0, u1;
-    task_range((cols_ + kColUnit - 1) / kColUnit, tasks_, task, &u0, &u1);
-    const int64_t c0 = u0 * kColUnit, c1 = std::min(cols_, u1 * kColUnit);
+    int64_t p0, p1;
+    task_range(cols_ / panel_cols_, tasks_, task, &p0, &p1);
+    const int64_t c0 = p0 * panel_cols_, c1 = p1 * panel_cols_;
     if (c1 <= c0) return;
     const int64_t rows = parts_ * part_rows_;
     const float* w = static_cast<const float*>(args.in[0]);
@@ -370,21 +406,20 @@ class RnnProjOp : public ROp {
                     static_cast<size_t>(part_rows_ * in_) * sizeof(float));
       a = gathered;
     }
-    sgemm(false, true, rows, c1 - c0, in_, 1.f, a, in_, w + c0 * in_, in_, 0.f, y + c0, cols_);
+    gemm_rows(rows, c1 - c0, in_, a, in_, w + c0, cols_, y + c0, cols_);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t j = c0; j < c1; ++j) y[r * cols_ + j] += b[j];
   }
 
  private:
-  static constexpr int64_t kColUnit = 16;
-  int64_t parts_, part_rows_, in_, cols_;
+  int64_t parts_, part_rows_, in_, cols_, panel_cols_;
 };
 
 Result<std::unique_ptr<ROp>> make_rnn_proj(const Node& n, const KernelParams& p) {
   // Shapes were checked by infer_rnn_proj.
-  const int64_t in = n.inputs[0]->shape[2], parts = static_cast<int64_t>(n.inputs.size()) - 2;
-  return std::unique_ptr<ROp>(
-      new RnnProjOp(parts, n.inputs[2]->shape.numel() / in, in, n.inputs[0]->shape[1], p));
+  const int64_t in = n.inputs[0]->shape[0], parts = static_cast<int64_t>(n.inputs.size()) - 2;
+  return std::unique_ptr<ROp>(new RnnProjOp(parts, n.inputs[2]->shape.numel() / in, in, n.inputs[0]->shape[1],
+                                            n.attr_int("gates", 1) * kRnnPanelUnits, p));
 }
 
 const RKernel kLoweredKernels[] = {

@@ -10,6 +10,9 @@
 // gates of its units, so the cell update needs nothing from other rTasks.
 // Units past H (the last panel of an H that is not a multiple of 16) are
 // zero. Shape [panels, H, G * 16].
+//
+// The projection of the layer's inputs (TesseraRnnProj) uses the same
+// order for its output columns, below.
 #pragma once
 
 #include <cstdint>
@@ -23,5 +26,21 @@ inline int64_t rnn_panels(int64_t hidden) { return (hidden + kRnnPanelUnits - 1)
 
 // Packs one direction's R ([G*H, H] row-major, ONNX gate order).
 Tensor pack_rnn_recurrence(const float* r, int64_t gates, int64_t hidden);
+
+// The input projection in the same panel order: its columns are
+// [panel p][gate g][unit j] (G * 16 per panel, units past H zero), so a
+// cell's rTask reads its panels' inputs as one contiguous run per panel,
+// and a projection rTask that covers the same panels writes all of them.
+inline int64_t rnn_projection_cols(int64_t gates, int64_t hidden) {
+  return rnn_panels(hidden) * gates * kRnnPanelUnits;
+}
+
+// W ([G*H, I] row-major, ONNX gate order) as [I, rnn_projection_cols]:
+// transposed, so that output columns are the vector dimension.
+Tensor pack_rnn_projection(const float* w, int64_t gates, int64_t hidden, int64_t input);
+
+// A per-gate vector ([G*H], e.g. the folded biases) in the same column
+// order, [rnn_projection_cols].
+Tensor pack_rnn_gate_vector(const float* v, int64_t gates, int64_t hidden);
 
 }  // namespace tessera
