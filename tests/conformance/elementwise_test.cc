@@ -115,7 +115,8 @@ TEST_F(Elementwise, FastTanhWithinTwoUlps) {
   for (int i = -200000; i <= 200000; ++i) xs.push_back(static_cast<float>(i) * 5e-5f);
   for (float m = 1e-38f; m < 10.f; m *= 1.01f) xs.insert(xs.end(), {m, -m});
   for (float e : {0.625f, -0.625f})
-    for (int k = 0; k < 64; ++k) xs.insert(xs.end(), {e, std::nextafter(e, -INFINITY)}), e = std::nextafter(e, INFINITY);
+    for (int k = 0; k < 64; ++k, e = std::nextafter(e, INFINITY))
+      xs.insert(xs.end(), {e, std::nextafter(e, -INFINITY)});
   xs.insert(xs.end(), {3e-45f, -3e-45f, 20.f, -20.f, 100.f});
   float worst = 0;
   for (float x : xs) {
