@@ -114,6 +114,7 @@ std::vector<OptionSpec> compile_option_specs() {
       {"--no-profile", "", "cost rTasks with the analytic model instead of measuring them (profile cache)"},
       {"--no-variants", "", "every op in its rKernel's own tiling (no choice among variants)"},
       {"--no-fuse", "", "no fusion: Conv/Gemm/MatMul epilogues, attention and elementwise chains stay separate ops"},
+      {"--block-fusion", "", "fuse inverted residual blocks (1x1, depthwise, 1x1 conv) into one op (default off)"},
       {"--no-in-place", "", "every Concat copies its inputs instead of their producers writing into its output"},
       {"--no-lower-recurrent", "", "keep forward LSTMs and GRUs whole instead of one rOperator per time step"},
       {"--recurrent-chunk", "N",
@@ -131,6 +132,7 @@ Status apply_compile_flags(const Args& args, CompileOptions* co) {
   co->profile = !args.has("--no-profile");
   co->variants = !args.has("--no-variants");
   co->fuse = !args.has("--no-fuse");
+  co->fuse_blocks = co->fuse && args.has("--block-fusion");
   co->concat_in_place = !args.has("--no-in-place");
   co->lower_recurrent = !args.has("--no-lower-recurrent");
   TESSERA_ASSIGN_OR_RETURN(co->recurrent_chunk, args.get_int("--recurrent-chunk", 0, 0, 1 << 20));

@@ -59,7 +59,7 @@ int start(const Command& cmd, int argc, char** argv, size_t positional, const ch
 Status parse_shape_flags(const Args& args, std::map<std::string, Shape>* out);
 
 // The options of every command that compiles a model: --no-profile,
-// --no-variants, --no-fuse, --no-in-place, --no-lower-recurrent,
+// --no-variants, --no-fuse, --block-fusion, --no-in-place, --no-lower-recurrent,
 // --recurrent-chunk.
 std::vector<OptionSpec> compile_option_specs();
 // `options` followed by compile_option_specs().

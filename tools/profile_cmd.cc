@@ -24,6 +24,8 @@ const cli::Command kProfile = {
         {"--shape", "NAME=DIMS", "bind a dynamic input's shape", true},
         {"--no-cache", "", "measure everything again (and refresh the cache)"},
         {"--top", "N", "show only the N most expensive ops (default: all)"},
+        {"--no-fuse", "", "profile the ops unfused (as `tessera run --no-fuse` compiles them)"},
+        {"--block-fusion", "", "fuse inverted residual blocks into one op (as `tessera run --block-fusion`)"},
     },
     "examples:\n  tessera profile build/zoo/resnet18.onnx\n  tessera profile build/zoo/bert_tiny.onnx --shape input_ids=1x64 "
     "--shape attention_mask=1x64 --top 10\n"};
@@ -46,6 +48,8 @@ int profile_main(int argc, char** argv) {
   if (!top.ok()) return cli::usage_error(kProfile, top.status().message());
   CompileOptions co;
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kProfile, st.message());
+  co.fuse = !a.has("--no-fuse");
+  co.fuse_blocks = co.fuse && a.has("--block-fusion");
   auto program = compile_onnx(a.positional[0], co);
   if (!program.ok()) return cli::fail(program.status());
   const Program& p = **program;

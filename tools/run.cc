@@ -298,7 +298,7 @@ int run_main(int argc, char** argv) {
   else
     log_info(model, ": ", stats.nodes_imported, " nodes imported, ", session.program().steps.size(), " ops after ",
              stats.folded, " folded, ", stats.identities_removed + stats.dead_removed, " removed, ",
-             stats.fused + stats.chains_fused + stats.attention_fused, " fused; ", stats.rtasks,
+             stats.fused + stats.chains_fused + stats.attention_fused + stats.blocks_fused, " fused; ", stats.rtasks,
              " rTasks; arena ", human_count(static_cast<double>(session.program().memory.arena_bytes)),
              "B; imported and compiled in ", str_fixed(stats.compile_ms, 1), " ms");
   // Runs. Each timed run copies the inputs in, computes, and copies the

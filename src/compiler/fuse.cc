@@ -11,6 +11,12 @@
 // in cache (kernels/cpu/epilogue.h). Each fused op saves one or more full passes
 // (read and write) over the tensor, and as many steps of the Plan.
 //
+// Inverted residual blocks: a 1x1 conv (+ Relu or Clip), a depthwise conv
+// (+ Relu or Clip) and a 1x1 conv (+ residual, activation), each the only
+// reader of the last, become one TesseraInvertedResidual whose rTasks work
+// strips of output rows, the expanded channels only ever in scratch
+// (kernels/cpu/inverted_residual.cc).
+//
 // Elementwise chains: float elementwise ops, each the only reader of the
 // previous one's output and all of the same output shape, become one
 // TesseraFusedElementwise that runs the whole chain on a block of outputs
@@ -338,6 +344,71 @@ Result<int> fuse_epilogues(Graph& g) {
       w.kind = Attribute::Kind::kInts;
       w.ints = widths;
       f->attrs["split"] = w;
+    }
+    ++fused;
+  }
+  return finish(g, fused);
+}
+
+namespace {
+
+// A Conv or fused Conv (Relu or Clip, or no activation, and no residual
+// when `plain`) of rank-4 float tensors with a float weight.
+bool conv_stage(const Node* n, bool plain) {
+  if (n == nullptr || n->dead || (n->op_type != "Conv" && n->op_type != "TesseraFusedConv")) return false;
+  if (n->outputs.size() != 1 || n->outputs[0]->dtype != DType::kFloat32 || n->inputs[0]->shape.rank() != 4 ||
+      n->inputs[1]->dtype != DType::kFloat32 || n->inputs[1]->shape.rank() != 4)
+    return false;
+  if (!plain) return true;
+  const std::string act = n->attr_string("activation", "none");
+  return n->input(3) == nullptr && (act == "none" || act == "Relu" || act == "Clip");
+}
+
+// A 1x1 conv with a constant weight and nothing but its pixels to map:
+// no stride, padding, dilation or groups.
+bool pointwise(const Node& n) {
+  const Value* w = n.inputs[1];
+  if (!w->is_constant() || w->shape[2] != 1 || w->shape[3] != 1 || n.attr_int("group", 1) != 1) return false;
+  const Shape& x = n.inputs[0]->shape;
+  const Shape& y = n.outputs[0]->shape;
+  if (n.attr_string("auto_pad", "NOTSET") != "NOTSET" && n.attr_string("auto_pad", "NOTSET") != "VALID") return false;
+  for (int64_t v : n.attr_ints("pads"))
+    if (v != 0) return false;
+  for (const char* a : {"strides", "dilations"})
+    for (int64_t v : n.attr_ints(a))
+      if (v != 1) return false;
+  return y[2] == x[2] && y[3] == x[3];
+}
+
+}  // namespace
+
+Result<int> fuse_inverted_residuals(Graph& g) {
+  int fused = 0;
+  const size_t original = g.nodes().size();
+  for (size_t i = 0; i < original; ++i) {
+    Node* expand = g.nodes()[i].get();
+    if (!conv_stage(expand, true) || !pointwise(*expand) || expand->inputs[0]->shape[1] > kInvertedResidualMaxInput ||
+        expand->inputs[0]->shape[2] < kInvertedResidualMinHeight)
+      continue;
+    const int64_t e = expand->inputs[1]->shape[0];
+    Node* dw = sole_consumer(g, expand->outputs[0]);
+    if (!conv_stage(dw, true) || dw->attr_int("group", 1) != e || dw->inputs[1]->shape[0] != e ||
+        dw->inputs[1]->shape[1] != 1 || dw->inputs[0] != expand->outputs[0])
+      continue;
+    Node* project = sole_consumer(g, dw->outputs[0]);
+    if (!conv_stage(project, false) || project->inputs[0] != dw->outputs[0] || !pointwise(*project)) continue;
+    expand->dead = dw->dead = project->dead = true;
+    std::vector<Value*> inputs = {expand->inputs[0], expand->inputs[1], expand->input(2), dw->inputs[1],
+                                  dw->input(2),      project->inputs[1], project->input(2), project->input(3)};
+    while (inputs.back() == nullptr) inputs.pop_back();
+    Node* f = g.add_node_producing("TesseraInvertedResidual", project->name, inputs, project->outputs);
+    f->opset = project->opset;
+    for (const char* a : {"kernel_shape", "strides", "pads", "dilations", "auto_pad", "group"})
+      if (dw->has_attr(a)) f->attrs[a] = dw->attrs.at(a);
+    for (const char* a : {"activation", "activation_alpha", "activation_beta"}) {
+      if (expand->has_attr(a)) f->attrs[std::string("expand_") + a] = expand->attrs.at(a);
+      if (dw->has_attr(a)) f->attrs[std::string("depthwise_") + a] = dw->attrs.at(a);
+      if (project->has_attr(a)) f->attrs[a] = project->attrs.at(a);
     }
     ++fused;
   }

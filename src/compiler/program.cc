@@ -97,6 +97,9 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
     TESSERA_ASSIGN_OR_RETURN(p->stats.attention_fused, fuse_attention(*g));
     TESSERA_ASSIGN_OR_RETURN(p->stats.activations_pushed, push_activations_through_concat(*g, &p->stats.activation_copies));
     TESSERA_ASSIGN_OR_RETURN(p->stats.fused, fuse_epilogues(*g));
+    if (options.fuse_blocks) {
+      TESSERA_ASSIGN_OR_RETURN(p->stats.blocks_fused, fuse_inverted_residuals(*g));
+    }
     TESSERA_ASSIGN_OR_RETURN(p->stats.chains_fused, fuse_elementwise_chains(*g));
   }
   if (options.lower_recurrent) {

@@ -52,6 +52,11 @@ struct CompileOptions {
   // Fuse Conv/Gemm with a following residual Add and activation, and
   // chains of elementwise ops (compiler/fuse.cc).
   bool fuse = true;
+  // With `fuse`: MobileNetV2's inverted residual blocks as one op each
+  // (fuse_inverted_residuals). Off by default: on this host's 2 vEUs the
+  // fused blocks measure more work than the three ops (docs/architecture.md,
+  // "Inverted residual blocks").
+  bool fuse_blocks = false;
   // Let the producers of a batch-1 Concat's parts write them straight into
   // its output (passes.h, "In-place Concat").
   bool concat_in_place = true;
@@ -83,6 +88,7 @@ struct CompileStats {
   int recurrent_lowered = 0;
   int fused = 0;          // Conv/Gemm epilogues fused
   int chains_fused = 0;   // elementwise chains fused
+  int blocks_fused = 0;   // inverted residual blocks fused
   int attention_fused = 0;  // attention patterns fused
   int activations_pushed = 0;  // activations moved before a Concat
   int activation_copies = 0;   // the activation nodes made for them (one per Concat input)
@@ -121,6 +127,20 @@ Result<std::unique_ptr<Program>> compile_onnx(const std::string& path, const Com
 // Fuses Conv/Gemm + residual Add + activation into TesseraFusedConv /
 // TesseraFusedGemm (fuse.cc); returns how many were fused.
 Result<int> fuse_epilogues(Graph& g);
+// After fuse_epilogues, with CompileOptions::fuse_blocks: a 1x1 conv (+ Relu or Clip) -> depthwise conv
+// (+ Relu or Clip) -> 1x1 conv (+ residual, activation), each the only
+// reader of the last (MobileNetV2's inverted residual block), becomes one
+// TesseraInvertedResidual that works in strips of output rows, the
+// expanded channels only ever in cache. Taken when the block's input has
+// at most kInvertedResidualMaxInput channels (the expand conv's
+// reduction: a short one is bound by the bytes it writes) and at least
+// kInvertedResidualMinHeight rows: a strip's depthwise windows need rows
+// of the strips beside it, which rTask boundaries compute twice (on 7x7
+// maps, one row per rTask computed 3 rows: 4.7x the unfused work), and
+// smaller maps' expanded tensors stay in cache anyway.
+inline constexpr int64_t kInvertedResidualMaxInput = 256;
+inline constexpr int64_t kInvertedResidualMinHeight = 28;
+Result<int> fuse_inverted_residuals(Graph& g);
 // act(Concat(x...)) -> Concat(act(x)...) where each x's producer absorbs
 // it (fuse.cc); returns how many Concats, and adds the activation nodes
 // made to *created.

@@ -34,6 +34,7 @@ TEST(Fusion, BitwiseEqualToUnfusedOnTheZoo) {
     co.fuse = false;
     auto plain = compile_zoo(model, co, &inputs);
     co.fuse = true;
+    co.fuse_blocks = false;  // the default; not bitwise: inverted_residual_test.cc
     auto fused = compile_zoo(model, co, &inputs);
     ASSERT_TRUE(plain.ok() && fused.ok());
     const int n = (*fused)->stats.fused + (*fused)->stats.chains_fused + (*fused)->stats.attention_fused;

@@ -270,6 +270,63 @@ Status infer_fused_conv(Node& n) {
   return check_epilogue(n);
 }
 
+// TesseraInvertedResidual (compiler/fuse.cc): a 1x1 expand conv (inputs 1,
+// 2: weight [E, C, 1, 1], bias), a depthwise conv of the E channels
+// (inputs 3, 4: weight [E, 1, kh, kw], bias; its geometry in the
+// attributes kernel_shape, strides, pads, dilations, auto_pad, group = E)
+// and a 1x1 project conv (inputs 5, 6: weight [O, E, 1, 1], bias) of
+// input 0 [N, C, H, W], then input 7, a residual, when present. Each conv
+// has its activation: "expand_activation" and "depthwise_activation"
+// (none, Relu or Clip, with *_alpha and *_beta as the Clip bounds) and
+// "activation" with the project's epilogue (as TesseraFusedConv's).
+Status infer_inverted_residual(Node& n) {
+  for (int i : {1, 3, 5})
+    if (n.input(i) == nullptr) return invalid_argument(str_cat("input ", i, " (a conv's weight) is required"));
+  const Shape& x = n.inputs[0]->shape;
+  const Shape &w1 = n.inputs[1]->shape, &w2 = n.inputs[3]->shape, &w3 = n.inputs[5]->shape;
+  if (x.rank() != 4 || w1.rank() != 4 || w2.rank() != 4 || w3.rank() != 4)
+    return invalid_argument(str_cat("input ", x.to_string(), " and weights ", w1.to_string(), ", ", w2.to_string(),
+                                    ", ", w3.to_string(), " must have rank 4"));
+  const int64_t e = w1[0];
+  if (w1[1] != x[1] || w1[2] != 1 || w1[3] != 1 || w2[0] != e || w2[1] != 1 || w3[1] != e || w3[2] != 1 ||
+      w3[3] != 1 || e < 1 || w3[0] < 1 || n.attr_int("group", 1) != e)
+    return invalid_argument(str_cat("weights ", w1.to_string(), ", ", w2.to_string(), ", ", w3.to_string(),
+                                    " are not a 1x1, depthwise and 1x1 conv of input ", x.to_string()));
+  for (int i : {2, 4, 6})
+    if (Value* b = n.input(i))
+      if (b->shape.rank() != 1 || b->shape[0] != (i == 6 ? w3[0] : e))
+        return invalid_argument(str_cat("bias ", i, " has shape ", b->shape.to_string()));
+  std::vector<int64_t> kernel{w2[2], w2[3]};
+  if (n.has_attr("kernel_shape") && n.attr_ints("kernel_shape") != kernel)
+    return invalid_argument("kernel_shape does not match the depthwise weight");
+  TESSERA_ASSIGN_OR_RETURN(WindowGeometry g, window_geometry(n, Shape{x[0], e, x[2], x[3]}, kernel));
+  for (const char* a : {"expand_activation", "depthwise_activation"}) {
+    const std::string act = n.attr_string(a, "none");
+    if (act != "none" && act != "Relu" && act != "Clip")
+      return invalid_argument(str_cat(a, " '", act, "' is not none, Relu or Clip"));
+  }
+  set_output(n, 0, DType::kFloat32, Shape{x[0], w3[0], g.out[0], g.out[1]});
+  if (Value* r = n.input(7)) {
+    if (r->dtype != DType::kFloat32 || !(r->shape == n.outputs[0]->shape))
+      return invalid_argument(str_cat("residual ", r->shape.to_string(), " does not match the output ",
+                                      n.outputs[0]->shape.to_string()));
+  }
+  Node view;  // the project's epilogue, checked as a fused conv's
+  view.attrs = n.attrs;
+  view.outputs = n.outputs;
+  return check_epilogue(view);
+}
+
+double flops_inverted_residual(const Node& n) {
+  const Shape& x = n.inputs[0]->shape;
+  const Shape& w2 = n.inputs[3]->shape;
+  const Shape& y = n.outputs[0]->shape;
+  const double e = static_cast<double>(w2[0]), pixels_out = static_cast<double>(y[0] * y[2] * y[3]);
+  return 2.0 * e *
+         (static_cast<double>(x[0] * x[1] * x[2] * x[3]) +
+          (static_cast<double>(w2[2] * w2[3]) + static_cast<double>(y[1])) * pixels_out);
+}
+
 // TesseraFusedPool: MaxPool or AveragePool (attribute "pool") with the same
 // epilogue: input 0 pooled, input 3 (when present) the residual; inputs 1
 // and 2 are absent.
