@@ -282,6 +282,8 @@ Status infer_fused_conv(Node& n) {
 Status infer_inverted_residual(Node& n) {
   for (int i : {1, 3, 5})
     if (n.input(i) == nullptr) return invalid_argument(str_cat("input ", i, " (a conv's weight) is required"));
+  for (const Value* v : n.inputs)
+    if (v != nullptr && v->dtype != DType::kFloat32) return invalid_argument(str_cat(v->name, " is not float32"));
   const Shape& x = n.inputs[0]->shape;
   const Shape &w1 = n.inputs[1]->shape, &w2 = n.inputs[3]->shape, &w3 = n.inputs[5]->shape;
   if (x.rank() != 4 || w1.rank() != 4 || w2.rank() != 4 || w3.rank() != 4)
