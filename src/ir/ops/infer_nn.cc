@@ -177,8 +177,8 @@ Status infer_rnn_cell(Node& n) {
   return Status();
 }
 
-// TesseraRnnProj: Wp [I, C], W packed in the cells' panel order (C a
-// whole number of panels of `gates` x kRnnPanelUnits columns), bias [C] in
+// TesseraRnnProj: Wp [panels, I, gates x kRnnPanelUnits], W packed in the
+// cells' panel order, bias [C] (C = panels x gates x kRnnPanelUnits) in
 // the same order, then the inputs x_0..x_n-1, equal in size, each a whole
 // number of rows of I values (one X [seq, batch, I], or steps of the
 // previous layer). Output: the rows stacked in order times Wp plus bias,
@@ -192,17 +192,18 @@ Status infer_rnn_proj(Node& n) {
   const int64_t gates = n.attr_int("gates", 0);
   if (gates != 3 && gates != 4) return invalid_argument(str_cat("gates ", gates, ", expected 3 or 4"));
   const Shape& w = n.inputs[0]->shape;
-  if (w.rank() != 2 || w[0] < 1 || w[1] < 1 || w[1] % (gates * kRnnPanelUnits) != 0)
-    return invalid_argument(str_cat("Wp has shape ", w.to_string(), ", expected [I, panels x ", gates * kRnnPanelUnits,
+  if (w.rank() != 3 || w[0] < 1 || w[1] < 1 || w[2] != gates * kRnnPanelUnits)
+    return invalid_argument(str_cat("Wp has shape ", w.to_string(), ", expected [panels, I, ", gates * kRnnPanelUnits,
                                     "]"));
-  if (n.inputs[1]->shape.numel() != w[1])
-    return invalid_argument(str_cat("bias has shape ", n.inputs[1]->shape.to_string(), ", expected ", w[1], " values"));
+  const int64_t in = w[1], cols = w[0] * w[2];
+  if (n.inputs[1]->shape.numel() != cols)
+    return invalid_argument(str_cat("bias has shape ", n.inputs[1]->shape.to_string(), ", expected ", cols, " values"));
   const int64_t numel = n.inputs[2]->shape.numel();
   for (size_t i = 2; i < n.inputs.size(); ++i)
-    if (n.inputs[i]->shape.numel() != numel || numel % w[0] != 0)
+    if (n.inputs[i]->shape.numel() != numel || numel % in != 0)
       return invalid_argument(str_cat(n.inputs[i]->name, " has shape ", n.inputs[i]->shape.to_string(),
-                                      ", not a whole number of rows of ", w[0], " like every other input"));
-  set_output(n, 0, DType::kFloat32, Shape{static_cast<int64_t>(n.inputs.size() - 2) * (numel / w[0]), w[1]});
+                                      ", not a whole number of rows of ", in, " like every other input"));
+  set_output(n, 0, DType::kFloat32, Shape{static_cast<int64_t>(n.inputs.size() - 2) * (numel / in), cols});
   return Status();
 }
 
@@ -212,7 +213,7 @@ double flops_rnn_cell(const Node& n) {
 }
 
 double flops_rnn_proj(const Node& n) {
-  return 2.0 * static_cast<double>(n.outputs[0]->shape.numel()) * static_cast<double>(n.inputs[0]->shape[0]);
+  return 2.0 * static_cast<double>(n.outputs[0]->shape.numel()) * static_cast<double>(n.inputs[0]->shape[1]);
 }
 
 double flops_conv(const Node& n) {

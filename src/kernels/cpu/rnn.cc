@@ -226,12 +226,12 @@ int64_t projection_source(int64_t c, int64_t gates, int64_t hidden) {
 }  // namespace
 
 Tensor pack_rnn_projection(const float* w, int64_t gates, int64_t hidden, int64_t input) {
-  const int64_t cols = rnn_projection_cols(gates, hidden);
-  Tensor out(DType::kFloat32, Shape{input, cols});
+  const int64_t panels = rnn_panels(hidden), width = gates * kRnnPanelUnits;
+  Tensor out(DType::kFloat32, Shape{panels, input, width});
   float* o = out.data<float>();
-  for (int64_t c = 0; c < cols; ++c) {
-    const int64_t src = projection_source(c, gates, hidden);
-    for (int64_t k = 0; k < input; ++k) o[k * cols + c] = src < 0 ? 0.f : w[src * input + k];
+  for (int64_t c = 0; c < panels * width; ++c) {
+    const int64_t src = projection_source(c, gates, hidden), p = c / width, q = c % width;
+    for (int64_t k = 0; k < input; ++k) o[(p * input + k) * width + q] = src < 0 ? 0.f : w[src * input + k];
   }
   return out;
 }
@@ -374,7 +374,8 @@ Result<std::unique_ptr<ROp>> make_rnn_cell(const Node& n, const KernelParams& p)
 // The input projection of a run of steps: [rows, I] x Wp + bias, where
 // the rows are those of one X [seq, batch, I] or of several step inputs
 // (each [.., batch, I], e.g. the previous layer's h_t) stacked in order,
-// and Wp [I, cols] is W packed in the cells' panel order (rnn_cell.h).
+// and Wp [panels, I, G * 16] is W packed in the cells' panel order
+// (rnn_cell.h).
 // rTasks are blocks of whole panels, cut as the cells cut them: task t
 // writes every input that cell task t reads (with as many tasks), so a
 // Plan that keeps task t of both on one vEU (the wavefront's does) leaves
@@ -392,8 +393,7 @@ class RnnProjOp : public ROp {
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t p0, p1;
     task_range(cols_ / panel_cols_, tasks_, task, &p0, &p1);
-    const int64_t c0 = p0 * panel_cols_, c1 = p1 * panel_cols_;
-    if (c1 <= c0) return;
+    if (p1 <= p0) return;
     const int64_t rows = parts_ * part_rows_;
     const float* w = static_cast<const float*>(args.in[0]);
     const float* b = static_cast<const float*>(args.in[1]);
@@ -406,9 +406,16 @@ class RnnProjOp : public ROp {
                     static_cast<size_t>(part_rows_ * in_) * sizeof(float));
       a = gathered;
     }
-    gemm_rows(rows, c1 - c0, in_, a, in_, w + c0, cols_, y + c0, cols_);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = c0; j < c1; ++j) y[r * cols_ + j] += b[j];
+    // Panel by panel: each is one contiguous [I, width] block of Wp,
+    // which streams in from memory at full speed where a block of
+    // columns of a row-major [I, C] would touch a new page in every row.
+    const int64_t width = panel_cols_;
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t c = p * width;
+      gemm_rows(rows, width, in_, a, in_, w + p * in_ * width, width, y + c, cols_);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = c; j < c + width; ++j) y[r * cols_ + j] += b[j];
+    }
   }
 
  private:
@@ -417,8 +424,9 @@ class RnnProjOp : public ROp {
 
 Result<std::unique_ptr<ROp>> make_rnn_proj(const Node& n, const KernelParams& p) {
   // Shapes were checked by infer_rnn_proj.
-  const int64_t in = n.inputs[0]->shape[0], parts = static_cast<int64_t>(n.inputs.size()) - 2;
-  return std::unique_ptr<ROp>(new RnnProjOp(parts, n.inputs[2]->shape.numel() / in, in, n.inputs[0]->shape[1],
+  const Shape& wp = n.inputs[0]->shape;
+  const int64_t in = wp[1], parts = static_cast<int64_t>(n.inputs.size()) - 2;
+  return std::unique_ptr<ROp>(new RnnProjOp(parts, n.inputs[2]->shape.numel() / in, in, wp[0] * wp[2],
                                             n.attr_int("gates", 1) * kRnnPanelUnits, p));
 }
 

@@ -35,8 +35,10 @@ inline int64_t rnn_projection_cols(int64_t gates, int64_t hidden) {
   return rnn_panels(hidden) * gates * kRnnPanelUnits;
 }
 
-// W ([G*H, I] row-major, ONNX gate order) as [I, rnn_projection_cols]:
-// transposed, so that output columns are the vector dimension.
+// W ([G*H, I] row-major, ONNX gate order) as [panels, I, G * 16]:
+// transposed, so that output columns are the vector dimension, and cut
+// into panels as R is, so that each panel's weights are one contiguous
+// block (a projection rTask streams them from memory in order).
 Tensor pack_rnn_projection(const float* w, int64_t gates, int64_t hidden, int64_t input);
 
 // A per-gate vector ([G*H], e.g. the folded biases) in the same column
