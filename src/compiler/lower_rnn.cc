@@ -117,8 +117,11 @@ Result<int> lower_recurrent(Graph& g, int64_t chunk_steps) {
       std::vector<Value*> ins = {wp, bias};
       if (chained) ins.insert(ins.end(), chained->begin() + t0, chained->begin() + std::min(seq, t0 + chunk));
       else ins.push_back(x);
+      // The projection before the first step also pulls R into cache.
+      if (t0 == 0) ins.push_back(rp);
       Node* p = g.add_node("TesseraRnnProj", chained ? str_cat(base, "/proj", t0) : str_cat(base, "/proj"), ins, 1);
       p->attrs["gates"] = int_attr(gates);
+      if (t0 == 0) p->attrs["prefetch_r"] = int_attr(1);
       p->opset = n.opset;
       TESSERA_RETURN_IF_ERROR(op_infer(*p));
       proj.push_back(p->outputs[0]);

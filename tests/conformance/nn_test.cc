@@ -481,7 +481,9 @@ TEST_F(Nn, RnnProjectionTasksFeedTheirCellTasks) {
         std::vector<float> xp(static_cast<size_t>(seq * batch * cols), nan), hy(static_cast<size_t>(batch * h), nan),
             cy(static_cast<size_t>(batch * h), nan);
         std::vector<float> scratch((*pop)->scratch_bytes() / sizeof(float) + 1);
-        const void* pin[] = {proj->inputs[0]->constant->raw(), proj->inputs[1]->constant->raw(), xs.raw()};
+        ASSERT_EQ(proj->inputs.size(), 4u);  // Wp, bias, X, and Rp to prefetch
+        const void* pin[] = {proj->inputs[0]->constant->raw(), proj->inputs[1]->constant->raw(), xs.raw(),
+                             proj->inputs[3]->constant->raw()};
         void* pout[] = {xp.data()};
         (*pop)->run(t, TaskArgs{pin, pout, scratch.data()});
         const void* rp = cell->inputs[lstm ? 3 : 2]->constant->raw();
@@ -502,6 +504,56 @@ TEST_F(Nn, RnnProjectionTasksFeedTheirCellTasks) {
         EXPECT_EQ(covered[static_cast<size_t>(u)], 1) << "unit " << u << " computed from the rTask's own projection "
                                                       << covered[static_cast<size_t>(u)] << " times";
     }
+  }
+}
+
+// The projection before a layer's first step takes R only to pull it
+// into cache: its output is bitwise that of the same projection without
+// R, for every rTask count. Its shape inference checks R and the flag.
+TEST_F(Nn, RnnProjectionPrefetchChangesNothing) {
+  const int64_t seq = 5, in = 40, h = 48;
+  for (int64_t G : {4, 3}) {
+    SCOPED_TRACE(str_cat("gates ", G));
+    const int64_t panels = rnn_panels(h), width = G * kRnnPanelUnits, cols = panels * width;
+    Graph g;
+    Value* x = g.add_input("x", DType::kFloat32, Shape{seq, in});
+    x->shape_known = true;
+    Value* wp = g.add_constant("wp", rng.floats(Shape{panels, in, width}));
+    Value* bias = g.add_constant("bias", rng.floats(Shape{cols}));
+    Value* rp = g.add_constant("rp", rng.floats(Shape{panels, h, width}));
+    Node* with = g.add_node("TesseraRnnProj", "with", {wp, bias, x, rp}, 1);
+    with->attrs["gates"] = attr_i(G);
+    with->attrs["prefetch_r"] = attr_i(1);
+    Node* without = g.add_node("TesseraRnnProj", "without", {wp, bias, x}, 1);
+    without->attrs["gates"] = attr_i(G);
+    for (Node* n : {with, without}) {
+      const Status st = op_infer(*n);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      EXPECT_EQ(n->outputs[0]->shape, (Shape{seq, cols}));
+    }
+    const Tensor xs = rng.floats(Shape{seq, in});
+    for (int64_t tasks = 1; tasks <= panels; ++tasks) {
+      auto a = cpu_kernel_find("TesseraRnnProj")->make(*with, KernelParams{tasks});
+      auto b = cpu_kernel_find("TesseraRnnProj")->make(*without, KernelParams{tasks});
+      ASSERT_TRUE(a.ok() && b.ok());
+      std::vector<float> ya(static_cast<size_t>(seq * cols), 1.f), yb(ya.size(), 2.f);
+      const void* ina[] = {wp->constant->raw(), bias->constant->raw(), xs.raw(), rp->constant->raw()};
+      const void* inb[] = {wp->constant->raw(), bias->constant->raw(), xs.raw()};
+      void* outa[] = {ya.data()};
+      void* outb[] = {yb.data()};
+      for (int64_t t = 0; t < (*a)->tasks(); ++t) (*a)->run(t, TaskArgs{ina, outa, nullptr});
+      for (int64_t t = 0; t < (*b)->tasks(); ++t) (*b)->run(t, TaskArgs{inb, outb, nullptr});
+      EXPECT_EQ(ya, yb) << tasks << " rTasks";
+    }
+    // An R of another panel width, a flag other than 0 or 1.
+    Value* bad_r = g.add_constant("bad_r", rng.floats(Shape{panels, h, width + 1}));
+    Node* bad = g.add_node("TesseraRnnProj", "bad", {wp, bias, x, bad_r}, 1);
+    bad->attrs["gates"] = attr_i(G);
+    bad->attrs["prefetch_r"] = attr_i(1);
+    const Status st = op_infer(*bad);
+    EXPECT_NE(st.to_string().find("Rp has shape"), std::string::npos) << st.to_string();
+    bad->attrs["prefetch_r"] = attr_i(2);
+    EXPECT_NE(op_infer(*bad).to_string().find("prefetch_r 2"), std::string::npos);
   }
 }
 

@@ -182,9 +182,15 @@ Status infer_rnn_cell(Node& n) {
 // the same order, then the inputs x_0..x_n-1, equal in size, each a whole
 // number of rows of I values (one X [seq, batch, I], or steps of the
 // previous layer). Output: the rows stacked in order times Wp plus bias,
-// [rows, C]. Attribute: gates (4 LSTM, 3 GRU).
+// [rows, C]. Attributes: gates (4 LSTM, 3 GRU); prefetch_r (0 or 1): with
+// 1, a last input Rp [panels, H, gates x kRnnPanelUnits], the layer's
+// packed R, which the kernel only pulls into cache.
 Status infer_rnn_proj(Node& n) {
-  if (n.inputs.size() < 3) return invalid_argument("expected Wp, bias and at least one input");
+  const int64_t prefetch = n.attr_int("prefetch_r", 0);
+  if (prefetch != 0 && prefetch != 1) return invalid_argument(str_cat("prefetch_r ", prefetch, ", expected 0 or 1"));
+  if (n.inputs.size() < static_cast<size_t>(3 + prefetch))
+    return invalid_argument(prefetch ? "expected Wp, bias, at least one input and Rp"
+                                     : "expected Wp, bias and at least one input");
   for (Value* v : n.inputs) {
     if (v == nullptr) return invalid_argument("every input is required");
     if (v->dtype != DType::kFloat32) return invalid_argument(str_cat(v->name, " is not float32"));
@@ -198,12 +204,18 @@ Status infer_rnn_proj(Node& n) {
   const int64_t in = w[1], cols = w[0] * w[2];
   if (n.inputs[1]->shape.numel() != cols)
     return invalid_argument(str_cat("bias has shape ", n.inputs[1]->shape.to_string(), ", expected ", cols, " values"));
+  const size_t parts = n.inputs.size() - 2 - static_cast<size_t>(prefetch);
+  if (prefetch) {
+    const Shape& r = n.inputs.back()->shape;
+    if (r.rank() != 3 || r[0] != w[0] || r[1] < 1 || r[2] != w[2])
+      return invalid_argument(str_cat("Rp has shape ", r.to_string(), ", expected [", w[0], ", H, ", w[2], "]"));
+  }
   const int64_t numel = n.inputs[2]->shape.numel();
-  for (size_t i = 2; i < n.inputs.size(); ++i)
+  for (size_t i = 2; i < 2 + parts; ++i)
     if (n.inputs[i]->shape.numel() != numel || numel % in != 0)
       return invalid_argument(str_cat(n.inputs[i]->name, " has shape ", n.inputs[i]->shape.to_string(),
                                       ", not a whole number of rows of ", in, " like every other input"));
-  set_output(n, 0, DType::kFloat32, Shape{static_cast<int64_t>(n.inputs.size() - 2) * (numel / in), cols});
+  set_output(n, 0, DType::kFloat32, Shape{static_cast<int64_t>(parts) * (numel / in), cols});
   return Status();
 }
 

@@ -381,10 +381,16 @@ Result<std::unique_ptr<ROp>> make_rnn_cell(const Node& n, const KernelParams& p)
 // Plan that keeps task t of both on one vEU (the wavefront's does) leaves
 // those inputs in that core's cache. W is read once however few the rows;
 // with several inputs a task first gathers the rows.
+//
+// With Rp (the layer's packed R, the last input; attribute prefetch_r), a
+// task also pulls its panels of R into its core's cache while it computes,
+// so that the layer's first step does not wait on R from memory (cell
+// task t reads R's panels of projection task t).
 class RnnProjOp : public ROp {
  public:
-  RnnProjOp(int64_t parts, int64_t part_rows, int64_t in, int64_t cols, int64_t panel_cols, const KernelParams& p)
-      : parts_(parts), part_rows_(part_rows), in_(in), cols_(cols), panel_cols_(panel_cols) {
+  RnnProjOp(int64_t parts, int64_t part_rows, int64_t in, int64_t cols, int64_t panel_cols, int64_t hidden,
+            const KernelParams& p)
+      : parts_(parts), part_rows_(part_rows), in_(in), cols_(cols), panel_cols_(panel_cols), hidden_(hidden) {
     const int64_t rows = parts * part_rows, panels = cols / panel_cols;
     const int64_t panel_flops = 2 * rows * in * panel_cols;
     tasks_ = choose_tasks(panels, std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(panel_flops, 1)), p);
@@ -399,6 +405,7 @@ class RnnProjOp : public ROp {
     const float* b = static_cast<const float*>(args.in[1]);
     float* y = static_cast<float*>(args.out[0]);
     const float* a = static_cast<const float*>(args.in[2]);
+    const char* r = hidden_ > 0 ? static_cast<const char*>(args.in[2 + parts_]) : nullptr;
     if (parts_ > 1) {
       float* gathered = static_cast<float*>(args.scratch);
       for (int64_t part = 0; part < parts_; ++part)
@@ -409,25 +416,44 @@ class RnnProjOp : public ROp {
     // Panel by panel: each is one contiguous [I, width] block of Wp,
     // which streams in from memory at full speed where a block of
     // columns of a row-major [I, C] would touch a new page in every row.
+    // With R, a panel's rows go in blocks of kPrefetchRows, each after a
+    // share of R panel p's cache lines is requested: the requests overlap
+    // the arithmetic instead of the first step's loads.
     const int64_t width = panel_cols_;
+    const int64_t r_panel_bytes = hidden_ * width * static_cast<int64_t>(sizeof(float));
+    const int64_t row_step = r != nullptr ? kPrefetchRows : rows;
+    const int64_t blocks = (rows + row_step - 1) / row_step;
+    const int64_t lines_per_block = (r_panel_bytes / 64 + blocks - 1) / blocks;
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t c = p * width;
-      gemm_rows(rows, width, in_, a, in_, w + p * in_ * width, width, y + c, cols_);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = c; j < c + width; ++j) y[r * cols_ + j] += b[j];
+      const float* wpanel = w + p * in_ * width;
+      for (int64_t r0 = 0, blk = 0; r0 < rows; r0 += row_step, ++blk) {
+        if (r != nullptr) {
+          const int64_t l0 = blk * lines_per_block, l1 = std::min(r_panel_bytes / 64, l0 + lines_per_block);
+          for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(r + p * r_panel_bytes + l * 64, 0, 2);
+        }
+        const int64_t m = std::min(row_step, rows - r0);
+        gemm_rows(m, width, in_, a + r0 * in_, in_, wpanel, width, y + r0 * cols_ + c, cols_);
+      }
+      for (int64_t row = 0; row < rows; ++row)
+        for (int64_t j = c; j < c + width; ++j) y[row * cols_ + j] += b[j];
     }
   }
 
  private:
+  static constexpr int64_t kPrefetchRows = 16;
   int64_t parts_, part_rows_, in_, cols_, panel_cols_;
+  int64_t hidden_;  // R's k (its rows per panel) when R is to be prefetched, else 0
 };
 
 Result<std::unique_ptr<ROp>> make_rnn_proj(const Node& n, const KernelParams& p) {
   // Shapes were checked by infer_rnn_proj.
   const Shape& wp = n.inputs[0]->shape;
-  const int64_t in = wp[1], parts = static_cast<int64_t>(n.inputs.size()) - 2;
+  const bool prefetch = n.attr_int("prefetch_r", 0) != 0;
+  const int64_t in = wp[1], parts = static_cast<int64_t>(n.inputs.size()) - 2 - (prefetch ? 1 : 0);
+  const int64_t hidden = prefetch ? n.inputs.back()->shape[1] : 0;
   return std::unique_ptr<ROp>(new RnnProjOp(parts, n.inputs[2]->shape.numel() / in, in, wp[0] * wp[2],
-                                            n.attr_int("gates", 1) * kRnnPanelUnits, p));
+                                            n.attr_int("gates", 1) * kRnnPanelUnits, hidden, p));
 }
 
 const RKernel kLoweredKernels[] = {
