@@ -69,15 +69,9 @@ class DwDirect {
   static bool flat_ok(const Conv2d& c) { return c.sh == 1 && c.sw == 1 && c.ow == c.iw; }
 
   // Output rows [r0, r1) of one plane (all of them when flat); `zero`
-  // holds iw zeros.
-  void rows(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t r0, int64_t r1) const {
-    if (flat_) {
-      if (!clamp_.on) return plane<false>(xc, wc, b, yc);
-      return plane<true>(xc, wc, b, yc);
-    }
-    if (!clamp_.on) return rows_as<false>(xc, wc, b, zero, yc, r0, r1);
-    rows_as<true>(xc, wc, b, zero, yc, r0, r1);
-  }
+  // holds iw zeros. Out of line (dw_direct.cc), so that the many tile
+  // templates below are compiled once, not in every file that runs them.
+  void rows(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t r0, int64_t r1) const;
 
   // Whether init() chose whole planes flat.
   bool flat() const { return flat_; }
