@@ -145,6 +145,31 @@ TEST(Variants, NeverPredictWorseAndAreChosen) {
               differing, capped);
 }
 
+// The critical-path policy keeps rTask t of an op split in one part per vEU
+// on vEU t unless another vEU ends it much sooner, so that each core writes
+// the same parts of the same buffers every run (plan.cc, kMoveUsPerByte).
+// NASNet-like cells have branches of split ops whose placement by earliest
+// end alone alternates (114 of 172 rTasks on their vEU).
+TEST(Placement, SplitOpsKeepEachPartOnItsVeu) {
+  for (Policy policy : {Policy::kCriticalPath}) {
+    std::map<std::string, Tensor> inputs;
+    CompileOptions co;
+    co.build_plan = true;
+    co.schedule.veus = 2;
+    co.schedule.policy = policy;
+    auto p = compile_zoo("nasnet_like", co, &inputs);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    int split = 0, home = 0;
+    for (const TaskPlacement& t : (*p)->plan->placements) {
+      if ((*p)->steps[t.step].op->tasks() != 2) continue;
+      ++split;
+      home += t.veu == t.task;
+    }
+    ASSERT_GT(split, 100) << policy_name(policy);
+    EXPECT_GE(home, split * 95 / 100) << policy_name(policy) << ": " << home << " of " << split << " on their vEU";
+  }
+}
+
 // Random valid schedules put rTasks in orders and on vEUs no policy would
 // choose, provoking any missing wait or unsafe buffer reuse.
 TEST_P(PlanZoo, RandomSchedulesStress) {
