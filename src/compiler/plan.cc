@@ -4,6 +4,7 @@
 #include <numeric>
 #include <queue>
 #include <random>
+#include <unordered_map>
 
 #include "base/check.h"
 #include "base/strings.h"
@@ -49,26 +50,35 @@ constexpr double kTaskOverheadUs = 0.03;
 // Writing a cache line another core has read since it was last written
 // costs that core's copy an invalidation: 6-9 GB/s here against 50-80 GB/s
 // for lines the writer holds alone (a 256 KB buffer written back and forth
-// between two pinned threads). Each rTask of a split op writes the same
-// part of its outputs every run, so keeping rTask t of every op on the same
-// vEU keeps those lines, and the aligned parts of the next op's inputs, in
-// one core's cache. The critical-path policy puts an rTask on its home vEU
-// unless another ends it sooner by more than what its part would cost to
-// move. (The wavefront policy fills each wave longest rTask first; ties
-// there already keep the parts in order.)
-constexpr double kMoveUsPerByte = 1.0 / 7.5e3 - 1.0 / 60e3;
+// between two pinned threads). rTask t of a split op writes the same part
+// of its outputs every run, and the rTasks of the ops around it cut their
+// data the same way more often than not (an LSTM's projection and its
+// cells by panels, elementwise chains by ranges). So once a policy has
+// chosen the vEU for one of an op's rTasks (all cost the same), the rTask
+// it runs there is the lowest-numbered one left whose part belongs to that
+// vEU: part t of T to vEU t*U/T. The predicted timeline is unchanged.
+class Parts {
+ public:
+  Parts(int64_t tasks, int veus) : used_(static_cast<size_t>(tasks), 0), veus_(veus) {}
+  int64_t take(int veu) {
+    const int64_t T = static_cast<int64_t>(used_.size());
+    int64_t any = -1;
+    for (int64_t t = 0; t < T; ++t) {
+      if (used_[t]) continue;
+      if (static_cast<int>(t * veus_ / T) == veu) {
+        used_[t] = 1;
+        return t;
+      }
+      if (any < 0) any = t;
+    }
+    used_[any] = 1;
+    return any;
+  }
 
-// µs an rTask of `s` may end later on its home vEU (see kMoveUsPerByte).
-double affinity_slack_us(const Step& s) {
-  double bytes = 0;
-  for (const Value* v : s.node->outputs)
-    if (v) bytes += static_cast<double>(v->shape.numel() * static_cast<int64_t>(dtype_size(v->dtype)));
-  return bytes / static_cast<double>(s.op->tasks()) * kMoveUsPerByte;
-}
-
-// The vEU that keeps part t of T (T a multiple of the vEU count U): parts
-// spread over the vEUs in order.
-int home_veu(int64_t t, int64_t T, int U) { return static_cast<int>(t * U / T); }
+ private:
+  std::vector<uint8_t> used_;
+  int veus_;
+};
 
 struct TaskRef {
   int32_t step;
@@ -109,8 +119,10 @@ Orders wavefront(const Program& p, const std::vector<std::vector<int>>& preds, c
     // A wave starts when the previous one has ended everywhere.
     double start = *std::max_element(free_at.begin(), free_at.end());
     std::fill(free_at.begin(), free_at.end(), start);
-    for (const TaskRef& t : tasks) {
+    std::unordered_map<int32_t, Parts> parts;
+    for (TaskRef t : tasks) {
       int u = static_cast<int>(std::min_element(free_at.begin(), free_at.end()) - free_at.begin());
+      t.task = parts.try_emplace(t.step, p.steps[t.step].op->tasks(), U).first->second.take(u);
       free_at[u] += cost[t.step];
       o.global.push_back({u, static_cast<int32_t>(o.per_veu[u].size())});
       o.per_veu[u].push_back(t);
@@ -160,9 +172,8 @@ Orders critical_path(const Program& p, const std::vector<std::vector<int>>& pred
       data_ready[u] = r;
     }
     const int64_t T = p.steps[s].op->tasks();
-    const bool affine = T > 1 && T % U == 0;
-    const double slack = affine ? affinity_slack_us(p.steps[s]) : 0.0;
-    for (int64_t t = 0; t < T; ++t) {
+    Parts parts(T, U);
+    for (int64_t i = 0; i < T; ++i) {
       int best = 0;
       double best_end = 1e300;
       for (int u = 0; u < U; ++u) {
@@ -172,14 +183,7 @@ Orders critical_path(const Program& p, const std::vector<std::vector<int>>& pred
           best = u;
         }
       }
-      if (affine) {
-        const int home = home_veu(t, T, U);
-        const double e = std::max(free_at[home], data_ready[home]) + cost[s];
-        if (e <= best_end + slack) {
-          best = home;
-          best_end = e;
-        }
-      }
+      const int64_t t = parts.take(best);
       free_at[best] = best_end;
       end_on[s][best] = std::max(end_on[s][best], best_end);
       o.global.push_back({best, static_cast<int32_t>(o.per_veu[best].size())});
