@@ -557,5 +557,116 @@ TEST_F(Nn, RnnProjectionPrefetchChangesNothing) {
   }
 }
 
+
+// A step that carries slice j of the next layer's projection (next_slice)
+// writes its piece [panels / 8, 8, G x 16] bitwise equal to the
+// projection of the same 8 rows, next-layer panels j, 8 + j, ..., and its
+// own h and c unchanged, for every rTask count; a step reading its
+// projection in that blocked layout (xp_blocked) computes what it
+// computes from the row-major one.
+TEST_F(Nn, RnnCellCarriesTheNextProjection) {
+  const int64_t h = 256, panels = rnn_panels(h), width = 4 * kRnnPanelUnits, cols = panels * width, rows = 16;
+  Graph g;
+  Value* xp = g.add_constant("xp", rng.floats(Shape{rows, cols}));
+  Value* hp = g.add_constant("h_prev", rng.floats(Shape{1, 1, 1, h}));
+  Value* cp = g.add_constant("c_prev", rng.floats(Shape{1, h}));
+  Value* rp = g.add_constant("rp", rng.floats(Shape{panels, h, width}));
+  Value* wn = g.add_constant("wn", rng.floats(Shape{panels, h, width}));
+  Value* bn = g.add_constant("bn", rng.floats(Shape{cols}));
+  std::vector<Value*> arows;
+  for (int r = 0; r < 8; ++r) arows.push_back(g.add_constant(str_cat("a", r), rng.floats(Shape{1, 1, 1, h})));
+  // The reference projection of the 8 rows.
+  Value* x8 = g.add_input("x8", DType::kFloat32, Shape{8, h});
+  x8->shape_known = true;
+  Node* proj = g.add_node("TesseraRnnProj", "proj", {wn, bn, x8}, 1);
+  proj->attrs["gates"] = attr_i(4);
+  ASSERT_TRUE(op_infer(*proj).ok());
+  std::vector<float> a8;
+  for (Value* v : arows) a8.insert(a8.end(), v->constant->data<float>(), v->constant->data<float>() + h);
+  std::vector<float> ref(static_cast<size_t>(8 * cols));
+  {
+    auto op = cpu_kernel_find("TesseraRnnProj")->make(*proj, KernelParams{1});
+    ASSERT_TRUE(op.ok());
+    const void* in[] = {wn->constant->raw(), bn->constant->raw(), a8.data()};
+    void* out[] = {ref.data()};
+    (*op)->run(0, TaskArgs{in, out, nullptr});
+  }
+  const int64_t step = 11;
+  Node* plain = g.add_node("TesseraLstmCell", "plain", {xp, hp, cp, rp}, 2);
+  std::vector<Value*> ins = {xp, hp, cp, rp, wn, bn};
+  ins.insert(ins.end(), arows.begin(), arows.end());
+  for (Node* n : {plain}) {
+    n->attrs["hidden_size"] = attr_i(h);
+    n->attrs["batch"] = attr_i(1);
+    n->attrs["step"] = attr_i(step);
+    ASSERT_TRUE(op_infer(*n).ok());
+  }
+  auto run = [&](Node* n, int64_t tasks, const std::vector<const void*>& in, int nout) {
+    auto op = cpu_kernel_find("TesseraLstmCell")->make(*n, KernelParams{tasks});
+    EXPECT_TRUE(op.ok());
+    std::vector<std::vector<float>> outs = {std::vector<float>(static_cast<size_t>(h), NAN),
+                                            std::vector<float>(static_cast<size_t>(h), NAN),
+                                            std::vector<float>(static_cast<size_t>(panels / 8 * 8 * width), NAN)};
+    void* out[] = {outs[0].data(), outs[1].data(), outs[2].data()};
+    (void)nout;
+    for (int64_t t = 0; t < (*op)->tasks(); ++t) (*op)->run(t, TaskArgs{in.data(), out, nullptr});
+    return outs;
+  };
+  const std::vector<const void*> plain_in = {xp->constant->raw(), hp->constant->raw(), cp->constant->raw(),
+                                             rp->constant->raw()};
+  const auto want = run(plain, 1, plain_in, 2);
+  for (int64_t j : {0, 5, 7}) {
+    Node* carry = g.add_node("TesseraLstmCell", str_cat("carry", j), ins, 3);
+    carry->attrs["hidden_size"] = attr_i(h);
+    carry->attrs["batch"] = attr_i(1);
+    carry->attrs["step"] = attr_i(step);
+    carry->attrs["next_slice"] = attr_i(j);
+    const Status st = op_infer(*carry);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(carry->outputs[2]->shape, (Shape{1, panels / 8, 8, width}));
+    std::vector<const void*> in;
+    for (Value* v : ins) in.push_back(v->constant->raw());
+    for (int64_t tasks : {1, 2, 3, 4, 8, 16}) {
+      SCOPED_TRACE(str_cat("slice ", j, ", ", tasks, " rTasks"));
+      const auto got = run(carry, tasks, in, 3);
+      EXPECT_EQ(got[0], want[0]);
+      EXPECT_EQ(got[1], want[1]);
+      int64_t bad = 0;
+      for (int64_t m = 0; m < panels / 8; ++m)
+        for (int64_t r = 0; r < 8; ++r)
+          for (int64_t c = 0; c < width; ++c)
+            bad += got[2][static_cast<size_t>((m * 8 + r) * width + c)] !=
+                   ref[static_cast<size_t>(r * cols + (m * 8 + j) * width + c)];
+      EXPECT_EQ(bad, 0);
+    }
+  }
+  // The blocked layout: pieces (row / 8) * 8 + p % 8 of [panels / 8, 8, width].
+  Tensor blocked(DType::kFloat32, Shape{rows, panels / 8, 8, width});
+  const float* x = xp->constant->data<float>();
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t p = 0; p < panels; ++p)
+      for (int64_t c = 0; c < width; ++c)
+        blocked.data<float>()[((row / 8 * 8 + p % 8) * (panels / 8) + p / 8) * 8 * width + row % 8 * width + c] =
+            x[row * cols + p * width + c];
+  Value* xb = g.add_constant("xb", std::move(blocked));
+  Node* reader = g.add_node("TesseraLstmCell", "reader", {xb, hp, cp, rp}, 2);
+  reader->attrs["hidden_size"] = attr_i(h);
+  reader->attrs["batch"] = attr_i(1);
+  reader->attrs["step"] = attr_i(step);
+  reader->attrs["xp_blocked"] = attr_i(1);
+  ASSERT_TRUE(op_infer(*reader).ok());
+  const auto got = run(reader, 2, {xb->constant->raw(), hp->constant->raw(), cp->constant->raw(),
+                                   rp->constant->raw()}, 2);
+  EXPECT_EQ(got[0], want[0]);
+  EXPECT_EQ(got[1], want[1]);
+  // Shapes checked: a GRU or a slice of 8 is refused.
+  Node* bad = g.add_node("TesseraLstmCell", "bad", ins, 3);
+  bad->attrs["hidden_size"] = attr_i(h);
+  bad->attrs["batch"] = attr_i(1);
+  bad->attrs["step"] = attr_i(step);
+  bad->attrs["next_slice"] = attr_i(8);
+  EXPECT_NE(op_infer(*bad).to_string().find("next_slice 8"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tessera::testing

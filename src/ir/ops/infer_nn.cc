@@ -159,7 +159,17 @@ Status infer_rnn_cell(Node& n) {
   const Value* rp = n.input(lstm ? 3 : 2);
   if (xp == nullptr || rp == nullptr) return invalid_argument("the projection and packed R are required");
   const int64_t panels = (h + kRnnPanelUnits - 1) / kRnnPanelUnits;
-  if (xp->shape.rank() != 2 || xp->shape[1] != panels * gates * kRnnPanelUnits || xp->shape[0] < (step + 1) * b)
+  const int64_t next = n.attr_int("next_slice", -1), blocked = n.attr_int("xp_blocked", 0);
+  if ((next >= 0 || blocked != 0) && (!lstm || b != 1 || h % 128 != 0 || next >= 8 || blocked > 1 || blocked < 0))
+    return invalid_argument(str_cat("next_slice ", next, " and xp_blocked ", blocked,
+                                    " need an LSTM of batch 1, hidden_size a multiple of 128, a slice below 8"));
+  const int64_t kw = gates * kRnnPanelUnits;
+  if (blocked != 0) {
+    const Shape& s = xp->shape;
+    if (s.rank() != 4 || s[1] != panels / 8 || s[2] != 8 || s[3] != kw || s[0] < (step / 8 + 1) * 8)
+      return invalid_argument(str_cat("blocked projection ", xp->name, " has shape ", s.to_string(), ", expected [>= ",
+                                      (step / 8 + 1) * 8, ", ", panels / 8, ", 8, ", kw, "]"));
+  } else if (xp->shape.rank() != 2 || xp->shape[1] != panels * kw || xp->shape[0] < (step + 1) * b)
     return invalid_argument(str_cat("projection ", xp->name, " has shape ", xp->shape.to_string(), ", too small for step ",
                                     step, " of batch ", b, " and ", panels, " panels of ", gates, "x",
                                     kRnnPanelUnits, " gates"));
@@ -172,6 +182,23 @@ Status infer_rnn_cell(Node& n) {
     if (numel >= 0 && n.input(i) != nullptr && n.input(i)->shape.numel() != numel)
       return invalid_argument(str_cat(n.input(i)->name, " has shape ", n.input(i)->shape.to_string(), ", expected ",
                                       numel, " values"));
+  if (next >= 0) {
+    if (n.inputs.size() != 14)
+      return invalid_argument(str_cat("next_slice needs 14 inputs (the next layer's Wp, bias and 8 rows), got ",
+                                      n.inputs.size()));
+    for (size_t i = 4; i < 14; ++i)
+      if (n.inputs[i] == nullptr) return invalid_argument(str_cat("input ", i, " is required with next_slice"));
+    if (n.inputs[4]->shape != want_rp || n.inputs[5]->shape.numel() != panels * kw)
+      return invalid_argument(str_cat("next Wp ", n.inputs[4]->name, " or bias ", n.inputs[5]->name,
+                                      " does not match ", want_rp.to_string()));
+    for (size_t i = 6; i < 14; ++i)
+      if (n.inputs[i]->shape.numel() != h)
+        return invalid_argument(str_cat("row ", n.inputs[i]->name, " has shape ", n.inputs[i]->shape.to_string(),
+                                        ", expected ", h, " values"));
+    set_output(n, 2, DType::kFloat32, Shape{1, panels / 8, 8, kw});
+  } else if (n.inputs.size() > 4) {
+    return invalid_argument(str_cat(n.inputs.size(), " inputs without next_slice, expected at most 4"));
+  }
   set_output(n, 0, DType::kFloat32, Shape{1, 1, b, h});
   if (lstm) set_output(n, 1, DType::kFloat32, Shape{b, h});
   return Status();

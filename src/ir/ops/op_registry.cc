@@ -99,7 +99,7 @@ constexpr OpDef kOps[] = {
     {"TesseraFusedMatMul", 2, 6, infer_fused_matmul, flops_matmul},
     {"TesseraFusedPool", 1, 4, infer_fused_pool, flops_pool},
     {"TesseraInvertedResidual", 2, 8, infer_inverted_residual, flops_inverted_residual},
-    {"TesseraLstmCell", 1, 4, infer_rnn_cell, flops_rnn_cell},
+    {"TesseraLstmCell", 1, 14, infer_rnn_cell, flops_rnn_cell},
     {"TesseraGruCell", 1, 4, infer_rnn_cell, flops_rnn_cell},
     {"TesseraRnnProj", 3, 1 << 20, infer_rnn_proj, flops_rnn_proj},
 };

@@ -262,6 +262,75 @@ inline void panel_gemv(const float* __restrict panel, const float* __restrict h,
   for (int64_t j = 0; j < W; ++j) acc[j] = a[j];
 }
 
+// The next layer's projection carried by a step (attribute next_slice):
+// each group of kNextGroupPanels panels of this layer's R also computes
+// one kNextTileRows x kNextTileCols tile of the next layer's projection,
+// its reduction spread over the group's panel GEMVs. A GEMV streams R
+// from L2 and leaves the FMA units about half idle; the tile's
+// arithmetic fills them (standalone, one half-cell of LSTM-TC: GEMV 4.57
+// us, GEMV then the step's share of the projection 7.0 us, fused 5.7).
+constexpr int64_t kNextGroupPanels = 4;
+constexpr int64_t kNextTileRows = 8;
+constexpr int64_t kNextTileCols = 32;
+
+// One tile: rows a[0..7] (the previous layer's h rows), columns `wcol`
+// (column block of a packed W panel, row stride ldw) over reductions
+// [k0, k1), accumulated into acc[8][32] in ascending k, as gemm_rows
+// accumulates (one fused multiply-add chain per output).
+inline void next_tile_part(const float* const* a, const float* wcol, int64_t ldw, int64_t k0, int64_t k1,
+                           float (*acc)[kNextTileCols]) {
+  for (int64_t i = k0; i < k1; ++i)
+    for (int64_t r = 0; r < kNextTileRows; ++r) {
+      const float s = a[r][i];
+      for (int64_t c = 0; c < kNextTileCols; ++c) acc[r][c] = std::fma(s, wcol[i * ldw + c], acc[r][c]);
+    }
+}
+
+// panel_gemv<64> with reductions [k0, k1) of a tile interleaved: one
+// tile k-step after every `stride` GEMV rows (stride = H / (k1 - k0)).
+inline void panel_gemv_with_tile(const float* __restrict panel, const float* __restrict h, int64_t k, float* acc,
+                                 const float* const* a, const float* wcol, int64_t ldw, int64_t k0, int64_t k1,
+                                 float (*tacc)[kNextTileCols]) {
+#if defined(__AVX512F__)
+  __m512 g0 = _mm512_setzero_ps(), g1 = g0, g2 = g0, g3 = g0;
+  __m512 t[kNextTileRows][2];
+  for (int64_t r = 0; r < kNextTileRows; ++r) {
+    t[r][0] = _mm512_loadu_ps(tacc[r]);
+    t[r][1] = _mm512_loadu_ps(tacc[r] + 16);
+  }
+  const int64_t stride = k / (k1 - k0);
+  int64_t kk = k0;
+  for (int64_t i = 0; i < k; i += stride, ++kk) {
+    for (int64_t u = i; u < i + stride; ++u) {
+      const __m512 s = _mm512_set1_ps(h[u]);
+      const float* row = panel + u * 64;
+      g0 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row), g0);
+      g1 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 16), g1);
+      g2 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 32), g2);
+      g3 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 48), g3);
+    }
+    const __m512 b0 = _mm512_loadu_ps(wcol + kk * ldw), b1 = _mm512_loadu_ps(wcol + kk * ldw + 16);
+#pragma GCC unroll 8
+    for (int64_t r = 0; r < kNextTileRows; ++r) {
+      const __m512 x = _mm512_set1_ps(a[r][kk]);
+      t[r][0] = _mm512_fmadd_ps(x, b0, t[r][0]);
+      t[r][1] = _mm512_fmadd_ps(x, b1, t[r][1]);
+    }
+  }
+  _mm512_storeu_ps(acc, g0);
+  _mm512_storeu_ps(acc + 16, g1);
+  _mm512_storeu_ps(acc + 32, g2);
+  _mm512_storeu_ps(acc + 48, g3);
+  for (int64_t r = 0; r < kNextTileRows; ++r) {
+    _mm512_storeu_ps(tacc[r], t[r][0]);
+    _mm512_storeu_ps(tacc[r] + 16, t[r][1]);
+  }
+#else
+  panel_gemv<64>(panel, h, k, acc);
+  next_tile_part(a, wcol, ldw, k0, k1, tacc);
+#endif
+}
+
 // The gate math of a panel: sums = h_prev R^T, pre = the projection, gate
 // blocks of `u` units. Out of line with run-time trip counts so that GCC
 // vectorizes them (a fixed 16 unrolls them fully and they stay scalar).
@@ -302,8 +371,16 @@ constexpr int64_t kCellGrainPanels = 8;
 class RnnCellOp : public ROp {
  public:
   RnnCellOp(bool lstm, int64_t batch, int64_t hidden, int64_t step, bool has_h, bool has_c, bool has_rb,
-            const KernelParams& p)
-      : lstm_(lstm), batch_(batch), h_(hidden), step_(step), has_h_(has_h), has_c_(has_c), has_rb_(has_rb) {
+            int64_t next_slice, bool xp_blocked, const KernelParams& p)
+      : lstm_(lstm),
+        batch_(batch),
+        h_(hidden),
+        step_(step),
+        has_h_(has_h),
+        has_c_(has_c),
+        has_rb_(has_rb),
+        next_slice_(next_slice),
+        xp_blocked_(xp_blocked) {
     tasks_ = choose_tasks(rnn_panels(hidden), kCellGrainPanels, p);
   }
 
@@ -330,15 +407,53 @@ class RnnCellOp : public ROp {
     for (int64_t b = 0; b < batch_; ++b) {
       const float* hb = hp != nullptr ? hp + b * H : nullptr;
       const float* xb = xp + (step_ * batch_ + b) * rnn_panels(H) * kW;
+      alignas(64) float tacc[kNextTileRows][kNextTileCols];
       for (int64_t p = p0; p < p1; ++p) {
-        if (hb != nullptr) panel_gemv<kW>(rp + p * H * kW, hb, H, acc);
-        else std::fill(acc, acc + kW, 0.f);
+        // The next layer's tile of this panel's group, if this task holds
+        // the group's first panel: reductions [s H/4, (s+1) H/4) ride on
+        // slot s's GEMV (the slots past p1 after it, in order).
+        const int64_t g = p / kNextGroupPanels, slot = p % kNextGroupPanels;
+        const bool tile = G == 4 && next_slice_ >= 0 && g * kNextGroupPanels >= p0;
+        const float* wcol = nullptr;
+        const float* arows[kNextTileRows];
+        if (tile) {
+          if (slot == 0) std::fill(&tacc[0][0], &tacc[0][0] + kNextTileRows * kNextTileCols, 0.f);
+          const int64_t q = g / 2 * 8 + next_slice_;
+          wcol = static_cast<const float*>(args.in[4]) + q * H * kW + g % 2 * kNextTileCols;
+          for (int64_t r = 0; r < kNextTileRows; ++r) arows[r] = static_cast<const float*>(args.in[6 + r]);
+        }
+        const int64_t quarter = H / kNextGroupPanels;
+        if (tile && hb != nullptr && G == 4) {
+          panel_gemv_with_tile(rp + p * H * kW, hb, H, acc, arows, wcol, kW, slot * quarter, (slot + 1) * quarter,
+                               tacc);
+        } else {
+          if (hb != nullptr) panel_gemv<kW>(rp + p * H * kW, hb, H, acc);
+          else std::fill(acc, acc + kW, 0.f);
+          if (tile) next_tile_part(arows, wcol, kW, slot * quarter, (slot + 1) * quarter, tacc);
+        }
+        const bool group_ends = tile && (slot == kNextGroupPanels - 1 || p + 1 == p1);
+        if (group_ends) {
+          for (int64_t rest = slot + 1; rest < kNextGroupPanels; ++rest)
+            next_tile_part(arows, wcol, kW, rest * quarter, (rest + 1) * quarter, tacc);
+          const int64_t q = g / 2 * 8 + next_slice_, c0 = g % 2 * kNextTileCols;
+          const float* bn = static_cast<const float*>(args.in[5]) + q * kW + c0;
+          float* piece = static_cast<float*>(args.out[2]) + (g / 2 * kNextTileRows) * kW + c0;
+          for (int64_t r = 0; r < kNextTileRows; ++r)
+            for (int64_t c = 0; c < kNextTileCols; ++c) piece[r * kW + c] = tacc[r][c] + bn[c];
+        }
         // Gate math on whole panels; units past H are computed on zeros
         // (their projection columns are zero) and not stored.
         const int64_t u0 = p * kRnnPanelUnits, n = std::min(kRnnPanelUnits, H - u0);
         constexpr int64_t U = kRnnPanelUnits;
         alignas(64) float prev[U], hout[U], cout[U];
-        const float* pre = xb + p * kW;  // the panel's gates, in its order
+        // The panel's gates, in its order: row `step` of xp, or in the
+        // blocked layout of pieces [panels / 8, 8 rows, kW], piece
+        // (row / 8) * 8 + p % 8 holding panels p % 8, 8 + p % 8, ...
+        const int64_t np = rnn_panels(H);
+        const float* pre = xp_blocked_ ? xp + ((step_ / kNextTileRows * 8 + p % 8) * (np / 8) + p / 8) *
+                                                  kNextTileRows * kW +
+                                             step_ % kNextTileRows * kW
+                                       : xb + p * kW;
         std::fill(prev + n, prev + U, 0.f);
         const float* state = G == 4 ? (cp != nullptr ? cp + b * H : nullptr) : hb;
         if (state != nullptr) std::copy(state + u0, state + u0 + n, prev);
@@ -361,6 +476,8 @@ class RnnCellOp : public ROp {
   bool lstm_;
   int64_t batch_, h_, step_;
   bool has_h_, has_c_, has_rb_;
+  int64_t next_slice_;  // the next layer's projection slice this step computes (-1: none)
+  bool xp_blocked_;     // xp in the blocked layout the previous layer's steps write (batch 1)
 };
 
 Result<std::unique_ptr<ROp>> make_rnn_cell(const Node& n, const KernelParams& p) {
@@ -368,7 +485,8 @@ Result<std::unique_ptr<ROp>> make_rnn_cell(const Node& n, const KernelParams& p)
   // Shapes were checked by infer_rnn_cell.
   return std::unique_ptr<ROp>(new RnnCellOp(lstm, n.attr_int("batch", 1), n.attr_int("hidden_size", 1),
                                             n.attr_int("step", 0), n.input(1) != nullptr,
-                                            lstm && n.input(2) != nullptr, !lstm && n.input(3) != nullptr, p));
+                                            lstm && n.input(2) != nullptr, !lstm && n.input(3) != nullptr,
+                                            n.attr_int("next_slice", -1), n.attr_int("xp_blocked", 0) != 0, p));
 }
 
 // The input projection of a run of steps: [rows, I] x Wp + bias, where
