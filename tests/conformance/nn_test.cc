@@ -601,20 +601,19 @@ TEST_F(Nn, RnnCellCarriesTheNextProjection) {
     n->attrs["step"] = attr_i(step);
     ASSERT_TRUE(op_infer(*n).ok());
   }
-  auto run = [&](Node* n, int64_t tasks, const std::vector<const void*>& in, int nout) {
+  auto run = [&](Node* n, int64_t tasks, const std::vector<const void*>& in) {
     auto op = cpu_kernel_find("TesseraLstmCell")->make(*n, KernelParams{tasks});
     EXPECT_TRUE(op.ok());
     std::vector<std::vector<float>> outs = {std::vector<float>(static_cast<size_t>(h), NAN),
                                             std::vector<float>(static_cast<size_t>(h), NAN),
                                             std::vector<float>(static_cast<size_t>(panels / 8 * 8 * width), NAN)};
     void* out[] = {outs[0].data(), outs[1].data(), outs[2].data()};
-    (void)nout;
     for (int64_t t = 0; t < (*op)->tasks(); ++t) (*op)->run(t, TaskArgs{in.data(), out, nullptr});
     return outs;
   };
   const std::vector<const void*> plain_in = {xp->constant->raw(), hp->constant->raw(), cp->constant->raw(),
                                              rp->constant->raw()};
-  const auto want = run(plain, 1, plain_in, 2);
+  const auto want = run(plain, 1, plain_in);
   for (int64_t j : {0, 5, 7}) {
     Node* carry = g.add_node("TesseraLstmCell", str_cat("carry", j), ins, 3);
     carry->attrs["hidden_size"] = attr_i(h);
@@ -628,7 +627,7 @@ TEST_F(Nn, RnnCellCarriesTheNextProjection) {
     for (Value* v : ins) in.push_back(v->constant->raw());
     for (int64_t tasks : {1, 2, 3, 4, 8, 16}) {
       SCOPED_TRACE(str_cat("slice ", j, ", ", tasks, " rTasks"));
-      const auto got = run(carry, tasks, in, 3);
+      const auto got = run(carry, tasks, in);
       EXPECT_EQ(got[0], want[0]);
       EXPECT_EQ(got[1], want[1]);
       int64_t bad = 0;
@@ -656,7 +655,7 @@ TEST_F(Nn, RnnCellCarriesTheNextProjection) {
   reader->attrs["xp_blocked"] = attr_i(1);
   ASSERT_TRUE(op_infer(*reader).ok());
   const auto got = run(reader, 2, {xb->constant->raw(), hp->constant->raw(), cp->constant->raw(),
-                                   rp->constant->raw()}, 2);
+                                   rp->constant->raw()});
   EXPECT_EQ(got[0], want[0]);
   EXPECT_EQ(got[1], want[1]);
   // Shapes checked: a GRU or a slice of 8 is refused.

@@ -423,7 +423,7 @@ class RnnCellOp : public ROp {
           for (int64_t r = 0; r < kNextTileRows; ++r) arows[r] = static_cast<const float*>(args.in[6 + r]);
         }
         const int64_t quarter = H / kNextGroupPanels;
-        if (tile && hb != nullptr && G == 4) {
+        if (tile && hb != nullptr) {
           panel_gemv_with_tile(rp + p * H * kW, hb, H, acc, arows, wcol, kW, slot * quarter, (slot + 1) * quarter,
                                tacc);
         } else {
