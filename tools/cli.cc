@@ -120,6 +120,8 @@ std::vector<OptionSpec> compile_option_specs() {
       {"--recurrent-chunk", "N",
        "project a stacked recurrent layer's input every N steps so layers overlap as a wavefront\n"
        "                          (default 0: the whole sequence at once, after the layer below)"},
+      {"--no-recurrent-carry", "",
+       "project a stacked LSTM layer's input separately instead of inside the steps of the layer below"},
   };
 }
 
@@ -138,6 +140,7 @@ Status apply_compile_flags(const Args& args, CompileOptions* co) {
   TESSERA_ASSIGN_OR_RETURN(co->recurrent_chunk, args.get_int("--recurrent-chunk", 0, 0, 1 << 20));
   if (args.has("--recurrent-chunk") && !co->lower_recurrent)
     return invalid_argument("--recurrent-chunk needs the recurrent lowering (drop --no-lower-recurrent)");
+  co->recurrent_carry = !args.has("--no-recurrent-carry");
   return Status();
 }
 

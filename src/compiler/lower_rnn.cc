@@ -12,7 +12,10 @@
 //     layer's h_t directly: one per chunk of `chunk` steps, so
 //     layer l+1 starts once layer l has done one chunk (0: one projection
 //     of all steps once layer l is done). Otherwise one projection of all
-//     of X;
+//     of X. With `carry` and no chunks, a stacked LSTM layer's projection
+//     is computed by the steps of the layer below (next_slice), all but
+//     its last rows, which one projection adds; both write the blocked
+//     layout its cells read (xp_blocked), joined by an in-place Concat;
 //   - one TesseraLstmCell / TesseraGruCell per step: h_prev R^T on R packed
 //     in panels (kernels/cpu/rnn_cell.h), then the gate math;
 //   - Y = Concat of the steps' h_t; Y_h (and Y_c) = Reshapes of the last
@@ -68,12 +71,55 @@ Attribute int_attr(int64_t v) {
   return a;
 }
 
+// A lowered layer: its steps' cells and h values.
+struct LoweredLayer {
+  bool lstm = false;
+  int64_t hidden = 0, batch = 0;
+  std::vector<Node*> cells;
+  std::vector<Value*> hs;
+};
+
+// Rows of a layer's projection its steps carry (8 per step from step 8):
+// whole blocks of 8 rows, block b by steps 8b + 8 .. 8b + 15.
+int64_t carried_rows(int64_t seq) { return std::max<int64_t>(0, seq / 8 - 1) * 8; }
+
+// Whether `below`'s steps can carry the projection of the LSTM layer
+// above it (hidden_size `hidden`, input `input`, batch `batch`): see
+// RnnCellOp in kernels/cpu/rnn.cc, next_slice.
+bool can_carry(const LoweredLayer& below, bool lstm, int64_t hidden, int64_t input, int64_t batch, int64_t seq) {
+  return lstm && below.lstm && batch == 1 && below.batch == 1 && below.hidden == hidden && input == hidden &&
+         hidden % 128 == 0 && carried_rows(seq) > 0;
+}
+
+// Gives steps 8 .. of `below` the projection of the layer above (packed
+// weights wp, bias): step 8b + 8 + j computes piece 8b + j, rows 8b ..
+// 8b + 7 of the panels q with q % 8 == j. Returns the pieces in order.
+Result<std::vector<Value*>> carry_projection(Graph& g, const LoweredLayer& below, Value* wp, Value* bias,
+                                             const std::string& base) {
+  std::vector<Value*> pieces;
+  const int64_t rows = carried_rows(static_cast<int64_t>(below.cells.size()));
+  for (int64_t t = 8; t < rows + 8; ++t) {
+    Node* cell = below.cells[static_cast<size_t>(t)];
+    const int64_t b = t / 8 - 1;
+    cell->inputs.push_back(wp);
+    cell->inputs.push_back(bias);
+    for (int64_t r = 0; r < 8; ++r) cell->inputs.push_back(below.hs[static_cast<size_t>(8 * b + r)]);
+    cell->attrs["next_slice"] = int_attr(t % 8);
+    Value* piece = g.add_value(str_cat(base, "/piece", t - 8), DType::kFloat32, Shape{});
+    piece->producer = cell;
+    cell->outputs.push_back(piece);
+    TESSERA_RETURN_IF_ERROR(op_infer(*cell).with_context(cell->name));
+    pieces.push_back(piece);
+  }
+  return pieces;
+}
+
 }  // namespace
 
 // Returns the number of recurrent nodes lowered.
-Result<int> lower_recurrent(Graph& g, int64_t chunk_steps) {
-  // Y value of a lowered layer -> its per-step h values.
-  std::map<const Value*, std::vector<Value*>> steps_of;
+Result<int> lower_recurrent(Graph& g, int64_t chunk_steps, bool carry) {
+  // Y value of a lowered layer -> its cells and per-step h values.
+  std::map<const Value*, LoweredLayer> steps_of;
   int lowered = 0;
   const size_t count = g.nodes().size();
   for (size_t idx = 0; idx < count; ++idx) {
@@ -89,12 +135,13 @@ Result<int> lower_recurrent(Graph& g, int64_t chunk_steps) {
     Value* h = n.input(5);
     Value* c = lstm ? n.input(6) : nullptr;
     // Is X the squeezed Y of a lowered layer?
-    const std::vector<Value*>* chained = nullptr;
+    const LoweredLayer* below = nullptr;
     Value* x = n.inputs[0];
     if (x->producer && x->producer->op_type == "Squeeze" && !x->producer->dead) {
       auto it = steps_of.find(x->producer->inputs[0]);
-      if (it != steps_of.end() && static_cast<int64_t>(it->second.size()) == seq) chained = &it->second;
+      if (it != steps_of.end() && static_cast<int64_t>(it->second.hs.size()) == seq) below = &it->second;
     }
+    const std::vector<Value*>* chained = below != nullptr ? &below->hs : nullptr;
     const std::string base = n.name;
     const int64_t input = w->shape[2];
     Value* wp = g.add_constant(str_cat(base, "/packed_w"),
@@ -107,13 +154,35 @@ Result<int> lower_recurrent(Graph& g, int64_t chunk_steps) {
     Value* rb = nullptr;
     if (!lstm && b != nullptr) {
       Tensor t(DType::kFloat32, Shape{hidden});
-      std::memcpy(t.data<float>(), b->constant->data<float>() + 5 * hidden, static_cast<size_t>(hidden) * sizeof(float));
+      std::memcpy(t.data<float>(), b->constant->data<float>() + 5 * hidden,
+                  static_cast<size_t>(hidden) * sizeof(float));
       rb = g.add_constant(str_cat(base, "/rb_h"), std::move(t));
     }
-    // Projections: one of all of X, or one per chunk of the chained steps.
+    // Projections: one of all of X, or one per chunk of the chained steps,
+    // or, carried by the steps below, all but the last rows, which one
+    // projection adds in the same blocked layout.
+    const bool carried = carry && chunk_steps == 0 && chained != nullptr &&
+                         can_carry(*below, lstm, hidden, input, batch, seq);
     const int64_t chunk = chained && chunk_steps > 0 ? std::min(chunk_steps, seq) : seq;
     std::vector<Value*> proj;
-    for (int64_t t0 = 0; t0 < seq; t0 += chunk) {
+    if (carried) {
+      TESSERA_ASSIGN_OR_RETURN(std::vector<Value*> pieces, carry_projection(g, *below, wp, bias, base));
+      std::vector<Value*> ins = {wp, bias};
+      ins.insert(ins.end(), chained->begin() + carried_rows(seq), chained->end());
+      ins.push_back(rp);
+      Node* tail = g.add_node("TesseraRnnProj", str_cat(base, "/proj", carried_rows(seq)), ins, 1);
+      tail->attrs["gates"] = int_attr(gates);
+      tail->attrs["prefetch_r"] = int_attr(1);
+      tail->attrs["blocked"] = int_attr(1);
+      tail->opset = n.opset;
+      TESSERA_RETURN_IF_ERROR(op_infer(*tail));
+      pieces.push_back(tail->outputs[0]);
+      Node* cat = g.add_node("Concat", str_cat(base, "/xp"), pieces, 1);
+      cat->attrs["axis"] = int_attr(0);
+      TESSERA_RETURN_IF_ERROR(op_infer(*cat));
+      proj.push_back(cat->outputs[0]);
+    }
+    for (int64_t t0 = 0; t0 < seq && !carried; t0 += chunk) {
       std::vector<Value*> ins = {wp, bias};
       if (chained) ins.insert(ins.end(), chained->begin() + t0, chained->begin() + std::min(seq, t0 + chunk));
       else ins.push_back(x);
@@ -126,7 +195,8 @@ Result<int> lower_recurrent(Graph& g, int64_t chunk_steps) {
       TESSERA_RETURN_IF_ERROR(op_infer(*p));
       proj.push_back(p->outputs[0]);
     }
-    std::vector<Value*> hs;
+    LoweredLayer layer{lstm, hidden, batch, {}, {}};
+    std::vector<Value*>& hs = layer.hs;
     Value* h_prev = h;
     Value* c_prev = c;
     for (int64_t t = 0; t < seq; ++t) {
@@ -138,9 +208,11 @@ Result<int> lower_recurrent(Graph& g, int64_t chunk_steps) {
       cell->attrs["hidden_size"] = int_attr(hidden);
       cell->attrs["batch"] = int_attr(batch);
       cell->attrs["step"] = int_attr(t % chunk);
+      if (carried) cell->attrs["xp_blocked"] = int_attr(1);
       cell->opset = n.opset;
       TESSERA_RETURN_IF_ERROR(op_infer(*cell));
       hs.push_back(cell->outputs[0]);
+      layer.cells.push_back(cell);
       h_prev = cell->outputs[0];
       if (lstm) c_prev = cell->outputs[1];
     }
@@ -151,7 +223,7 @@ Result<int> lower_recurrent(Graph& g, int64_t chunk_steps) {
       Node* cat = g.add_node_producing("Concat", str_cat(base, "/Y"), hs, {outs[0]});
       cat->attrs["axis"] = int_attr(0);
       TESSERA_RETURN_IF_ERROR(op_infer(*cat));
-      steps_of[outs[0]] = hs;
+      steps_of[outs[0]] = std::move(layer);
     }
     Value* state_shape = g.add_constant(str_cat(base, "/state_shape"),
                                         Tensor::from_int64s({1, batch, hidden}, Shape{3}));

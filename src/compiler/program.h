@@ -46,6 +46,12 @@ struct CompileOptions {
   // R stays in its cache for the whole layer (faster on LSTM-TC here:
   // docs/architecture.md, "Lowering recurrent layers").
   int64_t recurrent_chunk = 0;
+  // With lowering and no chunks: a stacked LSTM layer's input projection
+  // is computed by the steps of the layer below, a tile of it in each of
+  // their GEMVs, whose FMA units stream R from L2 half idle
+  // (docs/architecture.md, "Lowering recurrent layers"); off: a separate
+  // projection between the layers.
+  bool recurrent_carry = true;
   // Offer heavy ops in several tilings and let the policy choose
   // (compiler/variants.h); off: every op in its kernel's own grain.
   bool variants = true;
@@ -153,9 +159,10 @@ Result<int> fuse_attention(Graph& g);
 Result<int> fuse_elementwise_chains(Graph& g);
 
 // Lowers forward LSTMs and GRUs to per-step rOperators (lower_rnn.cc),
-// projecting a stacked layer's input every `chunk` steps (0: all at once);
+// projecting a stacked layer's input every `chunk` steps (0: all at once,
+// or with `carry`, inside the steps of the layer below where it can);
 // returns how many layers were lowered.
-Result<int> lower_recurrent(Graph& g, int64_t chunk);
+Result<int> lower_recurrent(Graph& g, int64_t chunk, bool carry);
 
 // Parses "1x3x224x224" (also "1,3,224,224"; "" or "scalar" for rank 0).
 Result<Shape> parse_dims(const std::string& text);

@@ -452,7 +452,7 @@ TEST_F(Nn, RnnProjectionTasksFeedTheirCellTasks) {
     const Status inferred = op_infer(*n);
     ASSERT_TRUE(inferred.ok()) << inferred.to_string();
     g.mark_output(n->outputs[0]);
-    auto lowered = lower_recurrent(g, 0);
+    auto lowered = lower_recurrent(g, 0, true);
     ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
     ASSERT_EQ(*lowered, 1);
     const Node* proj = nullptr;
@@ -658,6 +658,39 @@ TEST_F(Nn, RnnCellCarriesTheNextProjection) {
                                    rp->constant->raw()});
   EXPECT_EQ(got[0], want[0]);
   EXPECT_EQ(got[1], want[1]);
+  // A projection writing the blocked layout (attribute blocked) of 12
+  // rows: bitwise the row-major projection's values at their blocked
+  // places, rows padded to 16 and the padding not written.
+  Value* x12 = g.add_constant("x12", rng.floats(Shape{12, h}));
+  Node* rowwise = g.add_node("TesseraRnnProj", "rowwise", {wn, bn, x12}, 1);
+  Node* inblocks = g.add_node("TesseraRnnProj", "inblocks", {wn, bn, x12}, 1);
+  for (Node* n : {rowwise, inblocks}) n->attrs["gates"] = attr_i(4);
+  inblocks->attrs["blocked"] = attr_i(1);
+  ASSERT_TRUE(op_infer(*rowwise).ok());
+  ASSERT_TRUE(op_infer(*inblocks).ok());
+  ASSERT_EQ(inblocks->outputs[0]->shape, (Shape{16, panels / 8, 8, width}));
+  for (int64_t tasks : {1, 2, 3}) {
+    SCOPED_TRACE(str_cat("blocked projection, ", tasks, " rTasks"));
+    std::vector<float> flat(static_cast<size_t>(12 * cols)), pieces(static_cast<size_t>(16 * cols), NAN);
+    const void* in[] = {wn->constant->raw(), bn->constant->raw(), x12->constant->raw()};
+    for (auto [n, out] : {std::pair{rowwise, flat.data()}, std::pair{inblocks, pieces.data()}}) {
+      auto op = cpu_kernel_find("TesseraRnnProj")->make(*n, KernelParams{tasks});
+      ASSERT_TRUE(op.ok());
+      void* outs[] = {out};
+      for (int64_t t = 0; t < (*op)->tasks(); ++t) (*op)->run(t, TaskArgs{in, outs, nullptr});
+    }
+    int64_t bad = 0, padding = 0;
+    for (int64_t row = 0; row < 16; ++row)
+      for (int64_t p = 0; p < panels; ++p)
+        for (int64_t c = 0; c < width; ++c) {
+          const int64_t at = ((row / 8 * 8 + p % 8) * (panels / 8) + p / 8) * 8 * width + row % 8 * width + c;
+          const float v = pieces[static_cast<size_t>(at)];
+          if (row >= 12) padding += !std::isnan(v);
+          else bad += v != flat[static_cast<size_t>(row * cols + p * width + c)];
+        }
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(padding, 0);
+  }
   // Shapes checked: a GRU or a slice of 8 is refused.
   Node* bad = g.add_node("TesseraLstmCell", "bad", ins, 3);
   bad->attrs["hidden_size"] = attr_i(h);

@@ -20,6 +20,7 @@
 #include "compiler/variants.h"
 #include "kernels/cpu/kernel.h"
 #include "ir/npy.h"
+#include "ir/ops/op_registry.h"
 #include "onnx/importer.h"
 #include "runtime/session.h"
 #include "tests/common/zoo_util.h"
@@ -435,18 +436,25 @@ namespace tessera {
 namespace {
 
 // LSTMs lowered to per-step rOperators still match PyTorch, under every
-// policy and random schedules, with each layer's input projected at once or
-// in chunks (the diagonal wavefront), and the Y/Squeeze chains between
-// layers disappear: each layer's projection reads the layer below's h_t.
+// policy and random schedules, with each layer's input projected at once,
+// in chunks (the diagonal wavefront) or carried by the steps of the layer
+// below, and the Y/Squeeze chains between layers disappear: each layer's
+// projection reads the layer below's h_t. Carrying changes no bit.
 TEST(LoweredLstm, MatchesPyTorchAndChainsLayers) {
   auto expected = npz_read(zoo("lstm_tc") + ".outputs.npz");
   ASSERT_TRUE(expected.ok());
-  for (int64_t chunk : {0, 16})
+  struct Form {
+    int64_t chunk;
+    bool carry;
+  };
+  std::map<std::string, Tensor> separate;  // by policy: the output with separate projections
+  for (Form form : {Form{0, false}, Form{0, true}, Form{16, true}})
     for (Policy policy : {Policy::kAuto, Policy::kCriticalPath, Policy::kRandom}) {
-      SCOPED_TRACE(str_cat(policy_name(policy), " chunk ", chunk));
+      SCOPED_TRACE(str_cat(policy_name(policy), " chunk ", form.chunk, form.carry ? " carry" : ""));
       CompileOptions co;
       co.build_plan = true;
-      co.recurrent_chunk = chunk;
+      co.recurrent_chunk = form.chunk;
+      co.recurrent_carry = form.carry;
       co.schedule.veus = policy == Policy::kRandom ? 3 : 2;
       co.schedule.policy = policy;
       co.schedule.seed = 5;
@@ -454,19 +462,86 @@ TEST(LoweredLstm, MatchesPyTorchAndChainsLayers) {
       auto p = compile_zoo("lstm_tc", co, &inputs);
       ASSERT_TRUE(p.ok()) << p.status().to_string();
       EXPECT_EQ((*p)->stats.recurrent_lowered, 10);
-      int cells = 0, projections = 0, squeezes = 0;
+      int cells = 0, carrying = 0, projections = 0, squeezes = 0;
       for (const Step& s : (*p)->steps) {
         cells += s.node->op_type == "TesseraLstmCell";
+        carrying += s.node->attr_int("next_slice", -1) >= 0;
         projections += s.node->op_type == "TesseraRnnProj";
         squeezes += s.node->op_type == "Squeeze";
       }
+      const bool carried = form.carry && form.chunk == 0;
       EXPECT_EQ(cells, 1000);
-      EXPECT_EQ(projections, chunk == 0 ? 10 : 1 + 9 * 7) << "100 steps in chunks of 16: 7 per stacked layer";
+      // Carried: steps 8 .. 95 of layers 0 .. 8 carry rows 0 .. 87 of the
+      // layer above; one projection adds its rows 88 .. 99.
+      EXPECT_EQ(carrying, carried ? 9 * 88 : 0);
+      EXPECT_EQ(projections, form.chunk == 0 ? 10 : 1 + 9 * 7) << "100 steps in chunks of 16: 7 per stacked layer";
       EXPECT_LE(squeezes, 1) << "stacked layers read each other's h_t directly";
       auto outs = run_outputs(std::move(*p), Executor::kPlan, inputs);
       ASSERT_EQ(outs.size(), 1u);
       EXPECT_LE(rel_l2(outs[0], expected->at("output")), 1e-5);
+      const std::string key(policy_name(policy));
+      if (form.chunk == 0 && !form.carry) separate.emplace(key, outs[0]);
+      else if (carried) expect_bitwise(outs, {separate.at(key)}, "carried against separate projections");
     }
+}
+
+// Stacked LSTMs whose layers carry the next one's projection, on lengths
+// that leave a tail of rows for the separate projection (padded to a
+// block of 8) or none to carry at all, match the whole-sequence rKernel.
+TEST(LoweredLstm, CarriedProjectionMatchesWholeSequence) {
+  std::mt19937 gen(17);
+  std::uniform_real_distribution<float> dist(-0.2f, 0.2f);
+  auto floats = [&](Shape s) {
+    Tensor t(DType::kFloat32, std::move(s));
+    for (int64_t i = 0; i < t.shape().numel(); ++i) t.data<float>()[i] = dist(gen);
+    return t;
+  };
+  const int64_t h = 128;
+  for (int64_t seq : {15, 16, 21, 40}) {
+    auto build = [&](std::map<std::string, Tensor>* inputs) {
+      gen.seed(static_cast<unsigned>(seq));
+      auto g = std::make_unique<Graph>();
+      Value* x = g->add_input("x", DType::kFloat32, Shape{seq, 1, h});
+      x->shape_known = true;
+      (*inputs)["x"] = floats(Shape{seq, 1, h});
+      Value* in = x;
+      for (int layer = 0; layer < 3; ++layer) {
+        std::vector<Value*> ins = {in, g->add_constant(str_cat("w", layer), floats(Shape{1, 4 * h, h})),
+                                   g->add_constant(str_cat("r", layer), floats(Shape{1, 4 * h, h})),
+                                   g->add_constant(str_cat("b", layer), floats(Shape{1, 8 * h}))};
+        Node* n = g->add_node("LSTM", str_cat("lstm", layer), ins, 1);
+        Attribute hidden;
+        hidden.kind = Attribute::Kind::kInt;
+        hidden.i = h;
+        n->attrs["hidden_size"] = hidden;
+        EXPECT_TRUE(op_infer(*n).ok());
+        Value* axes = g->add_constant(str_cat("axes", layer), Tensor::from_int64s({1}, Shape{1}));
+        Node* sq = g->add_node("Squeeze", str_cat("squeeze", layer), {n->outputs[0], axes}, 1);
+        EXPECT_TRUE(op_infer(*sq).ok());
+        in = sq->outputs[0];
+      }
+      g->mark_output(in);
+      return g;
+    };
+    std::vector<Tensor> got[2];
+    for (bool lower : {false, true}) {
+      SCOPED_TRACE(str_cat("seq ", seq, lower ? " lowered" : " whole"));
+      CompileOptions co;
+      co.build_plan = true;
+      co.lower_recurrent = lower;
+      co.schedule.veus = 2;
+      std::map<std::string, Tensor> inputs;
+      auto p = compile_graph(build(&inputs), co);
+      ASSERT_TRUE(p.ok()) << p.status().to_string();
+      int carrying = 0;
+      for (const Step& s : (*p)->steps) carrying += s.node->attr_int("next_slice", -1) >= 0;
+      // Steps 8 .. 8 + 8 (seq / 8 - 1) - 1 of the two lower layers carry.
+      EXPECT_EQ(carrying, lower ? 2 * 8 * std::max<int64_t>(0, seq / 8 - 1) : 0);
+      got[lower] = run_outputs(std::move(*p), Executor::kPlan, inputs);
+      ASSERT_EQ(got[lower].size(), 1u);
+    }
+    EXPECT_LE(rel_l2(got[1][0], got[0][0]), 1e-5) << "seq " << seq;
+  }
 }
 
 // A GRU (PyTorch's linear_before_reset = 1) lowered to per-step cells

@@ -160,9 +160,10 @@ Status infer_rnn_cell(Node& n) {
   if (xp == nullptr || rp == nullptr) return invalid_argument("the projection and packed R are required");
   const int64_t panels = (h + kRnnPanelUnits - 1) / kRnnPanelUnits;
   const int64_t next = n.attr_int("next_slice", -1), blocked = n.attr_int("xp_blocked", 0);
-  if ((next >= 0 || blocked != 0) && (!lstm || b != 1 || h % 128 != 0 || next >= 8 || blocked > 1 || blocked < 0))
+  if ((next != -1 || blocked != 0) && (!lstm || b != 1 || h % 128 != 0 || next < -1 || next >= 8 || blocked > 1 ||
+                                       blocked < 0))
     return invalid_argument(str_cat("next_slice ", next, " and xp_blocked ", blocked,
-                                    " need an LSTM of batch 1, hidden_size a multiple of 128, a slice below 8"));
+                                    " need an LSTM of batch 1, hidden_size a multiple of 128, a slice in [0, 8)"));
   const int64_t kw = gates * kRnnPanelUnits;
   if (blocked != 0) {
     const Shape& s = xp->shape;
@@ -242,17 +243,30 @@ Status infer_rnn_proj(Node& n) {
     if (n.inputs[i]->shape.numel() != numel || numel % in != 0)
       return invalid_argument(str_cat(n.inputs[i]->name, " has shape ", n.inputs[i]->shape.to_string(),
                                       ", not a whole number of rows of ", in, " like every other input"));
-  set_output(n, 0, DType::kFloat32, Shape{static_cast<int64_t>(parts) * (numel / in), cols});
+  const int64_t rows = static_cast<int64_t>(parts) * (numel / in);
+  const int64_t blocked = n.attr_int("blocked", 0);
+  if (blocked != 0 && (blocked != 1 || w[0] % 8 != 0))
+    return invalid_argument(
+        str_cat("blocked ", blocked, " needs the value 1 and a multiple of 8 panels, got ", w[0], " panels"));
+  if (blocked != 0)  // pieces of 8 rows by panels / 8 (rnn.cc: the blocked layout)
+    set_output(n, 0, DType::kFloat32, Shape{(rows + 7) / 8 * 8, w[0] / 8, 8, w[2]});
+  else
+    set_output(n, 0, DType::kFloat32, Shape{rows, cols});
   return Status();
 }
 
 double flops_rnn_cell(const Node& n) {
   const Shape& rp = n.inputs[n.op_type == "TesseraLstmCell" ? 3 : 2]->shape;
-  return 2.0 * static_cast<double>(n.attr_int("batch", 1)) * static_cast<double>(rp.numel());
+  const double gemv = 2.0 * static_cast<double>(n.attr_int("batch", 1)) * static_cast<double>(rp.numel());
+  // With next_slice, 8 rows of the next layer's projection over 1/8 of its panels.
+  return n.attr_int("next_slice", -1) >= 0 ? gemv * 2 : gemv;
 }
 
 double flops_rnn_proj(const Node& n) {
-  return 2.0 * static_cast<double>(n.outputs[0]->shape.numel()) * static_cast<double>(n.inputs[0]->shape[1]);
+  const Shape& w = n.inputs[0]->shape;
+  const size_t parts = n.inputs.size() - 2 - (n.attr_int("prefetch_r", 0) != 0 ? 1 : 0);
+  return 2.0 * static_cast<double>(parts) * static_cast<double>(n.inputs[2]->shape.numel()) *
+         static_cast<double>(w[0] * w[2]);
 }
 
 double flops_conv(const Node& n) {

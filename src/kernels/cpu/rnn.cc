@@ -286,48 +286,72 @@ inline void next_tile_part(const float* const* a, const float* wcol, int64_t ldw
     }
 }
 
-// panel_gemv<64> with reductions [k0, k1) of a tile interleaved: one
-// tile k-step after every `stride` GEMV rows (stride = H / (k1 - k0)).
-inline void panel_gemv_with_tile(const float* __restrict panel, const float* __restrict h, int64_t k, float* acc,
-                                 const float* const* a, const float* wcol, int64_t ldw, int64_t k0, int64_t k1,
-                                 float (*tacc)[kNextTileCols]) {
+// The GEMVs of a group's 4 panels (r4: 4 panels of [k, 64]) into acc4
+// [4][64], with the group's whole tile interleaved: one tile k-step after
+// every 4 GEMV rows, so panel s carries reductions [s k/4, (s+1) k/4).
+// The tile, plus bias, is stored at tout (row stride ldt). Sums in the
+// order panel_gemv and next_tile_part take (bitwise the same).
+inline void group_gemv_with_tile(const float* __restrict r4, const float* __restrict h, int64_t k, float* acc4,
+                                 const float* const* a, const float* wcol, int64_t ldw, const float* bias,
+                                 float* tout, int64_t ldt) {
 #if defined(__AVX512F__)
-  __m512 g0 = _mm512_setzero_ps(), g1 = g0, g2 = g0, g3 = g0;
   __m512 t[kNextTileRows][2];
-  for (int64_t r = 0; r < kNextTileRows; ++r) {
-    t[r][0] = _mm512_loadu_ps(tacc[r]);
-    t[r][1] = _mm512_loadu_ps(tacc[r] + 16);
-  }
-  const int64_t stride = k / (k1 - k0);
-  int64_t kk = k0;
-  for (int64_t i = 0; i < k; i += stride, ++kk) {
-    for (int64_t u = i; u < i + stride; ++u) {
-      const __m512 s = _mm512_set1_ps(h[u]);
-      const float* row = panel + u * 64;
+  for (int64_t r = 0; r < kNextTileRows; ++r) t[r][0] = t[r][1] = _mm512_setzero_ps();
+  // The rows in named pointers: an array of them would stay in memory.
+  const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5], *a6 = a[6], *a7 = a[7];
+  int64_t kk = 0;
+  for (int64_t p = 0; p < kNextGroupPanels; ++p) {
+    const float* panel = r4 + p * k * 64;
+    __m512 g0 = _mm512_setzero_ps(), g1 = g0, g2 = g0, g3 = g0;
+    for (int64_t i = 0; i < k; i += kNextGroupPanels, ++kk) {
+      // Four GEMV rows, written out: GCC leaves a loop of them rolled.
+      const float* row = panel + i * 64;
+      __m512 s = _mm512_set1_ps(h[i]);
       g0 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row), g0);
       g1 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 16), g1);
       g2 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 32), g2);
       g3 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 48), g3);
-    }
-    const __m512 b0 = _mm512_loadu_ps(wcol + kk * ldw), b1 = _mm512_loadu_ps(wcol + kk * ldw + 16);
+      s = _mm512_set1_ps(h[i + 1]);
+      g0 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 64), g0);
+      g1 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 80), g1);
+      g2 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 96), g2);
+      g3 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 112), g3);
+      s = _mm512_set1_ps(h[i + 2]);
+      g0 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 128), g0);
+      g1 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 144), g1);
+      g2 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 160), g2);
+      g3 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 176), g3);
+      s = _mm512_set1_ps(h[i + 3]);
+      g0 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 192), g0);
+      g1 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 208), g1);
+      g2 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 224), g2);
+      g3 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 240), g3);
+      const __m512 b0 = _mm512_loadu_ps(wcol + kk * ldw), b1 = _mm512_loadu_ps(wcol + kk * ldw + 16);
+      const float* rows[kNextTileRows] = {a0, a1, a2, a3, a4, a5, a6, a7};
 #pragma GCC unroll 8
-    for (int64_t r = 0; r < kNextTileRows; ++r) {
-      const __m512 x = _mm512_set1_ps(a[r][kk]);
-      t[r][0] = _mm512_fmadd_ps(x, b0, t[r][0]);
-      t[r][1] = _mm512_fmadd_ps(x, b1, t[r][1]);
+      for (int64_t r = 0; r < kNextTileRows; ++r) {
+        const __m512 x = _mm512_set1_ps(rows[r][kk]);
+        t[r][0] = _mm512_fmadd_ps(x, b0, t[r][0]);
+        t[r][1] = _mm512_fmadd_ps(x, b1, t[r][1]);
+      }
     }
+    float* acc = acc4 + p * 64;
+    _mm512_storeu_ps(acc, g0);
+    _mm512_storeu_ps(acc + 16, g1);
+    _mm512_storeu_ps(acc + 32, g2);
+    _mm512_storeu_ps(acc + 48, g3);
   }
-  _mm512_storeu_ps(acc, g0);
-  _mm512_storeu_ps(acc + 16, g1);
-  _mm512_storeu_ps(acc + 32, g2);
-  _mm512_storeu_ps(acc + 48, g3);
+  const __m512 c0 = _mm512_loadu_ps(bias), c1 = _mm512_loadu_ps(bias + 16);
   for (int64_t r = 0; r < kNextTileRows; ++r) {
-    _mm512_storeu_ps(tacc[r], t[r][0]);
-    _mm512_storeu_ps(tacc[r] + 16, t[r][1]);
+    _mm512_storeu_ps(tout + r * ldt, _mm512_add_ps(t[r][0], c0));
+    _mm512_storeu_ps(tout + r * ldt + 16, _mm512_add_ps(t[r][1], c1));
   }
 #else
-  panel_gemv<64>(panel, h, k, acc);
-  next_tile_part(a, wcol, ldw, k0, k1, tacc);
+  float tacc[kNextTileRows][kNextTileCols] = {};
+  for (int64_t p = 0; p < kNextGroupPanels; ++p) panel_gemv<64>(r4 + p * k * 64, h, k, acc4 + p * 64);
+  next_tile_part(a, wcol, ldw, 0, k, tacc);
+  for (int64_t r = 0; r < kNextTileRows; ++r)
+    for (int64_t c = 0; c < kNextTileCols; ++c) tout[r * ldt + c] = tacc[r][c] + bias[c];
 #endif
 }
 
@@ -403,72 +427,78 @@ class RnnCellOp : public ROp {
     const float* rb = !lstm_ && has_rb_ ? static_cast<const float*>(args.in[3]) : nullptr;
     float* hy = static_cast<float*>(args.out[0]);
     float* cy = lstm_ ? static_cast<float*>(args.out[1]) : nullptr;
-    alignas(64) float acc[kW];
+    alignas(64) float accs[kNextGroupPanels * kW];
     for (int64_t b = 0; b < batch_; ++b) {
       const float* hb = hp != nullptr ? hp + b * H : nullptr;
       const float* xb = xp + (step_ * batch_ + b) * rnn_panels(H) * kW;
       alignas(64) float tacc[kNextTileRows][kNextTileCols];
-      for (int64_t p = p0; p < p1; ++p) {
+      for (int64_t first = p0, count = 1; first < p1; first += count) {
         // The next layer's tile of this panel's group, if this task holds
         // the group's first panel: reductions [s H/4, (s+1) H/4) ride on
-        // slot s's GEMV (the slots past p1 after it, in order).
-        const int64_t g = p / kNextGroupPanels, slot = p % kNextGroupPanels;
+        // slot s's GEMV; a whole group in one call, else panel by panel
+        // (the slots past p1 after the last).
+        const int64_t g = first / kNextGroupPanels, slot = first % kNextGroupPanels;
         const bool tile = G == 4 && next_slice_ >= 0 && g * kNextGroupPanels >= p0;
         const float* wcol = nullptr;
         const float* arows[kNextTileRows];
+        const float* bn = nullptr;
+        float* piece = nullptr;
         if (tile) {
-          if (slot == 0) std::fill(&tacc[0][0], &tacc[0][0] + kNextTileRows * kNextTileCols, 0.f);
-          const int64_t q = g / 2 * 8 + next_slice_;
-          wcol = static_cast<const float*>(args.in[4]) + q * H * kW + g % 2 * kNextTileCols;
+          const int64_t q = g / 2 * 8 + next_slice_, c0 = g % 2 * kNextTileCols;
+          wcol = static_cast<const float*>(args.in[4]) + q * H * kW + c0;
+          bn = static_cast<const float*>(args.in[5]) + q * kW + c0;
+          piece = static_cast<float*>(args.out[2]) + (g / 2 * kNextTileRows) * kW + c0;
           for (int64_t r = 0; r < kNextTileRows; ++r) arows[r] = static_cast<const float*>(args.in[6 + r]);
         }
         const int64_t quarter = H / kNextGroupPanels;
-        if (tile && hb != nullptr) {
-          panel_gemv_with_tile(rp + p * H * kW, hb, H, acc, arows, wcol, kW, slot * quarter, (slot + 1) * quarter,
-                               tacc);
+        count = tile && hb != nullptr && slot == 0 && first + kNextGroupPanels <= p1 ? kNextGroupPanels : 1;
+        if (count > 1) {
+          group_gemv_with_tile(rp + first * H * kW, hb, H, accs, arows, wcol, kW, bn, piece, kW);
         } else {
-          if (hb != nullptr) panel_gemv<kW>(rp + p * H * kW, hb, H, acc);
-          else std::fill(acc, acc + kW, 0.f);
-          if (tile) next_tile_part(arows, wcol, kW, slot * quarter, (slot + 1) * quarter, tacc);
+          if (hb != nullptr) panel_gemv<kW>(rp + first * H * kW, hb, H, accs);
+          else std::fill(accs, accs + kW, 0.f);
+          if (tile) {
+            if (slot == 0) std::fill(&tacc[0][0], &tacc[0][0] + kNextTileRows * kNextTileCols, 0.f);
+            next_tile_part(arows, wcol, kW, slot * quarter, (slot + 1) * quarter, tacc);
+            if (slot == kNextGroupPanels - 1 || first + 1 == p1) {
+              for (int64_t rest = slot + 1; rest < kNextGroupPanels; ++rest)
+                next_tile_part(arows, wcol, kW, rest * quarter, (rest + 1) * quarter, tacc);
+              for (int64_t r = 0; r < kNextTileRows; ++r)
+                for (int64_t c = 0; c < kNextTileCols; ++c) piece[r * kW + c] = tacc[r][c] + bn[c];
+            }
+          }
         }
-        const bool group_ends = tile && (slot == kNextGroupPanels - 1 || p + 1 == p1);
-        if (group_ends) {
-          for (int64_t rest = slot + 1; rest < kNextGroupPanels; ++rest)
-            next_tile_part(arows, wcol, kW, rest * quarter, (rest + 1) * quarter, tacc);
-          const int64_t q = g / 2 * 8 + next_slice_, c0 = g % 2 * kNextTileCols;
-          const float* bn = static_cast<const float*>(args.in[5]) + q * kW + c0;
-          float* piece = static_cast<float*>(args.out[2]) + (g / 2 * kNextTileRows) * kW + c0;
-          for (int64_t r = 0; r < kNextTileRows; ++r)
-            for (int64_t c = 0; c < kNextTileCols; ++c) piece[r * kW + c] = tacc[r][c] + bn[c];
+        for (int64_t p = first; p < first + count; ++p) {
+          const float* acc = accs + (p - first) * kW;
+          // Gate math on whole panels; units past H are computed on zeros
+          // (their projection columns are zero) and not stored.
+          const int64_t u0 = p * kRnnPanelUnits, n = std::min(kRnnPanelUnits, H - u0);
+          constexpr int64_t U = kRnnPanelUnits;
+          alignas(64) float prev[U], hout[U], cout[U];
+          // The panel's gates, in its order: row `step` of xp, or in the
+          // blocked layout of pieces [panels / 8, 8 rows, kW], piece
+          // (row / 8) * 8 + p % 8 holding panels p % 8, 8 + p % 8, ...
+          const int64_t np = rnn_panels(H);
+          const float* pre = xp_blocked_ ? xp + ((step_ / kNextTileRows * 8 + p % 8) * (np / 8) + p / 8) *
+                                                    kNextTileRows * kW +
+                                               step_ % kNextTileRows * kW
+                                         : xb + p * kW;
+          std::fill(prev + n, prev + U, 0.f);
+          const float* state = G == 4 ? (cp != nullptr ? cp + b * H : nullptr) : hb;
+          if (state != nullptr) std::copy(state + u0, state + u0 + n, prev);
+          else std::fill(prev, prev + n, 0.f);
+          if constexpr (G == 4) {
+            lstm_gates(acc, pre, prev, hout, cout, U);
+            std::copy(cout, cout + n, cy + b * H + u0);
+          } else {
+            alignas(64) float rbh[U];
+            std::fill(rbh + n, rbh + U, 0.f);
+            if (rb != nullptr) std::copy(rb + u0, rb + u0 + n, rbh);
+            else std::fill(rbh, rbh + n, 0.f);
+            gru_gates(acc, pre, prev, rbh, hout, U);
+          }
+          std::copy(hout, hout + n, hy + b * H + u0);
         }
-        // Gate math on whole panels; units past H are computed on zeros
-        // (their projection columns are zero) and not stored.
-        const int64_t u0 = p * kRnnPanelUnits, n = std::min(kRnnPanelUnits, H - u0);
-        constexpr int64_t U = kRnnPanelUnits;
-        alignas(64) float prev[U], hout[U], cout[U];
-        // The panel's gates, in its order: row `step` of xp, or in the
-        // blocked layout of pieces [panels / 8, 8 rows, kW], piece
-        // (row / 8) * 8 + p % 8 holding panels p % 8, 8 + p % 8, ...
-        const int64_t np = rnn_panels(H);
-        const float* pre = xp_blocked_ ? xp + ((step_ / kNextTileRows * 8 + p % 8) * (np / 8) + p / 8) *
-                                                  kNextTileRows * kW +
-                                             step_ % kNextTileRows * kW
-                                       : xb + p * kW;
-        std::fill(prev + n, prev + U, 0.f);
-        const float* state = G == 4 ? (cp != nullptr ? cp + b * H : nullptr) : hb;
-        if (state != nullptr) std::copy(state + u0, state + u0 + n, prev);
-        else std::fill(prev, prev + n, 0.f);
-        if constexpr (G == 4) {
-          lstm_gates(acc, pre, prev, hout, cout, U);
-          std::copy(cout, cout + n, cy + b * H + u0);
-        } else {
-          alignas(64) float rbh[U];
-          std::fill(rbh + n, rbh + U, 0.f);
-          if (rb != nullptr) std::copy(rb + u0, rb + u0 + n, rbh);
-          else std::fill(rbh, rbh + n, 0.f);
-          gru_gates(acc, pre, prev, rbh, hout, U);
-        }
-        std::copy(hout, hout + n, hy + b * H + u0);
       }
     }
   }
@@ -486,7 +516,8 @@ Result<std::unique_ptr<ROp>> make_rnn_cell(const Node& n, const KernelParams& p)
   return std::unique_ptr<ROp>(new RnnCellOp(lstm, n.attr_int("batch", 1), n.attr_int("hidden_size", 1),
                                             n.attr_int("step", 0), n.input(1) != nullptr,
                                             lstm && n.input(2) != nullptr, !lstm && n.input(3) != nullptr,
-                                            n.attr_int("next_slice", -1), n.attr_int("xp_blocked", 0) != 0, p));
+                                            n.attr_int("next_slice", -1), n.attr_int("xp_blocked", 0) != 0,
+                                            p));
 }
 
 // The input projection of a run of steps: [rows, I] x Wp + bias, where
@@ -504,11 +535,20 @@ Result<std::unique_ptr<ROp>> make_rnn_cell(const Node& n, const KernelParams& p)
 // task also pulls its panels of R into its core's cache while it computes,
 // so that the layer's first step does not wait on R from memory (cell
 // task t reads R's panels of projection task t).
+// With attribute blocked, Y is written in the blocked layout the cells read
+// with xp_blocked (rows padded to a multiple of 8; the padding is not
+// written).
 class RnnProjOp : public ROp {
  public:
   RnnProjOp(int64_t parts, int64_t part_rows, int64_t in, int64_t cols, int64_t panel_cols, int64_t hidden,
-            const KernelParams& p)
-      : parts_(parts), part_rows_(part_rows), in_(in), cols_(cols), panel_cols_(panel_cols), hidden_(hidden) {
+            bool blocked, const KernelParams& p)
+      : parts_(parts),
+        part_rows_(part_rows),
+        in_(in),
+        cols_(cols),
+        panel_cols_(panel_cols),
+        hidden_(hidden),
+        blocked_(blocked) {
     const int64_t rows = parts * part_rows, panels = cols / panel_cols;
     const int64_t panel_flops = 2 * rows * in * panel_cols;
     tasks_ = choose_tasks(panels, std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(panel_flops, 1)), p);
@@ -539,7 +579,9 @@ class RnnProjOp : public ROp {
     // the arithmetic instead of the first step's loads.
     const int64_t width = panel_cols_;
     const int64_t r_panel_bytes = hidden_ * width * static_cast<int64_t>(sizeof(float));
-    const int64_t row_step = r != nullptr ? kPrefetchRows : rows;
+    // Blocked: one call per 8-row block, whose rows are contiguous.
+    const int64_t row_step = blocked_ ? kBlockRows : r != nullptr ? kPrefetchRows : rows;
+    const int64_t panels = cols_ / width;
     const int64_t blocks = (rows + row_step - 1) / row_step;
     const int64_t lines_per_block = (r_panel_bytes / 64 + blocks - 1) / blocks;
     for (int64_t p = p0; p < p1; ++p) {
@@ -551,17 +593,22 @@ class RnnProjOp : public ROp {
           for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(r + p * r_panel_bytes + l * 64, 0, 2);
         }
         const int64_t m = std::min(row_step, rows - r0);
-        gemm_rows(m, width, in_, a + r0 * in_, in_, wpanel, width, y + r0 * cols_ + c, cols_);
+        float* out = blocked_ ? y + ((r0 / kBlockRows * 8 + p % 8) * (panels / 8) + p / 8) * kBlockRows * width
+                              : y + r0 * cols_ + c;
+        const int64_t ldy = blocked_ ? width : cols_;
+        gemm_rows(m, width, in_, a + r0 * in_, in_, wpanel, width, out, ldy);
+        for (int64_t row = 0; row < m; ++row)
+          for (int64_t j = 0; j < width; ++j) out[row * ldy + j] += b[c + j];
       }
-      for (int64_t row = 0; row < rows; ++row)
-        for (int64_t j = c; j < c + width; ++j) y[row * cols_ + j] += b[j];
     }
   }
 
  private:
   static constexpr int64_t kPrefetchRows = 16;
+  static constexpr int64_t kBlockRows = 8;
   int64_t parts_, part_rows_, in_, cols_, panel_cols_;
   int64_t hidden_;  // R's k (its rows per panel) when R is to be prefetched, else 0
+  bool blocked_;
 };
 
 Result<std::unique_ptr<ROp>> make_rnn_proj(const Node& n, const KernelParams& p) {
@@ -571,7 +618,8 @@ Result<std::unique_ptr<ROp>> make_rnn_proj(const Node& n, const KernelParams& p)
   const int64_t in = wp[1], parts = static_cast<int64_t>(n.inputs.size()) - 2 - (prefetch ? 1 : 0);
   const int64_t hidden = prefetch ? n.inputs.back()->shape[1] : 0;
   return std::unique_ptr<ROp>(new RnnProjOp(parts, n.inputs[2]->shape.numel() / in, in, wp[0] * wp[2],
-                                            n.attr_int("gates", 1) * kRnnPanelUnits, hidden, p));
+                                            n.attr_int("gates", 1) * kRnnPanelUnits, hidden,
+                                            n.attr_int("blocked", 0) != 0, p));
 }
 
 const RKernel kLoweredKernels[] = {
