@@ -88,7 +88,7 @@ int64_t carried_rows(int64_t seq) { return std::max<int64_t>(0, seq / 8 - 1) * 8
 // RnnCellOp in kernels/cpu/rnn.cc, next_slice.
 bool can_carry(const LoweredLayer& below, bool lstm, int64_t hidden, int64_t input, int64_t batch, int64_t seq) {
   return lstm && below.lstm && batch == 1 && below.batch == 1 && below.hidden == hidden && input == hidden &&
-         hidden % 128 == 0 && carried_rows(seq) > 0;
+         hidden % kRnnCarryHidden == 0 && carried_rows(seq) > 0;
 }
 
 // Gives steps 8 .. of `below` the projection of the layer above (packed

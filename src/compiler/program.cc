@@ -103,7 +103,8 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
     TESSERA_ASSIGN_OR_RETURN(p->stats.chains_fused, fuse_elementwise_chains(*g));
   }
   if (options.lower_recurrent) {
-    TESSERA_ASSIGN_OR_RETURN(p->stats.recurrent_lowered, lower_recurrent(*g, options.recurrent_chunk, options.recurrent_carry));
+    TESSERA_ASSIGN_OR_RETURN(p->stats.recurrent_lowered,
+                             lower_recurrent(*g, options.recurrent_chunk, options.recurrent_carry));
   }
   // Last, once every producer is final: in-place parts must be written by
   // the node that makes them.

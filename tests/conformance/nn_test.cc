@@ -640,12 +640,15 @@ TEST_F(Nn, RnnCellCarriesTheNextProjection) {
     }
   }
   // The blocked layout: pieces (row / 8) * 8 + p % 8 of [panels / 8, 8, width].
+  auto blocked_at = [&](int64_t row, int64_t p) {
+    return static_cast<size_t>(((row / 8 * 8 + p % 8) * (panels / 8) + p / 8) * 8 * width + row % 8 * width);
+  };
   Tensor blocked(DType::kFloat32, Shape{rows, panels / 8, 8, width});
   const float* x = xp->constant->data<float>();
   for (int64_t row = 0; row < rows; ++row)
     for (int64_t p = 0; p < panels; ++p)
       for (int64_t c = 0; c < width; ++c)
-        blocked.data<float>()[((row / 8 * 8 + p % 8) * (panels / 8) + p / 8) * 8 * width + row % 8 * width + c] =
+        blocked.data<float>()[blocked_at(row, p) + static_cast<size_t>(c)] =
             x[row * cols + p * width + c];
   Value* xb = g.add_constant("xb", std::move(blocked));
   Node* reader = g.add_node("TesseraLstmCell", "reader", {xb, hp, cp, rp}, 2);
@@ -683,8 +686,7 @@ TEST_F(Nn, RnnCellCarriesTheNextProjection) {
     for (int64_t row = 0; row < 16; ++row)
       for (int64_t p = 0; p < panels; ++p)
         for (int64_t c = 0; c < width; ++c) {
-          const int64_t at = ((row / 8 * 8 + p % 8) * (panels / 8) + p / 8) * 8 * width + row % 8 * width + c;
-          const float v = pieces[static_cast<size_t>(at)];
+          const float v = pieces[blocked_at(row, p) + static_cast<size_t>(c)];
           if (row >= 12) padding += !std::isnan(v);
           else bad += v != flat[static_cast<size_t>(row * cols + p * width + c)];
         }

@@ -160,16 +160,18 @@ Status infer_rnn_cell(Node& n) {
   if (xp == nullptr || rp == nullptr) return invalid_argument("the projection and packed R are required");
   const int64_t panels = (h + kRnnPanelUnits - 1) / kRnnPanelUnits;
   const int64_t next = n.attr_int("next_slice", -1), blocked = n.attr_int("xp_blocked", 0);
-  if ((next != -1 || blocked != 0) && (!lstm || b != 1 || h % 128 != 0 || next < -1 || next >= 8 || blocked > 1 ||
-                                       blocked < 0))
+  if ((next != -1 || blocked != 0) && (!lstm || b != 1 || h % kRnnCarryHidden != 0 || next < -1 || next >= 8 ||
+                                       blocked > 1 || blocked < 0))
     return invalid_argument(str_cat("next_slice ", next, " and xp_blocked ", blocked,
-                                    " need an LSTM of batch 1, hidden_size a multiple of 128, a slice in [0, 8)"));
+                                    " need an LSTM of batch 1, hidden_size a multiple of ", kRnnCarryHidden,
+                                    ", a slice in [0, 8)"));
   const int64_t kw = gates * kRnnPanelUnits;
   if (blocked != 0) {
     const Shape& s = xp->shape;
-    if (s.rank() != 4 || s[1] != panels / 8 || s[2] != 8 || s[3] != kw || s[0] < (step / 8 + 1) * 8)
+    const int64_t pieces = (step / kRnnBlockRows + 1) * 8;
+    if (s.rank() != 4 || s[1] != panels / 8 || s[2] != kRnnBlockRows || s[3] != kw || s[0] < pieces)
       return invalid_argument(str_cat("blocked projection ", xp->name, " has shape ", s.to_string(), ", expected [>= ",
-                                      (step / 8 + 1) * 8, ", ", panels / 8, ", 8, ", kw, "]"));
+                                      pieces, ", ", panels / 8, ", ", kRnnBlockRows, ", ", kw, "]"));
   } else if (xp->shape.rank() != 2 || xp->shape[1] != panels * kw || xp->shape[0] < (step + 1) * b)
     return invalid_argument(str_cat("projection ", xp->name, " has shape ", xp->shape.to_string(), ", too small for step ",
                                     step, " of batch ", b, " and ", panels, " panels of ", gates, "x",
@@ -196,7 +198,7 @@ Status infer_rnn_cell(Node& n) {
       if (n.inputs[i]->shape.numel() != h)
         return invalid_argument(str_cat("row ", n.inputs[i]->name, " has shape ", n.inputs[i]->shape.to_string(),
                                         ", expected ", h, " values"));
-    set_output(n, 2, DType::kFloat32, Shape{1, panels / 8, 8, kw});
+    set_output(n, 2, DType::kFloat32, Shape{1, panels / 8, kRnnBlockRows, kw});
   } else if (n.inputs.size() > 4) {
     return invalid_argument(str_cat(n.inputs.size(), " inputs without next_slice, expected at most 4"));
   }
@@ -248,8 +250,9 @@ Status infer_rnn_proj(Node& n) {
   if (blocked != 0 && (blocked != 1 || w[0] % 8 != 0))
     return invalid_argument(
         str_cat("blocked ", blocked, " needs the value 1 and a multiple of 8 panels, got ", w[0], " panels"));
-  if (blocked != 0)  // pieces of 8 rows by panels / 8 (rnn.cc: the blocked layout)
-    set_output(n, 0, DType::kFloat32, Shape{(rows + 7) / 8 * 8, w[0] / 8, 8, w[2]});
+  if (blocked != 0)  // the blocked layout (kernels/cpu/rnn_cell.h)
+    set_output(n, 0, DType::kFloat32,
+               Shape{(rows + kRnnBlockRows - 1) / kRnnBlockRows * kRnnBlockRows, w[0] / 8, kRnnBlockRows, w[2]});
   else
     set_output(n, 0, DType::kFloat32, Shape{rows, cols});
   return Status();

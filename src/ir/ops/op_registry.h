@@ -25,6 +25,10 @@ inline constexpr int64_t kMaxValueBytes = int64_t{4} << 30;
 // recurrent cells (TesseraLstmCell, TesseraGruCell) take; the layout is in
 // kernels/cpu/rnn_cell.h.
 inline constexpr int64_t kRnnPanelUnits = 16;
+// The blocked layout of a carried projection (kernels/cpu/rnn_cell.h):
+// pieces of 8 rows; it needs hidden sizes that are a multiple of 128.
+inline constexpr int64_t kRnnBlockRows = 8;
+inline constexpr int64_t kRnnCarryHidden = 8 * kRnnPanelUnits;
 
 struct OpDef {
   std::string_view type;

@@ -270,7 +270,7 @@ inline void panel_gemv(const float* __restrict panel, const float* __restrict h,
 // arithmetic fills them (standalone, one half-cell of LSTM-TC: GEMV 4.57
 // us, GEMV then the step's share of the projection 7.0 us, fused 5.7).
 constexpr int64_t kNextGroupPanels = 4;
-constexpr int64_t kNextTileRows = 8;
+constexpr int64_t kNextTileRows = kRnnBlockRows;
 constexpr int64_t kNextTileCols = 32;
 
 // One tile: rows a[0..7] (the previous layer's h rows), columns `wcol`
@@ -475,14 +475,9 @@ class RnnCellOp : public ROp {
           const int64_t u0 = p * kRnnPanelUnits, n = std::min(kRnnPanelUnits, H - u0);
           constexpr int64_t U = kRnnPanelUnits;
           alignas(64) float prev[U], hout[U], cout[U];
-          // The panel's gates, in its order: row `step` of xp, or in the
-          // blocked layout of pieces [panels / 8, 8 rows, kW], piece
-          // (row / 8) * 8 + p % 8 holding panels p % 8, 8 + p % 8, ...
-          const int64_t np = rnn_panels(H);
-          const float* pre = xp_blocked_ ? xp + ((step_ / kNextTileRows * 8 + p % 8) * (np / 8) + p / 8) *
-                                                    kNextTileRows * kW +
-                                               step_ % kNextTileRows * kW
-                                         : xb + p * kW;
+          // The panel's gates, in its order: row `step` of xp, or of the
+          // blocked layout (rnn_cell.h).
+          const float* pre = xp_blocked_ ? xp + rnn_blocked_offset(step_, p, rnn_panels(H), kW) : xb + p * kW;
           std::fill(prev + n, prev + U, 0.f);
           const float* state = G == 4 ? (cp != nullptr ? cp + b * H : nullptr) : hb;
           if (state != nullptr) std::copy(state + u0, state + u0 + n, prev);
@@ -580,7 +575,7 @@ class RnnProjOp : public ROp {
     const int64_t width = panel_cols_;
     const int64_t r_panel_bytes = hidden_ * width * static_cast<int64_t>(sizeof(float));
     // Blocked: one call per 8-row block, whose rows are contiguous.
-    const int64_t row_step = blocked_ ? kBlockRows : r != nullptr ? kPrefetchRows : rows;
+    const int64_t row_step = blocked_ ? kRnnBlockRows : r != nullptr ? kPrefetchRows : rows;
     const int64_t panels = cols_ / width;
     const int64_t blocks = (rows + row_step - 1) / row_step;
     const int64_t lines_per_block = (r_panel_bytes / 64 + blocks - 1) / blocks;
@@ -593,8 +588,7 @@ class RnnProjOp : public ROp {
           for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(r + p * r_panel_bytes + l * 64, 0, 2);
         }
         const int64_t m = std::min(row_step, rows - r0);
-        float* out = blocked_ ? y + ((r0 / kBlockRows * 8 + p % 8) * (panels / 8) + p / 8) * kBlockRows * width
-                              : y + r0 * cols_ + c;
+        float* out = blocked_ ? y + rnn_blocked_offset(r0, p, panels, width) : y + r0 * cols_ + c;
         const int64_t ldy = blocked_ ? width : cols_;
         gemm_rows(m, width, in_, a + r0 * in_, in_, wpanel, width, out, ldy);
         for (int64_t row = 0; row < m; ++row)
@@ -605,7 +599,6 @@ class RnnProjOp : public ROp {
 
  private:
   static constexpr int64_t kPrefetchRows = 16;
-  static constexpr int64_t kBlockRows = 8;
   int64_t parts_, part_rows_, in_, cols_, panel_cols_;
   int64_t hidden_;  // R's k (its rows per panel) when R is to be prefetched, else 0
   bool blocked_;

@@ -45,4 +45,17 @@ Tensor pack_rnn_projection(const float* w, int64_t gates, int64_t hidden, int64_
 // order, [rnn_projection_cols].
 Tensor pack_rnn_gate_vector(const float* v, int64_t gates, int64_t hidden);
 
+// A stacked LSTM layer's projection carried by the steps of the layer
+// below (attributes next_slice, xp_blocked, blocked) lies in a blocked
+// layout: pieces [panels / 8, 8 rows, G * 16], piece (row / 8) * 8 + p % 8
+// holding rows 8 (row / 8) .. + 7 of panels p % 8, 8 + p % 8, .... It
+// needs batch 1 and a hidden size that is a multiple of kRnnCarryHidden
+// (whole pieces, and groups of 4 panels each carrying a 32-column tile;
+// both constants in ir/ops/op_registry.h).
+// Float offset of (row, panel p) in that layout, `width` = G * 16.
+inline int64_t rnn_blocked_offset(int64_t row, int64_t p, int64_t panels, int64_t width) {
+  return ((row / kRnnBlockRows * 8 + p % 8) * (panels / 8) + p / 8) * kRnnBlockRows * width +
+         row % kRnnBlockRows * width;
+}
+
 }  // namespace tessera
