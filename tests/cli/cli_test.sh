@@ -127,6 +127,9 @@ check "run MODEL.tsx equals run MODEL.onnx" bash -c "cp $TMP/bert.tsx $TMP/moved
   for f in $TMP/o_onnx/*.npy; do cmp \$f $TMP/o_tsx/\$(basename \$f) || exit 1; done && ls $TMP/o_tsx/*.npy >/dev/null"
 check "run MODEL.tsx --json names the plan" bash -c "$T run $TMP/bert.tsx --iters 2 --json --quiet | $PY -c '
 import json,sys; j=json.loads(sys.stdin.read()); assert j[\"plan\"][\"veus\"]==2, j'"
+check "inspect MODEL.tsx counts FLOPs and shows the plan" bash -c "$T inspect $TMP/bert.tsx > $TMP/insp_tsx && \
+  grep -q '^flops .*M per run' $TMP/insp_tsx && grep -q '^plan  *2 vEUs' $TMP/insp_tsx && \
+  ! grep -q unknown $TMP/insp_tsx"
 expect_fail "tsx: compile needs -o" 2 "-o FILE" $T compile $ZOO/mlp.onnx
 expect_fail "tsx: other executor" 2 "runs on the plan executor only" $T run $TMP/bert.tsx --executor sequential
 expect_fail "tsx: vEU count fixed" 2 "compiled for 2 vEUs" $T run $TMP/bert.tsx --threads 3
