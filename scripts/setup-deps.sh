@@ -16,8 +16,8 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   # math inside rTasks (chosen by measurement, see docs/math-libraries.md)
   libdnnl-dev
-  # CPU topology for pinning vEUs
-  libhwloc-dev
+  # CPU topology for pinning vEUs; the host map's file and --json output
+  libhwloc-dev nlohmann-json3-dev
   # .npz inputs (deflate)
   zlib1g-dev
   # model zoo and references

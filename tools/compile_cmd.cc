@@ -8,7 +8,7 @@
 #include "base/strings.h"
 #include "compiler/executable.h"
 #include "compiler/program.h"
-#include "devices/cpu/topology.h"
+#include "topology/cpu_topology.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 

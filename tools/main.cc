@@ -20,6 +20,7 @@ void print_help() {
       "  inspect MODEL        show inputs, outputs, ops, parameters and FLOPs (.onnx or .tsx)\n"
       "  plan MODEL           compile into a Plan (or read an Executable's) and show it (--svg)\n"
       "  profile MODEL.onnx   measure every op's rTask cost (cached for later compiles)\n"
+      "  topo                 show the host map: PUs, measured costs between them, what the planner concludes\n"
       "  ops                  list supported ops and their rKernels\n\n"
       "options:\n"
       "  --version            print the version\n"
@@ -48,7 +49,8 @@ int main(int argc, char** argv) {
   if (cmd == "ops") return tessera::tools::ops_main(argc - 2, argv + 2);
   if (cmd == "plan") return tessera::tools::plan_main(argc - 2, argv + 2);
   if (cmd == "profile") return tessera::tools::profile_main(argc - 2, argv + 2);
-  std::fprintf(stderr, "tessera: error: unknown command '%s' (commands: run, inspect, plan, profile, ops; see tessera --help)\n",
+  if (cmd == "topo") return tessera::tools::topo_main(argc - 2, argv + 2);
+  std::fprintf(stderr, "tessera: error: unknown command '%s' (commands: run, compile, inspect, plan, profile, topo, ops; see tessera --help)\n",
                cmd.c_str());
   return 2;
 }

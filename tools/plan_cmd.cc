@@ -14,7 +14,7 @@
 #include "onnx/importer.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
-#include "devices/cpu/topology.h"
+#include "topology/cpu_topology.h"
 
 namespace tessera::tools {
 namespace {

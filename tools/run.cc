@@ -18,7 +18,7 @@
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/trace.h"
-#include "devices/cpu/topology.h"
+#include "topology/cpu_topology.h"
 
 namespace tessera::tools {
 namespace {

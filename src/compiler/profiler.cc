@@ -12,8 +12,10 @@
 #endif
 
 #include "base/clock.h"
+#include "base/paths.h"
 #include "base/strings.h"
 #include "compiler/program.h"
+#include "topology/cpu_topology.h"
 
 namespace tessera {
 namespace {
@@ -58,13 +60,6 @@ double gauge_us() {
   return static_cast<double>(now_ns() - t0) / 1e3;
 }
 
-std::string cache_dir(const ProfileOptions& o) {
-  if (!o.cache_dir.empty()) return o.cache_dir;
-  if (const char* env = std::getenv("TESSERA_CACHE"); env && *env) return env;
-  if (const char* home = std::getenv("HOME"); home && *home) return (fs::path(home) / ".cache" / "tessera").string();
-  return ".tessera-cache";
-}
-
 // Identifies an rKernel instance: op, rKernel, tiling, attributes, and the
 // dtype and shape of every input (constants by shape only) and output.
 std::string step_key(const Step& s) {
@@ -105,18 +100,11 @@ std::map<std::string, double> load_cache(const std::string& path) {
 }
 
 void save_cache(const std::string& path, const std::map<std::string, double>& m) {
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp);
-    if (!out) return;  // a cache that cannot be written is not an error
-    out << "# tessera profile cache: <rKernel instance> TAB <µs per rTask>\n";
-    out.precision(17);  // round-trips every double: a reloaded cost equals the measured one
-    for (const auto& [k, v] : m) out << k << "\t" << v << "\n";
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) fs::remove(tmp, ec);
+  std::ostringstream out;
+  out << "# tessera profile cache: <rKernel instance> TAB <µs per rTask>\n";
+  out.precision(17);  // round-trips every double: a reloaded cost equals the measured one
+  for (const auto& [k, v] : m) out << k << "\t" << v << "\n";
+  write_file_atomic(path, out.str());  // a cache that cannot be written is not an error
 }
 
 // A round of samples counts as taken at full speed when the gauge run just
@@ -180,46 +168,10 @@ double measure_step(const Step& s, const ProfileOptions& o, double* best_gauge, 
 
 }  // namespace
 
-std::string cpu_model_name() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      size_t colon = line.find(':');
-      if (colon != std::string::npos) {
-        std::string m = line.substr(colon + 1);
-        m.erase(0, m.find_first_not_of(' '));
-        return m;
-      }
-    }
-  }
-  return "unknown-cpu";
-}
-
-std::string cpu_cache_key() {
-  // "cpu family", "model" and "stepping" of the first processor: a model
-  // name alone ("AMD EPYC" under some hypervisors) names several
-  // generations of different speed and instruction sets.
-  std::map<std::string, std::string> id;
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line) && !line.empty()) {
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string k = line.substr(0, colon), v = line.substr(colon + 1);
-    k.erase(k.find_last_not_of(" \t") + 1);
-    v.erase(0, v.find_first_not_of(' '));
-    id[k] = v;
-  }
-  std::string key = str_cat(cpu_model_name(), "-f", id["cpu family"], "m", id["model"], "s", id["stepping"], "-",
-                            kernel_isa());
-  for (char& c : key)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
-  return key;
-}
+std::string cpu_cache_key() { return str_cat(cpu_id(), "-", kernel_isa()); }
 
 Profiler::Profiler(const ProfileOptions& o) : options_(o) {
-  cache_path_ = (fs::path(cache_dir(o)) / str_cat("profile-", cpu_cache_key(), "-k", kKernelVersion, ".tsv")).string();
+  cache_path_ = (fs::path(cache_dir(o.cache_dir)) / str_cat("profile-", cpu_cache_key(), "-k", kKernelVersion, ".tsv")).string();
   if (o.use_cache) cache_ = load_cache(cache_path_);
   cpu_kernels_thread_init();
   if (auto g = cache_.find(kGaugeKey); g != cache_.end()) best_gauge_ = g->second;

@@ -86,12 +86,10 @@ class Profiler {
   bool gauge_warm_ = false;
 };
 
-// "Intel(R) Xeon(R) ..." from /proc/cpuinfo, or "unknown-cpu".
-std::string cpu_model_name();
-
-// What the profile cache's file name says of the machine: the model name,
-// family, model and stepping, and the instruction set the kernels were
-// built for (kernel_isa()), e.g. "AMD_EPYC-f25m1s1-avx2".
+// What the profile cache's file name says of the machine: the CPU's id
+// (cpu_id(): model name, family, model and stepping) and the instruction
+// set the kernels were built for (kernel_isa()), e.g.
+// "AMD_EPYC-f25m1s1-avx2".
 std::string cpu_cache_key();
 
 }  // namespace tessera

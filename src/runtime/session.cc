@@ -5,7 +5,7 @@
 
 #include "base/log.h"
 #include "base/strings.h"
-#include "devices/cpu/topology.h"
+#include "topology/cpu_topology.h"
 
 namespace tessera {
 

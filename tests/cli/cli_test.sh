@@ -158,5 +158,22 @@ expect_fail "wrong input name" 1 "not a model input" bash -c "$T run $ZOO/mlp.on
 expect_fail "wrong input shape" 1 "has shape" bash -c "$PY -c 'import numpy as np; np.save(\"$TMP/s.npy\", np.zeros((2,3),np.float32))' && $T run $ZOO/mlp.onnx --input input=$TMP/s.npy"
 check "--shape binds dynamic dims" $T run $ZOO/bert_tiny.onnx --shape input_ids=1x16 --shape attention_mask=1x16 --iters 1 --quiet
 
+# The host map: --json has the documented fields; a given map is shown as
+# given; a malformed one is one error line naming the field.
+check "topo --json" bash -c "$T topo --json --quiet > $TMP/topo.json && $PY -c '
+import json
+j=json.load(open(\"$TMP/topo.json\"))
+n=len(j[\"pus\"]); assert n>=1, j
+assert len(j[\"read_cost\"])==n and all(len(r)==n and all(x>0 for x in r) for r in j[\"read_cost\"]), j[\"read_cost\"]
+assert j[\"version\"]==1 and j[\"origin\"] in (\"measured\",\"cache\") and j[\"conclusions\"], j
+assert all(j[\"sharing\"][i][i]==\"self\" for i in range(n))
+'"
+printf '{"version": 1, "pus": [{"os_index": 0}, {"os_index": 1}], "read_cost": [[10, 50], [50, 10]], "handoff_ns": [[0, 300], [300, 0]]}' >"$TMP/map.json"
+check "topo --host-map" bash -c "$T topo --host-map $TMP/map.json > $TMP/topo.txt && grep -q 'from      file $TMP/map.json' $TMP/topo.txt && grep -q 'crossing costs +40.0 ns/KB' $TMP/topo.txt"
+check "topo reads TESSERA_HOST_MAP" bash -c "TESSERA_HOST_MAP=$TMP/map.json $T topo --json | $PY -c 'import json,sys; j=json.load(sys.stdin); assert j[\"read_cost\"]==[[10,50],[50,10]], j'"
+expect_fail "topo: bad map" 1 "read_cost[1][0]: expected a number" bash -c "printf '{\"version\": 1, \"pus\": [{}, {}], \"read_cost\": [[1, 2], [null, 1]]}' > $TMP/bad.json; $T topo --host-map $TMP/bad.json"
+expect_fail "topo: missing map" 1 "cannot read host map" $T topo --host-map $TMP/nothing.json
+expect_fail "topo: refresh and a file" 2 "--refresh measures this host" $T topo --refresh --host-map $TMP/map.json
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -1,6 +1,6 @@
 #include "devices/cpu/cpu_vdevice.h"
 
-#include "devices/cpu/topology.h"
+#include "topology/cpu_topology.h"
 
 #include <immintrin.h>
 #include <pthread.h>

@@ -1,0 +1,68 @@
+// Measuring the host map (host_map.h). Every quantity is timed on threads
+// pinned to the PUs concerned, repeated, and its median kept; a quantity
+// whose two halves of samples disagree by more than a third is measured
+// again, and flagged (HostMap::noisy, with a note) if it still does.
+//
+// Per PU, alone: the FMA rate (12 independent vector FMA chains), the
+// memory read rate (a buffer far beyond the caches), and reading and
+// rewriting its own data at each size.
+// Per pair of PUs a, b: b reads what a just wrote (and the other way), a
+// rewrites what b just read, at each size; the one-way hand-off of a spin
+// flag (half a ping-pong round trip); and both running the FMA loop at
+// once (siblings of one core lose about half).
+// Sharing: two PUs share a core when their FMA rates together fall below
+// kCoreShareRatio of alone. Caches come from hwloc when it reports any;
+// else a pair shares an L2 when reading the other's data of kTypicalKb
+// costs at most kL2ShareRatio times reading its own, and an L3 when it
+// costs less than kL3ShareRatio of reading memory.
+//
+// Thread-safety: runs threads of its own; call from one thread at a time.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "topology/host_map.h"
+
+namespace tessera {
+
+inline constexpr double kCoreShareRatio = 0.75;
+inline constexpr double kL2ShareRatio = 1.5;
+inline constexpr double kL3ShareRatio = 0.5;
+
+struct MeasureOptions {
+  // (stage, done, total): "PU 1 of 2", "pair 0-1", ...
+  std::function<void(std::string_view, size_t, size_t)> progress;
+  int reps = 15;           // samples per size and pair
+  double fma_ms = 3.0;     // per FMA timing
+  size_t mem_mb = 96;      // the buffer that stands for memory
+};
+
+// Measures the map of the PUs in `t` (all pairs up to 16 PUs; beyond,
+// each PU with PU 0 and with its neighbours in placement order, the rest
+// filled from the pair of the same sharing).
+HostMap host_map_measure(const CpuTopology& t, const MeasureOptions& o);
+
+// A quick look (about 20 ms) at the first two PUs, to tell whether a
+// cached map still describes this host: the hand-off latency and the FMA
+// rate together over alone. `valid` is false with fewer than two PUs.
+struct HostFingerprint {
+  bool valid = false;
+  double handoff_ns = 0;
+  double fma_together = 1;
+};
+HostFingerprint host_fingerprint(const CpuTopology& t);
+
+// Whether `m` still describes the host that gave `f`: the hand-off within
+// a factor of kFingerprintSlack of the map's for its first pair, and the
+// same answer to "do they share a core". Otherwise false, with the reason
+// in *why.
+inline constexpr double kFingerprintSlack = 3.0;
+bool host_map_matches(const HostMap& m, const HostFingerprint& f, std::string* why);
+
+// The instruction set of the measuring loops (the build's): "avx512",
+// "avx2" or "portable".
+const char* measure_isa();
+
+}  // namespace tessera

@@ -1,0 +1,274 @@
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "base/strings.h"
+#include "topology/calibrate.h"
+#include "topology/cpu_topology.h"
+#include "topology/host_map.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(Topology, PlacementOrderCoversAllowedPusOncePerCoreFirst) {
+  const CpuTopology& t = cpu_topology();
+  ASSERT_GE(t.cores, 1);
+  ASSERT_GE(t.pus, t.cores);
+  ASSERT_EQ(static_cast<int>(t.pu_order.size()), t.pus);
+  std::set<unsigned> unique(t.pu_order.begin(), t.pu_order.end());
+  EXPECT_EQ(unique.size(), t.pu_order.size()) << "a PU appears twice";
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  for (unsigned pu : t.pu_order) EXPECT_TRUE(CPU_ISSET(pu, &allowed)) << "PU " << pu << " is not ours to use";
+  EXPECT_EQ(CPU_COUNT(&allowed), t.pus);
+  EXPECT_FALSE(t.summary.empty());
+}
+
+TEST(Topology, PinningMovesTheThread) {
+  const CpuTopology& t = cpu_topology();
+  for (int slot = 0; slot < t.pus; ++slot) {
+    std::thread th([&] {
+      ASSERT_TRUE(pin_current_thread(slot));
+      cpu_set_t set;
+      ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof set, &set), 0);
+      EXPECT_EQ(CPU_COUNT(&set), 1);
+      EXPECT_TRUE(CPU_ISSET(t.pu_order[static_cast<size_t>(slot)], &set));
+      std::this_thread::yield();
+      EXPECT_EQ(sched_getcpu(), static_cast<int>(t.pu_order[static_cast<size_t>(slot)]));
+    });
+    th.join();
+  }
+}
+
+TEST(Topology, ShapeNamesEveryPuAndItsGroups) {
+  const CpuTopology& t = cpu_topology();
+  ASSERT_EQ(t.pu_info.size(), t.pu_order.size());
+  for (size_t i = 0; i < t.pu_info.size(); ++i) EXPECT_EQ(t.pu_info[i].os_index, t.pu_order[i]);
+  const std::string shape = t.shape();
+  EXPECT_EQ(shape.rfind("pus=", 0), 0u) << shape;
+  EXPECT_NE(shape.find(";l3="), std::string::npos) << shape;
+  // The key carries the CPU, the PU count and a hash of the shape.
+  const std::string key = host_shape_key(t);
+  EXPECT_NE(key.find(str_cat("-", t.pus, "pu-")), std::string::npos) << key;
+  EXPECT_NE(key.find(measure_isa()), std::string::npos) << key;
+}
+
+// A map written by hand: two PUs, cross reads 5x local, 300 ns hand-offs.
+const char kTwoPus[] = R"({"version": 1, "pus": [{"os_index": 0}, {"os_index": 1}],
+  "read_cost": [[10, 50], [50, 10]], "handoff_ns": [[0, 300], [300, 0]]})";
+
+TEST(HostMap, ParsesAWrittenMapWithDefaults) {
+  auto m = host_map_from_json(kTwoPus, "test");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_EQ(m->size(), 2);
+  EXPECT_DOUBLE_EQ(m->read_cost(1, 0, 128), 50);
+  EXPECT_DOUBLE_EQ(m->read_cost(1, 0, 1), 50);  // one size: every size
+  EXPECT_DOUBLE_EQ(m->crossing_ns_per_kb(1, 0, 4096), 40);
+  EXPECT_DOUBLE_EQ(m->crossing_ns_per_kb(0, 0, 128), 0);
+  EXPECT_DOUBLE_EQ(m->handoff_us(0, 1), 0.3);
+  EXPECT_EQ(m->share(0, 0), Sharing::kSelf);
+  EXPECT_EQ(m->share(0, 1), Sharing::kNone);
+  EXPECT_DOUBLE_EQ(m->fma_together[1], 1);
+  EXPECT_EQ(m->age_days(2000000000), 0);  // written, not measured
+}
+
+TEST(HostMap, RoundTripsThroughJson) {
+  HostMap m = host_map_uniform(3, 10, 30, 250);
+  m.sizes_kb = {16, 1024};
+  m.read_ns_per_kb = {m.read_ns_per_kb[0], m.read_ns_per_kb[0]};
+  for (double& v : m.read_ns_per_kb[1]) v *= 2;
+  m.rewrite_ns_per_kb = {std::vector<double>(9, 5), std::vector<double>(9, 7)};
+  m.rewrite_ns_per_kb[0][1] = 45;  // PU 0 rewriting what PU 1 read: +40
+  m.sharing[1] = m.sharing[3] = Sharing::kL3;
+  m.pus[2].fma_gflops = 116.4;
+  m.pus[2].mem_gbps = 31.5;
+  m.measured_at = 1790000000;
+  m.notes = {"a note"};
+  auto back = host_map_from_json(host_map_to_json(m), "round trip");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->key, m.key);
+  EXPECT_EQ(back->sizes_kb, m.sizes_kb);
+  EXPECT_EQ(back->read_ns_per_kb, m.read_ns_per_kb);
+  EXPECT_EQ(back->rewrite_ns_per_kb, m.rewrite_ns_per_kb);
+  EXPECT_EQ(back->handoff_ns, m.handoff_ns);
+  EXPECT_EQ(back->sharing, m.sharing);
+  EXPECT_EQ(back->notes, m.notes);
+  EXPECT_EQ(back->measured_at, m.measured_at);
+  EXPECT_DOUBLE_EQ(back->pus[2].fma_gflops, 116.4);
+  EXPECT_EQ(back->digest(), m.digest());
+  // Interpolation on log size: halfway between 16 and 1024 KB is 128 KB.
+  EXPECT_NEAR(back->read_cost(1, 0, 128), 45, 1e-9);
+  EXPECT_NEAR(back->read_cost(1, 0, 8), 30, 1e-9);      // clamped below
+  EXPECT_NEAR(back->read_cost(1, 0, 65536), 60, 1e-9);  // clamped above
+  // Crossing is the reader's excess; the writer's excess is apart.
+  EXPECT_NEAR(back->crossing_ns_per_kb(1, 0, 16), 20, 1e-9);
+  EXPECT_NEAR(back->rewrite_premium_ns_per_kb(0, 1, 16), 40, 1e-9);
+  EXPECT_NEAR(back->rewrite_premium_ns_per_kb(1, 0, 16), 0, 1e-9);
+}
+
+TEST(HostMap, RejectsMalformedMapsNamingTheField) {
+  struct Case {
+    const char* json;
+    const char* field;
+  };
+  const Case cases[] = {
+      {"not json", "not valid JSON"},
+      {"[1, 2]", "expected a JSON object"},
+      {R"({"pus": [{}], "read_cost": [[1]]})", "version: missing"},
+      {R"({"version": 99, "pus": [{}], "read_cost": [[1]]})", "version: 99"},
+      {R"({"version": 1, "read_cost": [[1]]})", "pus: missing"},
+      {R"({"version": 1, "pus": [], "read_cost": []})", "pus: expected a list"},
+      {R"({"version": 1, "pus": [{}, {}]})", "read_cost: missing"},
+      {R"({"version": 1, "pus": [{}, {}], "read_cost": [[1, 2]]})", "read_cost: expected 2 rows"},
+      {R"({"version": 1, "pus": [{}, {}], "read_cost": [[1, 2], [3]]})", "read_cost[1]: expected 2 numbers"},
+      {R"({"version": 1, "pus": [{}, {}], "read_cost": [[1, 2], [3, "x"]]})", "read_cost[1][1]: expected a number"},
+      {R"({"version": 1, "pus": [{}, {}], "read_cost": [[1, 2], [3, -4]]})", "read_cost_by_size: -4"},
+      {R"({"version": 1, "pus": [{}, {}], "read_cost": [[1, 2], [3, 0]]})", "read_cost_by_size: 0"},
+      {R"({"version": 1, "pus": [{"os_index": -3}], "read_cost": [[1]]})", "pus[0].os_index: -3"},
+      {R"({"version": 1, "pus": [{}], "read_cost": [[1]], "handoff_ns": [[1e300]]})", "handoff_ns: 1e+300"},
+      {R"({"version": 1, "pus": [{}], "read_cost": [[1]], "sizes_kb": [16, 8], "read_cost_by_size": [[[1]], [[1]]]})",
+       "sizes_kb: sizes must be positive and ascending"},
+      {R"({"version": 1, "pus": [{}], "sizes_kb": [16, 32], "read_cost": [[1]]})", "read_cost_by_size: missing"},
+      {R"({"version": 1, "pus": [{}], "read_cost": [[1]], "sharing": [["far"]]})", "sharing[0][0]: 'far'"},
+      {R"({"version": 1, "pus": [{}], "read_cost": [[1]], "noisy": 1})", "noisy: expected true or false"},
+  };
+  for (const Case& c : cases) {
+    auto m = host_map_from_json(c.json, "map.json");
+    ASSERT_FALSE(m.ok()) << c.json;
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument) << c.json;
+    EXPECT_NE(m.status().message().find("map.json"), std::string::npos) << m.status().message();
+    EXPECT_NE(m.status().message().find(c.field), std::string::npos) << m.status().message();
+  }
+}
+
+TEST(HostMap, AnswersDistancesBetweenPlaces) {
+  HostMap m = host_map_uniform(2, 10, 40, 100);
+  m.pus[1].mem_gbps = 1e6 / 1024 / 50;  // 50 ns per KB
+  using K = Place::Kind;
+  EXPECT_DOUBLE_EQ(*m.distance({K::kPu, 0}, {K::kPu, 1}), 40);
+  EXPECT_DOUBLE_EQ(*m.distance({K::kPu, 1}, {K::kPu, 1}), 10);
+  EXPECT_NEAR(*m.distance({K::kNuma, 0}, {K::kPu, 1}), 50, 1e-9);
+  EXPECT_EQ(m.distance({K::kNuma, 0}, {K::kPu, 0}).status().code(), StatusCode::kNotFound);  // not measured
+  EXPECT_EQ(m.distance({K::kPu, 0}, {K::kPu, 7}).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(m.distance({K::kDevice, 0}, {K::kPu, 0}).status().code(), StatusCode::kNotFound);
+}
+
+// The digest moves when what the planner concludes moves (sharing, a
+// crossing cost twice as high), not with a few percent of noise.
+TEST(HostMap, DigestFollowsConclusionsNotNoise) {
+  const HostMap a = host_map_uniform(2, 10, 30, 200);
+  HostMap noisy = a, far = a, sibling = a;
+  for (double& v : noisy.read_ns_per_kb[0]) v *= 1.05;
+  far.read_ns_per_kb[0][1] = far.read_ns_per_kb[0][2] = 90;
+  sibling.sharing[1] = sibling.sharing[2] = Sharing::kCore;
+  EXPECT_EQ(noisy.digest(), a.digest());
+  EXPECT_NE(far.digest(), a.digest());
+  EXPECT_NE(sibling.digest(), a.digest());
+}
+
+// A cached map is trusted only while a fresh fingerprint agrees with it.
+TEST(HostMap, FingerprintInvalidatesAStaleMap) {
+  HostMap m = host_map_uniform(2, 10, 30, 200);
+  HostFingerprint f;
+  f.valid = true;
+  f.handoff_ns = 250;
+  f.fma_together = 0.98;
+  std::string why;
+  EXPECT_TRUE(host_map_matches(m, f, &why));
+  f.handoff_ns = 700;  // 3.5x the map's
+  EXPECT_FALSE(host_map_matches(m, f, &why));
+  EXPECT_NE(why.find("hand-off"), std::string::npos) << why;
+  f.handoff_ns = 200;
+  f.fma_together = 0.5;  // the two PUs now share a core
+  EXPECT_FALSE(host_map_matches(m, f, &why));
+  EXPECT_NE(why.find("now share"), std::string::npos) << why;
+  f.valid = false;  // one PU: nothing to compare
+  EXPECT_TRUE(host_map_matches(m, f, &why));
+}
+
+struct TempDir {
+  TempDir() : path((fs::temp_directory_path() / str_cat("tessera_topo_", ::getpid())).string()) {
+    fs::remove_all(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string path;
+};
+
+// Measured once, then read from the cache keyed by the host's shape; a
+// corrupt or foreign cache file is measured again; TESSERA_HOST_MAP and
+// `file` take a map as given.
+TEST(HostMap, ObtainMeasuresCachesAndHonoursGivenFiles) {
+  TempDir dir;
+  HostMapOptions o;
+  o.cache_dir = dir.path;
+  o.reps = 3;
+  o.verify = false;  // this test must not depend on the host staying quiet
+  size_t stages = 0;
+  o.progress = [&](std::string_view, size_t done, size_t total) {
+    ++stages;
+    EXPECT_LE(done, total);
+  };
+  auto first = host_map_obtain(o);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_EQ(first->origin, "measured");
+  EXPECT_GE(stages, static_cast<size_t>(cpu_topology().pus));
+  ASSERT_TRUE(first->validate().ok()) << first->validate().to_string();
+  EXPECT_EQ(first->size(), cpu_topology().pus);
+  EXPECT_EQ(first->key, host_shape_key(cpu_topology()));
+  for (int p = 0; p < first->size(); ++p) {
+    EXPECT_EQ(first->share(p, p), Sharing::kSelf);
+    EXPECT_GT(first->pus[static_cast<size_t>(p)].fma_gflops, 0);
+    EXPECT_GT(first->pus[static_cast<size_t>(p)].mem_gbps, 0);
+  }
+  const std::string path = host_map_cache_path(dir.path);
+  ASSERT_TRUE(fs::exists(path));
+  auto second = host_map_obtain(o);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->origin, "cache");
+  EXPECT_EQ(second->read_ns_per_kb, host_map_read(path)->read_ns_per_kb);
+
+  std::ofstream(path) << "{ truncated";
+  auto third = host_map_obtain(o);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->origin, "measured");
+  ASSERT_FALSE(third->notes.empty());
+  EXPECT_NE(third->notes.back().find("not valid JSON"), std::string::npos) << third->notes.back();
+
+  HostMap foreign = host_map_uniform(cpu_topology().pus, 1, 2, 3);  // key "uniform"
+  ASSERT_TRUE(host_map_write(path, foreign).ok());
+  auto fourth = host_map_obtain(o);
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_EQ(fourth->origin, "measured");
+  EXPECT_NE(fourth->notes.back().find("another host shape"), std::string::npos);
+
+  o.refresh = true;
+  EXPECT_EQ(host_map_obtain(o)->origin, "measured");
+
+  const std::string given = dir.path + "/given.json";
+  std::ofstream(given) << kTwoPus;
+  o.file = given;
+  auto from_file = host_map_obtain(o);
+  ASSERT_TRUE(from_file.ok());
+  EXPECT_EQ(from_file->origin, "file " + given);
+  EXPECT_DOUBLE_EQ(from_file->read_cost(1, 0, 128), 50);
+  o.file = "";
+  ::setenv("TESSERA_HOST_MAP", given.c_str(), 1);
+  auto from_env = host_map_obtain(o);
+  ::unsetenv("TESSERA_HOST_MAP");
+  ASSERT_TRUE(from_env.ok());
+  EXPECT_EQ(from_env->origin, "file " + given);
+  o.file = dir.path + "/missing.json";
+  EXPECT_EQ(host_map_obtain(o).status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace tessera
