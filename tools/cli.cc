@@ -1,10 +1,15 @@
 #include "tools/cli.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <sstream>
 
 #include "base/strings.h"
+#include "base/log.h"
 #include "compiler/program.h"
+#include "runtime/plan_runner.h"
+#include "topology/host_map.h"
 
 namespace tessera::cli {
 
@@ -122,7 +127,32 @@ std::vector<OptionSpec> compile_option_specs() {
        "                          (default 0: the whole sequence at once, after the layer below)"},
       {"--no-recurrent-carry", "",
        "project a stacked LSTM layer's input separately instead of inside the steps of the layer below"},
+      {"--host-map", "FILE",
+       "plan for the host this map describes (tessera topo --json; docs/formats/host-map.md)\n"
+       "                          instead of this one's (default: $TESSERA_HOST_MAP, else measured and cached)"},
+      {"--no-measure", "",
+       "policy auto: keep the Plan with the lowest predicted makespan instead of timing the best\n"
+       "                          candidates (fewer vEUs and the 1-vEU Plan among them) in real runs"},
   };
+}
+
+Status prepare_plan(const Args& args, bool pin, HostMap* map, CompileOptions* co) {
+  HostMapOptions o;
+  o.file = args.get("--host-map");
+  bool told = false;
+  o.progress = [&](std::string_view stage, size_t done, size_t total) {
+    if (!told) log_info("measuring this host for the planner (first use; cached for later runs: tessera topo)");
+    told = true;
+    if (!isatty(STDERR_FILENO) || log_level() > LogLevel::kInfo) return;
+    std::fprintf(stderr, "\rmeasuring the host %zu/%zu %-20s", done, total, std::string(stage).c_str());
+    if (done == total) std::fprintf(stderr, "\r%60s\r", "");
+  };
+  TESSERA_ASSIGN_OR_RETURN(*map, host_map_obtain(o));
+  for (const std::string& note : map->notes)
+    if (map->origin == "measured") log_info("host map: ", note);
+  co->host_map = map;
+  if (!args.has("--no-measure")) co->plan_runner = cpu_plan_runner(pin);
+  return Status();
 }
 
 std::vector<OptionSpec> with_compile_options(std::vector<OptionSpec> options) {

@@ -13,6 +13,7 @@
 
 namespace tessera {
 struct CompileOptions;
+struct HostMap;
 }
 
 namespace tessera::cli {
@@ -60,10 +61,15 @@ Status parse_shape_flags(const Args& args, std::map<std::string, Shape>* out);
 
 // The options of every command that compiles a model: --no-profile,
 // --no-variants, --no-fuse, --block-fusion, --no-in-place, --no-lower-recurrent,
-// --recurrent-chunk.
+// --recurrent-chunk, --no-recurrent-carry, --host-map, --no-measure.
 std::vector<OptionSpec> compile_option_specs();
 // `options` followed by compile_option_specs().
 std::vector<OptionSpec> with_compile_options(std::vector<OptionSpec> options);
+// For commands that build a Plan: the host map it is for (--host-map FILE,
+// else $TESSERA_HOST_MAP, else this host's: cached, measured at first use
+// with progress on stderr) into *map, and unless --no-measure the runner
+// that times candidate Plans (its vEUs pinned when `pin`); both into `co`.
+Status prepare_plan(const Args& args, bool pin, HostMap* map, CompileOptions* co);
 // Applies those options to `co` (errors name the bad flag).
 Status apply_compile_flags(const Args& args, CompileOptions* co);
 // The first of those options given, or "": they have no effect on a

@@ -9,6 +9,7 @@
 #include "compiler/executable.h"
 #include "compiler/program.h"
 #include "topology/cpu_topology.h"
+#include "topology/host_map.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 
@@ -56,6 +57,8 @@ int compile_main(int argc, char** argv) {
   if (Status st = cli::apply_compile_flags(a, &co); !st.ok()) return cli::usage_error(kCompile, st.message());
   co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kCompile, st.message());
+  HostMap host_map;
+  if (Status st = cli::prepare_plan(a, /*pin=*/true, &host_map, &co); !st.ok()) return cli::fail(st);
   auto program = compile_onnx(model, co);
   if (!program.ok()) return cli::fail(program.status());
   const Program& p = **program;

@@ -15,6 +15,7 @@
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "topology/cpu_topology.h"
+#include "topology/host_map.h"
 
 namespace tessera::tools {
 namespace {
@@ -124,6 +125,7 @@ int plan_main(int argc, char** argv) {
   if (Status st = cli::apply_compile_flags(a, &co); !st.ok()) return cli::usage_error(kPlan, st.message());
   co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
   Result<std::unique_ptr<Program>> program = failed_precondition("");
+  HostMap host_map;
   if (is_executable_file(a.positional[0])) {
     std::string opt = cli::first_compile_flag(a);
     for (const char* o : {"--veus", "--policy", "--shape"})
@@ -133,6 +135,7 @@ int plan_main(int argc, char** argv) {
                                              " is a compiled Executable"));
     program = load_executable(a.positional[0]);
   } else {
+    if (Status st = cli::prepare_plan(a, /*pin=*/true, &host_map, &co); !st.ok()) return cli::fail(st);
     program = compile_onnx(a.positional[0], co);
   }
   if (!program.ok()) return cli::fail(program.status());
@@ -144,6 +147,15 @@ int plan_main(int argc, char** argv) {
   std::printf("ops        %zu, rTasks %lld\n", p.steps.size(), static_cast<long long>(plan.placements.size()));
   std::printf("waits      %lld, signals %lld\n", static_cast<long long>(plan.waits), static_cast<long long>(plan.signals));
   std::printf("predicted  %.1f us (costs %s)\n", plan.predicted_us, p.costs_measured ? "profiled" : "analytic");
+  if (plan.measured_us > 0) {
+    std::printf("chosen     by timing %zu candidate Plans: %d of %d vEUs ran fastest, median %.1f us\n",
+                plan.candidates.size(), plan.veus, plan.requested_veus, plan.measured_us);
+    for (const Plan::Candidate& c : plan.candidates)
+      std::printf("  %d vEU%s %-14s predicted %9.1f us, measured %9.1f us\n", c.veus, c.veus == 1 ? " " : "s",
+                  std::string(policy_name(c.policy)).c_str(), c.predicted_us, c.measured_us);
+  } else {
+    std::printf("chosen     by predicted makespan (no candidates timed)\n");
+  }
   std::printf("arena      %s (%sB if nothing shared)\n", str_cat(human_count(static_cast<double>(p.memory.arena_bytes)), "B").c_str(),
               human_count(static_cast<double>(p.memory.naive_bytes)).c_str());
   for (int u = 0; u < plan.veus; ++u) {

@@ -9,6 +9,7 @@
 #include "compiler/program.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "topology/host_map.h"
 
 namespace tessera::tools {
 namespace {
@@ -26,6 +27,7 @@ const cli::Command kProfile = {
         {"--top", "N", "show only the N most expensive ops (default: all)"},
         {"--no-fuse", "", "profile the ops unfused (as `tessera run --no-fuse` compiles them)"},
         {"--block-fusion", "", "fuse inverted residual blocks into one op (as `tessera run --block-fusion`)"},
+        {"--host-map", "FILE", "profile for the host this map describes (as `tessera run --host-map`)"},
     },
     "examples:\n  tessera profile build/zoo/resnet18.onnx\n  tessera profile build/zoo/bert_tiny.onnx --shape input_ids=1x64 "
     "--shape attention_mask=1x64 --top 10\n"};
@@ -55,6 +57,12 @@ int profile_main(int argc, char** argv) {
   const Program& p = **program;
   ProfileOptions po;
   po.refresh = a.has("--no-cache");
+  // The same cache as compiles for this host's shape use.
+  HostMapOptions ho;
+  ho.file = a.get("--host-map");
+  auto host = host_map_obtain(ho);
+  if (!host.ok()) return cli::fail(host.status());
+  po.host_tag = host_profile_tag(*host);
   po.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
   auto r = profile_program(p, po);
   if (!r.ok()) return cli::fail(r.status());

@@ -19,6 +19,7 @@
 #include "tools/commands.h"
 #include "tools/trace.h"
 #include "topology/cpu_topology.h"
+#include "topology/host_map.h"
 
 namespace tessera::tools {
 namespace {
@@ -34,9 +35,11 @@ const cli::Command kRun = {
         {"--output-dir", "DIR", "write each output to DIR/<name>.npy"},
         {"--iters", "N", "timed runs (default 10)"},
         {"--warmup", "N", "untimed runs first (default 2)"},
-        {"--threads", "N", "vEUs / worker threads, including the caller (default: all cores)"},
+        {"--threads", "N", "vEUs / worker threads, including the caller (default: all cores); policy auto may\n"
+                           "                          keep a Plan on fewer when it ran faster (see --no-measure)"},
         {"--executor", "NAME", "plan | two-layer | sequential (default plan)"},
-        {"--policy", "NAME", "plan executor's scheduling policy: auto | wavefront | critical-path (default auto)"},
+        {"--policy", "NAME", "plan executor's scheduling policy: auto | wavefront | critical-path (default auto:\n"
+                             "                          both predicted, the best candidates timed; the choice is cached)"},
         {"--no-pin", "", "plan executor: leave threads unpinned (default: vEU i on core i, the caller on core 0)"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
@@ -124,6 +127,46 @@ double percentile(std::vector<double> v, double q) {
   return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
 }
 
+// Per vEU, the median over runs of the time it spent waiting (ms).
+template <typename Runs>
+std::vector<double> runs_wait_ms(const Runs& runs) {
+  std::vector<double> out;
+  for (size_t u = 0; !runs.empty() && u < runs[0].wait_ms.size(); ++u) {
+    std::vector<double> w;
+    for (const auto& r : runs) w.push_back(r.wait_ms[u]);
+    out.push_back(percentile(w, 0.5));
+  }
+  return out;
+}
+
+// The "plan" object of --json: how it was chosen, what it predicts, and
+// per vEU what it predicts and what the runs measured.
+std::string plan_summary_json(const Plan& plan, const std::vector<double>& wait_ms) {
+  std::string s = str_cat("\"plan\":{\"policy\":\"", policy_name(plan.policy), "\",\"veus\":", plan.veus,
+                          ",\"requested_veus\":", plan.requested_veus > 0 ? plan.requested_veus : plan.veus,
+                          ",\"chosen_by\":\"", plan.measured_us > 0 ? "measured" : "predicted", "\",\"predicted_ms\":",
+                          str_fixed(plan.predicted_us / 1e3, 6), ",\"measured_ms\":", str_fixed(plan.measured_us / 1e3, 6),
+                          ",\"waits\":", plan.waits, ",\"candidates\":[");
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    const Plan::Candidate& c = plan.candidates[i];
+    s += str_cat(i ? "," : "", "{\"veus\":", c.veus, ",\"policy\":\"", policy_name(c.policy), "\",\"predicted_ms\":",
+                 str_fixed(c.predicted_us / 1e3, 6), ",\"measured_ms\":", str_fixed(c.measured_us / 1e3, 6), "}");
+  }
+  s += "],\"per_veu\":[";
+  for (int u = 0; u < plan.veus; ++u) {
+    double busy = 0, end = 0;
+    for (const TaskPlacement& t : plan.placements)
+      if (t.veu == u) {
+        busy += t.end_us - t.start_us;
+        end = std::max(end, t.end_us);
+      }
+    s += str_cat(u ? "," : "", "{\"predicted_busy_ms\":", str_fixed(busy / 1e3, 6), ",\"predicted_end_ms\":",
+                 str_fixed(end / 1e3, 6), ",\"measured_wait_ms\":",
+                 str_fixed(static_cast<size_t>(u) < wait_ms.size() ? wait_ms[static_cast<size_t>(u)] : 0.0, 6), "}");
+  }
+  return s + "]}";
+}
+
 std::string preview(const Tensor& t) {
   int64_t n = t.numel();
   std::string s = "[";
@@ -176,12 +219,15 @@ int run_main(int argc, char** argv) {
   if (a.has("--trace") && so.executor != Executor::kPlan) return cli::usage_error(kRun, "--trace needs the plan executor");
 
   CompileOptions co;
+  HostMap host_map;
   if (Status st = cli::apply_compile_flags(a, &co); !st.ok()) return cli::usage_error(kRun, st.message());
   if (so.executor == Executor::kPlan) {
     co.build_plan = true;
     co.schedule.policy = policy;
     co.schedule.veus = so.threads > 0 ? so.threads : cpu_topology().cores;  // one vEU per core
     co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
+    if (!is_executable_file(model))
+      if (Status st = cli::prepare_plan(a, so.pin, &host_map, &co); !st.ok()) return cli::fail(st);
   } else {
     co.profile = false;  // the profile costs a Plan's rTasks
     co.variants = false;
@@ -358,10 +404,13 @@ int run_main(int argc, char** argv) {
     if (ec) return cli::fail(invalid_argument(str_cat("cannot create --output-dir '", out_dir, "': ", ec.message())));
   }
   std::string outputs_json;
-  std::string how = session.program().plan
-                        ? str_cat("plan (", policy_name(session.program().plan->policy), ", predicted ",
-                                  std::round(session.program().plan->predicted_us) / 1000, " ms)")
-                        : std::string(executor_name(session.executor()));
+  std::string how = std::string(executor_name(session.executor()));
+  if (const auto& plan = session.program().plan) {
+    how = str_cat("plan (", policy_name(plan->policy), ", predicted ", std::round(plan->predicted_us) / 1000, " ms");
+    if (plan->requested_veus > plan->veus)
+      how += str_cat("; ", plan->veus, " of ", plan->requested_veus, " vEUs: fastest when the candidates were timed");
+    how += ")";
+  }
   log_info("executor ", how, ", ", session.threads(), " thread(s); latency over ", *iters,
            " runs: median ", str_cat(std::round(lmed * 1000) / 1000), " ms (min ", str_cat(std::round(lmin * 1000) / 1000),
            ", p90 ", str_cat(std::round(lp90 * 1000) / 1000), ", max ", str_cat(std::round(lmax * 1000) / 1000), ")");
@@ -391,13 +440,7 @@ int run_main(int argc, char** argv) {
       runs_json += "]}";
     }
     std::string plan_json;
-    if (const auto& plan = session.program().plan) {
-      char buf[160];
-      std::snprintf(buf, sizeof buf, ",\"plan\":{\"policy\":\"%s\",\"veus\":%d,\"predicted_ms\":%.6f,\"waits\":%lld}",
-                    std::string(policy_name(plan->policy)).c_str(), plan->veus, plan->predicted_us / 1e3,
-                    static_cast<long long>(plan->waits));
-      plan_json = buf;
-    }
+    if (const auto& plan = session.program().plan) plan_json = "," + plan_summary_json(*plan, runs_wait_ms(runs));
     std::printf(
         "{\"model\":\"%s\",\"executor\":\"%s\",\"threads\":%d,\"iters\":%lld,"
         "\"latency_ms\":{\"min\":%.6f,\"median\":%.6f,\"p90\":%.6f,\"max\":%.6f}%s,\"outputs\":[%s],"

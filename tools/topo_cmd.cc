@@ -27,7 +27,7 @@ const cli::Command kTopo = {
     "checked against a quick fingerprint before a cached map is trusted.",
     {
         {"--json", "", "print the map as one JSON object (fields as in docs/formats/host-map.md, plus origin,\n"
-                       "                          age_days and conclusions)"},
+                       "                          age_days, digest and conclusions)"},
         {"--refresh", "", "measure again, even when the cache holds a map"},
         {"--host-map", "FILE", "show this map instead of this host's (also $TESSERA_HOST_MAP)"},
         {"--quiet", "", "no progress on stderr"},
@@ -67,6 +67,7 @@ void print_text(const HostMap& m) {
   const int64_t now = static_cast<int64_t>(std::time(nullptr));
   std::printf("host map  %s\n", m.key.c_str());
   std::printf("cpu       %s\n", m.cpu.c_str());
+  std::printf("digest    %s (what the planner concludes; plan choices are cached under it)\n", m.digest().c_str());
   std::printf("from      %s; measured %s", m.origin.c_str(), when(m.measured_at).c_str());
   if (m.measured_at > 0) std::printf(" (%s days ago, in %s s)", str_fixed(m.age_days(now), 1).c_str(), str_fixed(m.measure_s, 1).c_str());
   std::printf("\ncaches    sharing from %s%s\n", m.groups_from.c_str(), m.noisy ? "; NOISY while measured" : "");
@@ -109,6 +110,7 @@ int topo_main(int argc, char** argv) {
   if (a.has("--json")) {
     nlohmann::json j = nlohmann::json::parse(host_map_to_json(*m));
     j["origin"] = m->origin;
+    j["digest"] = m->digest();
     j["age_days"] = std::round(m->age_days(static_cast<int64_t>(std::time(nullptr))) * 100) / 100;
     j["conclusions"] = host_map_conclusions(*m);
     std::printf("%s\n", j.dump(1).c_str());

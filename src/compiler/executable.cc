@@ -186,6 +186,16 @@ Status write_executable(const Program& p, const std::string& path) {
     w.f64(t.start_us);
     w.f64(t.end_us);
   }
+  // How the Plan was chosen (compiler/plan_choice.h).
+  w.u32(static_cast<uint32_t>(plan.requested_veus > 0 ? plan.requested_veus : plan.veus));
+  w.f64(plan.measured_us);
+  w.u32(static_cast<uint32_t>(plan.candidates.size()));
+  for (const Plan::Candidate& c : plan.candidates) {
+    w.u32(static_cast<uint32_t>(c.veus));
+    w.u8(static_cast<uint8_t>(c.policy));
+    w.f64(c.predicted_us);
+    w.f64(c.measured_us);
+  }
   const std::string& meta = w.bytes;
   const uint64_t meta_offset = kExecutableHeaderBytes;
   const uint64_t weights_offset = (meta_offset + meta.size() + 63) / 64 * 64;
@@ -337,6 +347,7 @@ class Loader {
   Status err(const std::string& what) const { return invalid_argument(str_cat(name_, ": ", what)); }
   Status bad(const Reader& r) const { return err(str_cat("corrupt executable: ", r.what())); }
   Status read_attribute(Reader& r, std::string* key, Attribute* a);
+  Status read_choice(Reader& r, Plan* plan);
 
   const char* base_;
   size_t size_;
@@ -344,6 +355,37 @@ class Loader {
   std::shared_ptr<void> owner_;
   LoadOptions options_;
 };
+
+// The record of how the Plan was chosen: the vEUs asked for (at least the
+// Plan's), its measured median (0: chosen by prediction) and each
+// candidate timed.
+Status Loader::read_choice(Reader& r, Plan* plan) {
+  const uint32_t requested = r.u32("requested vEUs");
+  const double measured = r.f64("measured makespan");
+  const uint64_t n = r.count("plan candidates", r.u32("candidate count"), 21);
+  if (!r.ok()) return bad(r);
+  if (requested < static_cast<uint32_t>(plan->veus) || requested > kMaxVeus)
+    return err(str_cat("requested vEU count ", requested, " is out of range (", plan->veus, " to ", kMaxVeus, ")"));
+  if (!std::isfinite(measured) || measured < 0) return err("measured makespan is not a finite time");
+  plan->requested_veus = static_cast<int>(requested);
+  plan->measured_us = measured;
+  for (uint64_t i = 0; i < n; ++i) {
+    Plan::Candidate c;
+    const uint32_t veus = r.u32("candidate");
+    const uint8_t policy = r.u8("candidate");
+    c.predicted_us = r.f64("candidate");
+    c.measured_us = r.f64("candidate");
+    if (!r.ok()) return bad(r);
+    if (veus < 1 || veus > requested || (policy != static_cast<uint8_t>(Policy::kWavefront) &&
+                                         policy != static_cast<uint8_t>(Policy::kCriticalPath)) ||
+        !std::isfinite(c.predicted_us) || c.predicted_us < 0 || !std::isfinite(c.measured_us) || c.measured_us < 0)
+      return err(str_cat("plan candidate ", i, " is out of range"));
+    c.veus = static_cast<int>(veus);
+    c.policy = static_cast<Policy>(policy);
+    plan->candidates.push_back(c);
+  }
+  return Status();
+}
 
 Status Loader::read_attribute(Reader& r, std::string* key, Attribute* a) {
   *key = r.str("attribute name");
@@ -681,6 +723,7 @@ Result<std::unique_ptr<Program>> Loader::run() {
         !std::isfinite(t.start_us) || !std::isfinite(t.end_us) || t.start_us > t.end_us)
       return err("a predicted timeline entry is out of range");
   }
+  TESSERA_RETURN_IF_ERROR(read_choice(r, &plan));
   if (r.left() != 0) return err(str_cat(r.left(), " unexpected bytes after the Plan"));
 
   // Memory plan: every runtime value inside the arena, 64-byte aligned, and

@@ -10,6 +10,7 @@
 #include "base/strings.h"
 #include "compiler/program.h"
 #include "ir/ops/op_registry.h"
+#include "topology/host_map.h"
 
 namespace tessera {
 
@@ -40,11 +41,57 @@ bool Plan::happens_before(int a, int b) const {
   return true;
 }
 
+VeuCosts VeuCosts::uniform(int veus, double handoff) {
+  VeuCosts c;
+  c.veus = veus;
+  c.handoff_us.assign(static_cast<size_t>(veus) * static_cast<size_t>(veus), handoff);
+  for (int u = 0; u < veus; ++u) c.handoff_us[static_cast<size_t>(u * veus + u)] = 0;
+  c.sizes_kb = {HostMap::kTypicalKb};
+  c.crossing_us_per_kb.assign(1, std::vector<double>(static_cast<size_t>(veus) * static_cast<size_t>(veus), 0.0));
+  c.crossing_free = true;
+  return c;
+}
+
+VeuCosts VeuCosts::from_host_map(const HostMap& m, int veus) {
+  VeuCosts c = uniform(veus);
+  const int n = m.size();
+  c.sizes_kb = m.sizes_kb;
+  c.crossing_us_per_kb.assign(m.sizes_kb.size(), std::vector<double>(static_cast<size_t>(veus) * static_cast<size_t>(veus), 0.0));
+  c.crossing_free = true;
+  for (int u = 0; u < veus; ++u)
+    for (int v = 0; v < veus; ++v) {
+      if (u == v) continue;
+      const int a = u % n, b = v % n;  // more vEUs than PUs: they take turns
+      const size_t i = static_cast<size_t>(u * veus + v);
+      if (a != b) c.handoff_us[i] = m.handoff_us(a, b);
+      for (size_t s = 0; s < m.sizes_kb.size(); ++s) {
+        c.crossing_us_per_kb[s][i] = m.crossing_ns_per_kb(a, b, m.sizes_kb[s]) / 1e3;
+        if (c.crossing_us_per_kb[s][i] > 0) c.crossing_free = false;
+      }
+    }
+  return c;
+}
+
+double VeuCosts::crossing_us(int reader, int writer, double bytes, double tensor_bytes) const {
+  if (crossing_free || reader == writer || bytes <= 0) return 0;
+  const size_t i = static_cast<size_t>(reader * veus + writer);
+  const double kb = tensor_bytes / 1024;
+  double per_kb;
+  if (sizes_kb.size() == 1 || kb <= sizes_kb.front()) {
+    per_kb = crossing_us_per_kb.front()[i];
+  } else if (kb >= sizes_kb.back()) {
+    per_kb = crossing_us_per_kb.back()[i];
+  } else {
+    size_t s = 1;
+    while (sizes_kb[s] < kb) ++s;
+    const double f = std::log(kb / sizes_kb[s - 1]) / std::log(sizes_kb[s] / sizes_kb[s - 1]);
+    per_kb = crossing_us_per_kb[s - 1][i] * (1 - f) + crossing_us_per_kb[s][i] * f;
+  }
+  return per_kb * bytes / 1024;
+}
+
 namespace {
 
-// A cross-vEU hand-off costs about this much (a spin hand-off between two
-// vCPUs measures ~0.2 µs here).
-constexpr double kHandoffUs = 0.2;
 // Fixed cost of dispatching one rTask.
 constexpr double kTaskOverheadUs = 0.03;
 // Writing a cache line another core has read since it was last written
@@ -60,19 +107,21 @@ constexpr double kTaskOverheadUs = 0.03;
 class Parts {
  public:
   Parts(int64_t tasks, int veus) : used_(static_cast<size_t>(tasks), 0), veus_(veus) {}
-  int64_t take(int veu) {
+  // The part take(veu) would return.
+  int64_t peek(int veu) const {
     const int64_t T = static_cast<int64_t>(used_.size());
     int64_t any = -1;
     for (int64_t t = 0; t < T; ++t) {
       if (used_[t]) continue;
-      if (static_cast<int>(t * veus_ / T) == veu) {
-        used_[t] = 1;
-        return t;
-      }
+      if (static_cast<int>(t * veus_ / T) == veu) return t;
       if (any < 0) any = t;
     }
-    used_[any] = 1;
     return any;
+  }
+  int64_t take(int veu) {
+    const int64_t t = peek(veu);
+    used_[t] = 1;
+    return t;
   }
 
  private:
@@ -93,11 +142,99 @@ struct Orders {
   std::vector<std::pair<int32_t, int32_t>> global;  // (veu, index)
 };
 
+// Where each part of each step runs, and what an rTask pays to read the
+// parts of its inputs made on other vEUs (VeuCosts). Graph inputs count
+// as made on vEU 0, whose thread copies them in.
+class DataModel {
+ public:
+  DataModel(const Program& p, const VeuCosts& c) : c_(c), U_(c.veus) {
+    const size_t n = p.steps.size();
+    in_.resize(n);
+    tasks_.resize(n);
+    out_.resize(n);
+    part_veu_.resize(n);
+    on_.assign(n * static_cast<size_t>(U_), 0);
+    if (c_.crossing_free) return;  // nothing to charge: skip the bookkeeping
+    std::unordered_map<const Value*, int> producer;
+    for (size_t s = 0; s < n; ++s)
+      for (const Value* v : p.steps[s].node->outputs) producer[v] = static_cast<int>(s);
+    for (size_t s = 0; s < n; ++s) {
+      const Step& st = p.steps[s];
+      tasks_[s] = st.op->tasks();
+      out_[s] = st.op->output_access();
+      part_veu_[s].assign(static_cast<size_t>(tasks_[s]), -1);
+      for (size_t i = 0; i < st.node->inputs.size(); ++i) {
+        const Value* v = st.node->inputs[i];
+        if (v == nullptr || v->is_constant()) continue;
+        auto it = producer.find(v);
+        const double bytes = static_cast<double>(v->shape.numel()) * static_cast<double>(dtype_size(v->dtype));
+        in_[s].push_back({it == producer.end() ? -1 : it->second, bytes, st.op->input_access(i)});
+      }
+    }
+  }
+
+  void place(int s, int64_t t, int u) {
+    if (c_.crossing_free) return;
+    part_veu_[static_cast<size_t>(s)][static_cast<size_t>(t)] = u;
+    ++on_[static_cast<size_t>(s) * U_ + u];
+  }
+
+  // µs that part t of step s pays on vEU u for its inputs made elsewhere.
+  double comm(int s, int64_t t, int u) const {
+    if (c_.crossing_free) return 0;
+    const double Ts = static_cast<double>(tasks_[static_cast<size_t>(s)]);
+    double us = 0;
+    for (const In& in : in_[static_cast<size_t>(s)]) {
+      const double share = in.access == Access::kWhole ? 1.0 : 1.0 / Ts;
+      if (in.producer < 0) {
+        us += c_.crossing_us(u, 0, share * in.bytes, in.bytes);
+        continue;
+      }
+      const size_t q = static_cast<size_t>(in.producer);
+      const int64_t Tq = tasks_[q];
+      if (in.access == Access::kRange && out_[q] == Access::kRange) {
+        // Producer parts overlapping [t, t + 1) / Ts, in units of 1 / Tq.
+        const double lo = static_cast<double>(t) * static_cast<double>(Tq) / Ts;
+        const double hi = static_cast<double>(t + 1) * static_cast<double>(Tq) / Ts;
+        for (int64_t pp = static_cast<int64_t>(lo); pp < Tq && static_cast<double>(pp) < hi; ++pp) {
+          const double overlap = std::min(hi, static_cast<double>(pp + 1)) - std::max(lo, static_cast<double>(pp));
+          const int v = part_veu_[q][static_cast<size_t>(pp)];
+          if (overlap > 0 && v >= 0 && v != u)
+            us += c_.crossing_us(u, v, overlap / static_cast<double>(Tq) * in.bytes, in.bytes);
+        }
+        continue;
+      }
+      for (int v = 0; v < U_; ++v) {
+        const int32_t k = on_[q * U_ + v];
+        if (v != u && k > 0)
+          us += c_.crossing_us(u, v, share * in.bytes * k / static_cast<double>(Tq), in.bytes);
+      }
+    }
+    return us;
+  }
+
+ private:
+  struct In {
+    int producer;  // step; -1: a graph input
+    double bytes;
+    Access access;
+  };
+  const VeuCosts& c_;
+  const int U_;
+  std::vector<std::vector<In>> in_;
+  std::vector<int64_t> tasks_;
+  std::vector<Access> out_;
+  std::vector<std::vector<int32_t>> part_veu_;
+  std::vector<int32_t> on_;  // [step * U + vEU]: parts placed there
+};
+
 // ------------------------------------------------------------- policies ---
 
 // Rammer's wavefront: BFS levels of ops; each wave's rTasks, longest
-// first, go to the vEU that frees up first.
-Orders wavefront(const Program& p, const std::vector<std::vector<int>>& preds, const std::vector<double>& cost, int U) {
+// first, go to the vEU where they end first (the one that frees up first
+// when crossing vEUs is free).
+Orders wavefront(const Program& p, const std::vector<std::vector<int>>& preds, const std::vector<double>& cost,
+                 DataModel& data, int U) {
   const int n = static_cast<int>(p.steps.size());
   std::vector<int> level(n, 0);
   int max_level = 0;
@@ -121,9 +258,19 @@ Orders wavefront(const Program& p, const std::vector<std::vector<int>>& preds, c
     std::fill(free_at.begin(), free_at.end(), start);
     std::unordered_map<int32_t, Parts> parts;
     for (TaskRef t : tasks) {
-      int u = static_cast<int>(std::min_element(free_at.begin(), free_at.end()) - free_at.begin());
-      t.task = parts.try_emplace(t.step, p.steps[t.step].op->tasks(), U).first->second.take(u);
-      free_at[u] += cost[t.step];
+      Parts& part = parts.try_emplace(t.step, p.steps[t.step].op->tasks(), U).first->second;
+      int u = 0;
+      double best = 1e300;
+      for (int v = 0; v < U; ++v) {
+        const double end = free_at[v] + data.comm(t.step, part.peek(v), v);
+        if (end < best) {
+          best = end;
+          u = v;
+        }
+      }
+      t.task = part.take(u);
+      data.place(t.step, t.task, u);
+      free_at[u] = best + cost[t.step];
       o.global.push_back({u, static_cast<int32_t>(o.per_veu[u].size())});
       o.per_veu[u].push_back(t);
     }
@@ -133,9 +280,10 @@ Orders wavefront(const Program& p, const std::vector<std::vector<int>>& preds, c
 
 // Critical path (HEFT-like list scheduling): among ready rTasks, the one with
 // the longest path to the exit goes first, onto the vEU where it finishes
-// earliest given when its inputs are ready there.
+// earliest given when its inputs are ready there (a hand-off later on
+// another vEU) and what reading them there costs.
 Orders critical_path(const Program& p, const std::vector<std::vector<int>>& preds, const std::vector<double>& cost,
-                     int U) {
+                     const VeuCosts& vc, DataModel& data, int U) {
   const int n = static_cast<int>(p.steps.size());
   std::vector<std::vector<int>> succs(n);
   for (int s = 0; s < n; ++s)
@@ -168,7 +316,7 @@ Orders critical_path(const Program& p, const std::vector<std::vector<int>>& pred
       for (int u = 0; u < U; ++u) pred_end[u] = std::max(pred_end[u], end_on[q][u]);
     for (int u = 0; u < U; ++u) {
       double r = 0;
-      for (int v = 0; v < U; ++v) r = std::max(r, pred_end[v] + (v == u ? 0.0 : (pred_end[v] > 0 ? kHandoffUs : 0.0)));
+      for (int v = 0; v < U; ++v) r = std::max(r, pred_end[v] + (v == u ? 0.0 : (pred_end[v] > 0 ? vc.handoff(v, u) : 0.0)));
       data_ready[u] = r;
     }
     const int64_t T = p.steps[s].op->tasks();
@@ -177,13 +325,14 @@ Orders critical_path(const Program& p, const std::vector<std::vector<int>>& pred
       int best = 0;
       double best_end = 1e300;
       for (int u = 0; u < U; ++u) {
-        double e = std::max(free_at[u], data_ready[u]) + cost[s];
+        double e = std::max(free_at[u], data_ready[u]) + cost[s] + data.comm(s, parts.peek(u), u);
         if (e < best_end - 1e-12) {
           best_end = e;
           best = u;
         }
       }
       const int64_t t = parts.take(best);
+      data.place(s, t, best);
       free_at[best] = best_end;
       end_on[s][best] = std::max(end_on[s][best], best_end);
       o.global.push_back({best, static_cast<int32_t>(o.per_veu[best].size())});
@@ -235,7 +384,10 @@ Orders random_schedule(const Program& p, const std::vector<std::vector<int>>& pr
 // Turns per-vEU orders into a Plan: waits (transitively reduced with vector
 // clocks), signals, predicted timeline, happens-before summaries.
 Plan finalize(const Program& p, const std::vector<std::vector<int>>& preds, const std::vector<double>& cost,
-              const Orders& o, int U, Policy policy) {
+              const VeuCosts& vc, const Orders& o, int U, Policy policy) {
+  DataModel data(p, vc);  // placements from the final orders
+  for (int u = 0; u < U; ++u)
+    for (const TaskRef& t : o.per_veu[u]) data.place(t.step, t.task, u);
   const int n = static_cast<int>(p.steps.size());
   Plan plan;
   plan.veus = U;
@@ -298,9 +450,9 @@ Plan finalize(const Program& p, const std::vector<std::vector<int>>& preds, cons
       for (int v = 0; v < U; ++v) {
         int32_t d = plan.done[static_cast<size_t>(q) * U + v];
         if (d == 0) continue;
-        start = std::max(start, end_time[v][d - 1] + (v == u ? 0.0 : kHandoffUs));
+        start = std::max(start, end_time[v][d - 1] + (v == u ? 0.0 : vc.handoff(v, u)));
       }
-    double end = start + cost[t.step];
+    double end = start + cost[t.step] + data.comm(t.step, t.task, u);
     end_time[u][i] = end;
     free_at[u] = end;
     c[u] = i + 1;
@@ -375,20 +527,50 @@ Result<Plan> schedule(const Program& p, const std::vector<double>& cost, const S
     return invalid_argument(str_cat("vEU count ", options.veus, " is out of range (1 to 256)"));
   if (cost.size() != p.steps.size()) return internal_error("one cost per step is needed");
   const int U = options.veus;
+  const VeuCosts uniform = options.costs ? VeuCosts() : VeuCosts::uniform(U);
+  const VeuCosts& vc = options.costs ? *options.costs : uniform;
+  if (vc.veus != U) return internal_error(str_cat("a cost model for ", vc.veus, " vEUs cannot schedule ", U));
   auto preds = step_predecessors(p);
+  auto wave = [&] {
+    DataModel data(p, vc);
+    return finalize(p, preds, cost, vc, wavefront(p, preds, cost, data, U), U, Policy::kWavefront);
+  };
+  auto cp = [&] {
+    DataModel data(p, vc);
+    return finalize(p, preds, cost, vc, critical_path(p, preds, cost, vc, data, U), U, Policy::kCriticalPath);
+  };
   switch (options.policy) {
-    case Policy::kWavefront: return finalize(p, preds, cost, wavefront(p, preds, cost, U), U, Policy::kWavefront);
-    case Policy::kCriticalPath:
-      return finalize(p, preds, cost, critical_path(p, preds, cost, U), U, Policy::kCriticalPath);
+    case Policy::kWavefront: return wave();
+    case Policy::kCriticalPath: return cp();
     case Policy::kRandom:
-      return finalize(p, preds, cost, random_schedule(p, preds, U, options.seed), U, Policy::kRandom);
+      return finalize(p, preds, cost, vc, random_schedule(p, preds, U, options.seed), U, Policy::kRandom);
     case Policy::kAuto: {
-      Plan a = finalize(p, preds, cost, wavefront(p, preds, cost, U), U, Policy::kWavefront);
-      Plan b = finalize(p, preds, cost, critical_path(p, preds, cost, U), U, Policy::kCriticalPath);
+      Plan a = wave();
+      Plan b = cp();
       return b.predicted_us < a.predicted_us ? b : a;
     }
   }
   return internal_error("unknown policy");
+}
+
+Status plan_repredict(const Program& p, const std::vector<double>& cost, const VeuCosts* costs, Plan* plan) {
+  const int U = plan->veus;
+  if (cost.size() != p.steps.size()) return internal_error("one cost per step is needed");
+  const VeuCosts uniform = costs ? VeuCosts() : VeuCosts::uniform(U);
+  const VeuCosts& vc = costs ? *costs : uniform;
+  if (vc.veus != U) return internal_error(str_cat("a cost model for ", vc.veus, " vEUs cannot time a Plan for ", U));
+  Orders o;
+  o.per_veu.resize(U);
+  for (const TaskPlacement& t : plan->placements) {
+    if (t.veu < 0 || t.veu >= U || t.index != static_cast<int32_t>(o.per_veu[t.veu].size()))
+      return internal_error("plan_repredict: placements out of order");
+    o.global.push_back({t.veu, t.index});
+    o.per_veu[t.veu].push_back({t.step, t.task});
+  }
+  Plan timed = finalize(p, step_predecessors(p), cost, vc, o, U, plan->policy);
+  plan->placements = std::move(timed.placements);
+  plan->predicted_us = timed.predicted_us;
+  return Status();
 }
 
 namespace {

@@ -14,10 +14,19 @@
 // Dependencies are at op granularity: every rTask of an op waits for every
 // rTask of each op that produces one of its inputs.
 //
+// The cost model (VeuCosts) charges what crossing vEUs costs on this host
+// (topology/host_map.h): a wait on another vEU adds the measured hand-off
+// to an rTask's start, and an rTask that reads bytes another vEU produced
+// takes longer by bytes x the measured crossing cost for that pair. How
+// much of each input an rTask reads, and which part of its output it
+// writes, the rKernel says (kernels/cpu/kernel.h, Access): a part read by
+// flat range overlaps only the producer's parts of the same range.
+//
 // Thread-safety: a Plan is immutable once built.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -65,12 +74,50 @@ struct Plan {
   int steps = 0;
   std::vector<int32_t> done, seen;  // [steps * veus]
   bool happens_before(int a, int b) const;
+
+  // How it was chosen (compiler/plan_choice.h). The measured choice times
+  // candidates on fewer vEUs too, so `veus` may be below requested_veus.
+  struct Candidate {
+    int veus = 1;
+    Policy policy = Policy::kWavefront;
+    double predicted_us = 0, measured_us = 0;
+  };
+  int requested_veus = 0;            // 0: veus
+  double measured_us = 0;            // its median makespan when chosen; 0: chosen by prediction alone
+  std::vector<Candidate> candidates;  // what the measured choice timed
+};
+
+struct HostMap;
+
+// The hand-off between two vEUs where nothing was measured (a spin
+// hand-off between two vCPUs measures 0.05-0.3 µs).
+inline constexpr double kDefaultHandoffUs = 0.2;
+
+// What moving control and data between vEUs costs: vEU u runs on PU u of
+// the host map (its placement order).
+struct VeuCosts {
+  int veus = 1;
+  std::vector<double> handoff_us;  // [from * veus + to]
+  std::vector<double> sizes_kb;    // ascending
+  std::vector<std::vector<double>> crossing_us_per_kb;  // per size: [reader * veus + writer]
+  bool crossing_free = true;       // no pair has a crossing cost
+
+  double handoff(int from, int to) const { return handoff_us[static_cast<size_t>(from * veus + to)]; }
+  // µs for `reader` to read `bytes` of a tensor of `tensor_bytes` (its size
+  // picks the measured size) that `writer` produced, beyond reading its own.
+  double crossing_us(int reader, int writer, double bytes, double tensor_bytes) const;
+
+  // Every hand-off `handoff`, crossing free: the model without a host map.
+  static VeuCosts uniform(int veus, double handoff = kDefaultHandoffUs);
+  static VeuCosts from_host_map(const HostMap& m, int veus);
 };
 
 struct ScheduleOptions {
   int veus = 1;
   Policy policy = Policy::kAuto;
   uint64_t seed = 0;  // kRandom only: a random valid schedule, for stress tests
+  // Borrowed; null = VeuCosts::uniform(veus). Its vEU count must be veus.
+  const VeuCosts* costs = nullptr;
 };
 
 // Cost of one rTask of each step (µs), from the analytic cost model.
@@ -82,6 +129,23 @@ double analytic_task_cost(const Node& n, int64_t tasks);  // one rTask of n cut 
 
 // Builds a Plan for `p` with the given per-step rTask costs.
 Result<Plan> schedule(const Program& p, const std::vector<double>& task_cost_us, const ScheduleOptions& options);
+
+// What running a Plan measured (compiler/plan_choice.h).
+struct PlanTiming {
+  std::vector<double> run_us;   // makespan of each timed run
+  std::vector<double> task_us;  // traced runs: per placement, the median µs of that rTask
+  bool contended = false;       // the host never let every vEU run at full speed at once
+};
+// Runs a Program's Plan (with its memory plan and slots) on real vEUs:
+// `warmup` untimed runs, then `runs` timed ones, each rTask timed when
+// `trace`. Supplied by the runtime, which the compiler sits below
+// (runtime/plan_runner.h).
+using PlanRunner = std::function<Result<PlanTiming>(const Program& p, int warmup, int runs, bool trace)>;
+
+// Recomputes a Plan's predicted timeline (placements' times, predicted_us)
+// with other per-step costs and cost model (null: uniform); its
+// instructions stay as they are.
+Status plan_repredict(const Program& p, const std::vector<double>& task_cost_us, const VeuCosts* costs, Plan* plan);
 
 // Checks a Plan against its Program: every rTask exactly once, waits name
 // real vEUs and counts, every dependency covered, and no wait cycle (a

@@ -171,7 +171,9 @@ double measure_step(const Step& s, const ProfileOptions& o, double* best_gauge, 
 std::string cpu_cache_key() { return str_cat(cpu_id(), "-", kernel_isa()); }
 
 Profiler::Profiler(const ProfileOptions& o) : options_(o) {
-  cache_path_ = (fs::path(cache_dir(o.cache_dir)) / str_cat("profile-", cpu_cache_key(), "-k", kKernelVersion, ".tsv")).string();
+  const std::string host = o.host_tag.empty() ? "" : "-" + o.host_tag;
+  cache_path_ =
+      (fs::path(cache_dir(o.cache_dir)) / str_cat("profile-", cpu_cache_key(), host, "-k", kKernelVersion, ".tsv")).string();
   if (o.use_cache) cache_ = load_cache(cache_path_);
   cpu_kernels_thread_init();
   if (auto g = cache_.find(kGaugeKey); g != cache_.end()) best_gauge_ = g->second;

@@ -13,8 +13,9 @@
 // (counted in ProfileResult::contended). The gauge's best time is cached
 // too. Results persist in a profile cache, a text file under
 // $TESSERA_CACHE (default ~/.cache/tessera), keyed by CPU (cpu_cache_key:
-// model, family and stepping, and the kernels' instruction set) and kernel
-// version, and later compiles reuse them.
+// model, family and stepping, and the kernels' instruction set), by the
+// host's shape (ProfileOptions::host_tag) and by kernel version, and later
+// compiles reuse them.
 //
 // Thread-safety: the cache file is rewritten whole (write to a temporary,
 // rename), so concurrent profilers lose at worst each other's new entries.
@@ -39,6 +40,10 @@ struct ProfileOptions {
   bool use_cache = true;   // read and update the cache
   bool refresh = false;    // measure everything, then update the cache
   std::string cache_dir;       // "" = $TESSERA_CACHE or ~/.cache/tessera
+  // The host's shape beside the CPU in the cache's name (host_profile_tag:
+  // PUs and what they share), so costs taken on one shape of host are not
+  // reused on another; "" = the CPU alone.
+  std::string host_tag;
   double min_ms_per_op = 2.0;  // keep sampling an op at least this long...
   int min_samples = 7;         // ...and for at least this many rTask runs
   double max_ms_per_op = 50.0;

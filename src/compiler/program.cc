@@ -6,7 +6,8 @@
 
 #include "base/clock.h"
 #include "base/strings.h"
-#include "compiler/variants.h"
+#include "compiler/plan_choice.h"
+#include "topology/host_map.h"
 #include "ir/ops/op_registry.h"
 #include "onnx/importer.h"
 
@@ -111,51 +112,36 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   if (options.concat_in_place) p->stats.concats_in_place = place_concats_in_place(*g);
   TESSERA_RETURN_IF_ERROR(verify_graph(*g));
   TESSERA_ASSIGN_OR_RETURN(p->aliases, value_aliases(*g));
-  // With variants, an op its kernel would cut into more rTasks than there
-  // are vEUs starts as one rTask per vEU (heavy ops keep their kernel's
-  // grain and a single rTask as variants): each vEU does one share of each
-  // op, with the fewest dispatches and the largest tiles; ops smaller than
-  // that keep their grain. See docs/architecture.md, "Variants".
-  const bool vary = options.build_plan && options.variants && options.schedule.policy != Policy::kRandom;
-  std::vector<const Node*> order;
   for (auto& n : g->nodes()) {
     Step s;
     s.node = n.get();
     s.kernel = cpu_kernel_find(n->op_type);
-    s.params.tasks = options.tasks_per_op;
-    TESSERA_ASSIGN_OR_RETURN(s.op, s.kernel->make(*n, s.params));
-    if (vary && options.tasks_per_op == 0 && s.op->tasks() > options.schedule.veus) {
-      s.params.tasks = options.schedule.veus;
-      TESSERA_ASSIGN_OR_RETURN(s.op, s.kernel->make(*n, s.params));
-    }
-    p->max_scratch_bytes = std::max(p->max_scratch_bytes, s.op->scratch_bytes());
-    p->stats.rtasks += s.op->tasks();
-    order.push_back(n.get());
     p->steps.push_back(std::move(s));
   }
   p->graph = std::move(g);
   if (options.build_plan) {
-    // Every step's variants, costed by measurement (with the profile
-    // cache) or by the analytic model; the policy picks among them.
+    // Every step's ops and variants, costed by measurement (with the
+    // profile cache) or by the analytic model; the policy picks among
+    // them, and with a runner, auto times the best candidates.
     std::optional<Profiler> prof;
-    if (options.profile) prof.emplace(options.profile_options);
-    TESSERA_ASSIGN_OR_RETURN(auto variants, make_variants(*p, vary ? options.schedule.veus : 0));
-    cost_variants(
-        *p, variants,
-        [&](const Step& s) { return prof ? prof->cost(s) : analytic_task_cost(*s.node, s.op->tasks()); },
-        [&](size_t done, size_t total) {
-          if (prof && options.profile_options.progress) options.profile_options.progress(done, total, false);
-        });
+    ProfileOptions po = options.profile_options;
+    if (options.host_map && po.host_tag.empty()) po.host_tag = host_profile_tag(*options.host_map);
+    if (options.profile) prof.emplace(po);
+    TESSERA_RETURN_IF_ERROR(build_plan(*p, options, prof ? &*prof : nullptr));
     if (prof) prof->flush();
     p->costs_measured = options.profile;
-    TESSERA_ASSIGN_OR_RETURN(Plan plan, schedule_with_variants(*p, variants, options.schedule, &p->task_cost_us));
-    TESSERA_RETURN_IF_ERROR(plan_validate(*p, plan).with_context("internal: scheduler produced an invalid plan"));
-    p->memory = plan_memory_parallel(*p, plan);
-    p->plan = std::move(plan);
   } else {
+    std::vector<const Node*> order;
+    for (Step& s : p->steps) {
+      s.params.tasks = options.tasks_per_op;
+      TESSERA_ASSIGN_OR_RETURN(s.op, s.kernel->make(*s.node, s.params));
+      p->max_scratch_bytes = std::max(p->max_scratch_bytes, s.op->scratch_bytes());
+      p->stats.rtasks += s.op->tasks();
+      order.push_back(s.node);
+    }
     p->memory = plan_memory(*p->graph, order, p->aliases);
+    assign_slots(*p);
   }
-  assign_slots(*p);
   p->stats.compile_ms = static_cast<double>(now_ns() - t0) / 1e6;
   return p;
 }

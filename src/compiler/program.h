@@ -32,6 +32,14 @@ struct CompileOptions {
   // parallel order) instead of the sequential-order memory plan.
   bool build_plan = false;
   ScheduleOptions schedule;
+  // The host the Plan is for (borrowed; topology/host_map.h): what crossing
+  // vEUs costs there. Null: hand-offs of kDefaultHandoffUs, crossing free.
+  const HostMap* host_map = nullptr;
+  // With policy auto: time the best candidate Plans, on fewer vEUs too,
+  // in real runs and keep the fastest, costs corrected by what the runs
+  // saw (compiler/plan_choice.h); the choice is cached beside the profile.
+  // Empty: the Plan with the lowest predicted makespan.
+  PlanRunner plan_runner;
   // Cost the Plan's rTasks by measuring them (profiler, with its cache)
   // rather than with the analytic model.
   bool profile = false;

@@ -157,14 +157,14 @@ void cost_variants(const Program& p, std::vector<std::vector<Variant>>& variants
     for (size_t k = 0; k < variants[s].size(); ++k) {
       Variant& v = variants[s][k];
       if (v.op == nullptr) {
-        v.cost_us = cost_of(p.steps[s]);
+        v.cost_us = cost_of(p.steps[s], s);
       } else {
         Step probe;
         probe.node = p.steps[s].node;
         probe.kernel = p.steps[s].kernel;
         probe.params = v.params;
         probe.op = std::move(v.op);
-        v.cost_us = cost_of(probe);
+        v.cost_us = cost_of(probe, s);
         v.op = std::move(probe.op);
       }
       if (progress) progress(++done, total);

@@ -52,9 +52,9 @@ bool is_heavy_op(const std::string& op_type);
 // 0). Costs are filled by cost_variants.
 Result<std::vector<std::vector<Variant>>> make_variants(const Program& p, int veus);
 
-// Costs every variant with `cost_of` (the profiler or the analytic model),
-// reporting (done, total) to `progress`.
-using CostFn = std::function<double(const Step&)>;
+// Costs every variant with `cost_of` (the profiler or the analytic model;
+// given the step and its index), reporting (done, total) to `progress`.
+using CostFn = std::function<double(const Step&, size_t)>;
 void cost_variants(const Program& p, std::vector<std::vector<Variant>>& variants, const CostFn& cost_of,
                    const std::function<void(size_t, size_t)>& progress);
 

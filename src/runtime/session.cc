@@ -26,6 +26,26 @@ bool executor_parse(std::string_view name, Executor* out) {
   return true;
 }
 
+ResolvedArgs resolve_args(const Program& p, void* arena) {
+  auto addr = [&](int slot) -> void* {
+    if (slot < 0) return nullptr;
+    const Slot& s = p.slots[static_cast<size_t>(slot)];
+    if (s.constant) return const_cast<void*>(s.data);
+    return static_cast<char*>(arena) + s.offset;
+  };
+  ResolvedArgs r;
+  for (const Step& st : p.steps) {
+    std::vector<const void*> in;
+    std::vector<void*> out;
+    for (int s : st.inputs) in.push_back(addr(s));
+    for (int s : st.outputs) out.push_back(addr(s));
+    r.in.push_back(std::move(in));
+    r.out.push_back(std::move(out));
+  }
+  for (size_t i = 0; i < p.steps.size(); ++i) r.steps.push_back({p.steps[i].op.get(), r.in[i].data(), r.out[i].data()});
+  return r;
+}
+
 Result<std::unique_ptr<Session>> Session::create(std::unique_ptr<Program> program, const SessionOptions& options) {
   int hw = static_cast<int>(std::thread::hardware_concurrency());
   if (hw <= 0) hw = 1;
@@ -48,38 +68,18 @@ Session::Session(std::unique_ptr<Program> program, const SessionOptions& options
   arena_ = aligned_alloc64(program_->memory.arena_bytes);
   scratch_stride_ = (program_->max_scratch_bytes + 63) / 64 * 64;
   scratch_ = aligned_alloc64(scratch_stride_ * static_cast<size_t>(threads_));
-  resolve_pointers();
+  args_ = resolve_args(*program_, arena_);
   cpu_kernels_thread_init();
   if (options_.executor == Executor::kTwoLayer && threads_ > 1)
     pool_ = std::make_unique<ThreadPool>(threads_, [](int) { cpu_kernels_thread_init(); });
-  if (options_.executor == Executor::kPlan) {
-    for (size_t i = 0; i < program_->steps.size(); ++i)
-      step_args_.push_back({program_->steps[i].op.get(), in_ptrs_[i].data(), out_ptrs_[i].data()});
+  if (options_.executor == Executor::kPlan)
     vdevice_ = std::make_unique<CpuVDevice>(threads_, program_->max_scratch_bytes, options_.pin);
-  }
 }
 
 Session::~Session() {
   pool_.reset();
   aligned_free64(arena_);
   aligned_free64(scratch_);
-}
-
-void Session::resolve_pointers() {
-  auto addr = [&](int slot) -> void* {
-    if (slot < 0) return nullptr;
-    const Slot& s = program_->slots[slot];
-    if (s.constant) return const_cast<void*>(s.data);
-    return static_cast<char*>(arena_) + s.offset;
-  };
-  for (const Step& st : program_->steps) {
-    std::vector<const void*> in;
-    std::vector<void*> out;
-    for (int s : st.inputs) in.push_back(addr(s));
-    for (int s : st.outputs) out.push_back(addr(s));
-    in_ptrs_.push_back(std::move(in));
-    out_ptrs_.push_back(std::move(out));
-  }
 }
 
 void Session::poison_arena() { std::memset(arena_, 0xFF, program_->memory.arena_bytes); }
@@ -107,7 +107,7 @@ void Session::run_sequential() {
   void* scratch = scratch_;
   for (size_t i = 0; i < program_->steps.size(); ++i) {
     const ROp& op = *program_->steps[i].op;
-    TaskArgs args{in_ptrs_[i].data(), out_ptrs_[i].data(), scratch};
+    TaskArgs args{args_.in[i].data(), args_.out[i].data(), scratch};
     const int64_t n = op.tasks();
     for (int64_t t = 0; t < n; ++t) op.run(t, args);
   }
@@ -116,8 +116,8 @@ void Session::run_sequential() {
 void Session::run_two_layer() {
   for (size_t i = 0; i < program_->steps.size(); ++i) {
     const ROp& op = *program_->steps[i].op;
-    const void* const* in = in_ptrs_[i].data();
-    void* const* out = out_ptrs_[i].data();
+    const void* const* in = args_.in[i].data();
+    void* const* out = args_.out[i].data();
     auto body = [&](int64_t task, int thread) {
       TaskArgs args{in, out, static_cast<char*>(scratch_) + scratch_stride_ * static_cast<size_t>(thread)};
       op.run(task, args);
@@ -127,7 +127,7 @@ void Session::run_two_layer() {
 }
 
 Status Session::run() {
-  if (vdevice_) vdevice_->run(*program_->plan, step_args_);
+  if (vdevice_) vdevice_->run(*program_->plan, args_.steps);
   else if (pool_) run_two_layer();
   else run_sequential();
   return Status();

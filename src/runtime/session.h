@@ -35,6 +35,15 @@
 
 namespace tessera {
 
+// Every step's argument pointers into `arena` (constants at their data),
+// resolved once.
+struct ResolvedArgs {
+  std::vector<std::vector<const void*>> in;
+  std::vector<std::vector<void*>> out;
+  std::vector<StepArgs> steps;  // per step: its op and the two arrays above
+};
+ResolvedArgs resolve_args(const Program& p, void* arena);
+
 enum class Executor { kSequential, kTwoLayer, kPlan };
 std::string_view executor_name(Executor e);
 bool executor_parse(std::string_view name, Executor* out);
@@ -77,7 +86,6 @@ class Session {
 
  private:
   Session(std::unique_ptr<Program> program, const SessionOptions& options, int threads);
-  void resolve_pointers();
   void run_sequential();
   void run_two_layer();
 
@@ -87,12 +95,9 @@ class Session {
   void* arena_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_stride_ = 0;
-  // Per step: argument pointer arrays resolved once.
-  std::vector<std::vector<const void*>> in_ptrs_;
-  std::vector<std::vector<void*>> out_ptrs_;
+  ResolvedArgs args_;  // per step: argument pointers resolved once
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<CpuVDevice> vdevice_;
-  std::vector<StepArgs> step_args_;
 };
 
 }  // namespace tessera

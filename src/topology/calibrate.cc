@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <chrono>
 #include <numeric>
 #include <thread>
 
@@ -175,6 +176,12 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+double lower_quartile(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 4), v.end());
+  return v[v.size() / 4];
+}
+
 // Median of the even and of the odd samples: far apart means the host
 // changed while measuring.
 bool halves_agree(const std::vector<double>& v, double* lo, double* hi) {
@@ -271,8 +278,9 @@ CostSamples cross_costs(unsigned writer, unsigned reader, size_t bytes, int reps
   return s;
 }
 
-// One-way hand-off between PUs a and b: half the median round trip of a
-// flag bounced `rounds` times, in `runs` runs.
+// One-way hand-off between PUs a and b: half the mean round trip of a
+// flag bounced `rounds` times, for each of `runs` runs a millisecond apart
+// (so that one burst of a neighbour's work spoils few of them).
 std::vector<double> handoff_samples(unsigned a, unsigned b, int rounds, int runs) {
   struct alignas(64) Flag {
     std::atomic<int64_t> v{0};
@@ -298,6 +306,7 @@ std::vector<double> handoff_samples(unsigned a, unsigned b, int rounds, int runs
           }
         });
     out.push_back(ns);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return out;
 }
@@ -349,6 +358,13 @@ class Measurer {
     total_ = static_cast<size_t>(n_) + pairs.size();
     for (int p = 0; p < n_; ++p) measure_pu(p);
     for (const auto& [a, b] : pairs) measure_pair(a, b);
+    // The FMA rate once more, after the pairs, the best kept: a neighbour
+    // that held a core for the first look must not lower it for good.
+    for (int p = 0; p < n_; ++p)
+      on_pu(os(p), [&] {
+        HostPu& pu = m_.pus[static_cast<size_t>(p)];
+        pu.fma_gflops = std::max(pu.fma_gflops, fma_rate(o_.fma_ms));
+      });
     fill_unmeasured(pairs);
     decide_sharing();
     m_.measure_s = static_cast<double>(now_ns() - t0) / 1e9;
@@ -371,13 +387,15 @@ class Measurer {
     return pairs;
   }
 
-  // Keeps the median of `samples`; when its halves disagree, `again`
-  // measures once more and the median of both is kept, flagged if the
-  // second set disagrees too.
+  // Keeps the lower quartile of `samples`: what the hardware does when
+  // nothing else runs (a neighbour's bursts only ever raise samples).
+  // When the halves of the samples disagree, `again` measures once more
+  // and the quartile of both is kept, flagged if the second set disagrees
+  // too.
   template <typename F>
   double steady(std::vector<double> samples, const std::string& what, F&& again) {
     double lo, hi;
-    if (halves_agree(samples, &lo, &hi)) return median(samples);
+    if (halves_agree(samples, &lo, &hi)) return lower_quartile(samples);
     std::vector<double> more = again();
     if (!halves_agree(more, &lo, &hi)) {
       m_.noisy = true;
@@ -385,7 +403,7 @@ class Measurer {
         m_.notes.push_back(str_cat(what, " varied from ", str_fixed(lo, 1), " to ", str_fixed(hi, 1), " while measured"));
     }
     samples.insert(samples.end(), more.begin(), more.end());
-    return median(samples);
+    return lower_quartile(samples);
   }
 
   void measure_pu(int p) {
@@ -416,12 +434,17 @@ class Measurer {
             steady(c.rewrite, where + " rewrite (ns/KB)", [&] { return redo().rewrite; });
       }
     }
-    constexpr int kRounds = 2000, kRuns = 5;
+    constexpr int kRounds = 500, kRuns = 9;
     const double h = steady(handoff_samples(os(a), os(b), kRounds, kRuns), pair + " hand-off (ns)",
                             [&] { return handoff_samples(os(a), os(b), kRounds, kRuns); });
     m_.handoff_ns[at(a, b)] = m_.handoff_ns[at(b, a)] = h;
-    const double together = fma_together_ratio(os(a), os(b), m_.pus[static_cast<size_t>(a)].fma_gflops,
-                                               m_.pus[static_cast<size_t>(b)].fma_gflops, o_.fma_ms);
+    // The median of three: a hypervisor that briefly runs both vCPUs on
+    // one physical thread must not make them siblings for good.
+    std::vector<double> together_runs;
+    for (int k = 0; k < 3; ++k)
+      together_runs.push_back(fma_together_ratio(os(a), os(b), m_.pus[static_cast<size_t>(a)].fma_gflops,
+                                                 m_.pus[static_cast<size_t>(b)].fma_gflops, o_.fma_ms));
+    const double together = median(together_runs);
     m_.fma_together[at(a, b)] = m_.fma_together[at(b, a)] = together;
     progress(pair);
   }
@@ -527,20 +550,51 @@ HostMap host_map_measure(const CpuTopology& t, const MeasureOptions& o) { return
 
 HostFingerprint host_fingerprint(const CpuTopology& t) {
   HostFingerprint f;
-  if (t.pus < 2) return f;
-  const unsigned a = t.pu_order[0], b = t.pu_order[1];
-  f.handoff_ns = median(handoff_samples(a, b, 500, 5));
-  double alone_a = 0, alone_b = 0;
   constexpr double kMs = 1.5;
+  const unsigned a = t.pu_order[0];
+  double alone_a = 0;
   on_pu(a, [&] { alone_a = fma_rate(kMs); });
+  f.fma_gflops = alone_a;
+  f.valid = true;
+  if (t.pus < 2) return f;
+  const unsigned b = t.pu_order[1];
+  f.pair = true;
+  f.handoff_ns = lower_quartile(handoff_samples(a, b, 500, 5));
+  double alone_b = 0;
   on_pu(b, [&] { alone_b = fma_rate(kMs); });
   f.fma_together = fma_together_ratio(a, b, alone_a, alone_b, kMs);
-  f.valid = true;
   return f;
 }
 
+bool host_quiet(const CpuTopology& t, int pus) {
+  pus = std::clamp(pus, 1, t.pus);
+  constexpr double kMs = 0.8;
+  double alone = 0;
+  on_pu(t.pu_order[0], [&] { alone = fma_rate(kMs); });
+  if (pus == 1) return true;
+  std::vector<double> rate(static_cast<size_t>(pus), 0);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int p = 0; p < pus; ++p)
+    threads.emplace_back([&, p] {
+      pin_current_thread_to_pu(t.pu_order[static_cast<size_t>(p)]);
+      ready.fetch_add(1);
+      while (ready.load() < pus) cpu_relax();
+      rate[static_cast<size_t>(p)] = fma_rate(kMs);
+    });
+  for (std::thread& th : threads) th.join();
+  return *std::min_element(rate.begin(), rate.end()) >= kQuietRatio * alone;
+}
+
 bool host_map_matches(const HostMap& m, const HostFingerprint& f, std::string* why) {
-  if (!f.valid || m.size() < 2) return true;
+  if (!f.valid) return true;
+  const double rate = m.pus[0].fma_gflops;
+  if (rate > 0 && (f.fma_gflops > rate * kFmaSlack || f.fma_gflops * kFmaSlack < rate)) {
+    *why = str_cat("the first PU now runs FMAs at ", str_fixed(f.fma_gflops, 0), " GFLOP/s, the map says ",
+                   str_fixed(rate, 0), " (another machine?)");
+    return false;
+  }
+  if (!f.pair || m.size() < 2) return true;
   const double h = m.handoff_ns[1];  // pair (0, 1)
   if (h > 0 && (f.handoff_ns > h * kFingerprintSlack || f.handoff_ns * kFingerprintSlack < h)) {
     *why = str_cat("the hand-off between the first two PUs now takes ", str_fixed(f.handoff_ns, 0), " ns, the map says ",

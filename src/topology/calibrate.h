@@ -1,7 +1,9 @@
 // Measuring the host map (host_map.h). Every quantity is timed on threads
-// pinned to the PUs concerned, repeated, and its median kept; a quantity
-// whose two halves of samples disagree by more than a third is measured
-// again, and flagged (HostMap::noisy, with a note) if it still does.
+// pinned to the PUs concerned, repeated, and its lower quartile kept (what
+// the hardware does when nothing else runs: a neighbour's bursts only
+// ever raise samples); a quantity whose two halves of samples disagree by
+// more than a third is measured again, and flagged (HostMap::noisy, with
+// a note) if it still does.
 //
 // Per PU, alone: the FMA rate (12 independent vector FMA chains), the
 // memory read rate (a buffer far beyond the caches), and reading and
@@ -44,22 +46,34 @@ struct MeasureOptions {
 // filled from the pair of the same sharing).
 HostMap host_map_measure(const CpuTopology& t, const MeasureOptions& o);
 
-// A quick look (about 20 ms) at the first two PUs, to tell whether a
-// cached map still describes this host: the hand-off latency and the FMA
-// rate together over alone. `valid` is false with fewer than two PUs.
+// A quick look (about 20 ms) at the first PUs, to tell whether a cached
+// map still describes this host (a virtual machine can be moved to
+// another machine between two runs): the FMA rate of the first PU alone,
+// and for the first two the hand-off latency and the FMA rate together
+// over alone (`pair` is false with one PU).
 struct HostFingerprint {
   bool valid = false;
+  double fma_gflops = 0;
+  bool pair = false;
   double handoff_ns = 0;
   double fma_together = 1;
 };
 HostFingerprint host_fingerprint(const CpuTopology& t);
 
-// Whether `m` still describes the host that gave `f`: the hand-off within
-// a factor of kFingerprintSlack of the map's for its first pair, and the
-// same answer to "do they share a core". Otherwise false, with the reason
-// in *why.
+// Whether `m` still describes the host that gave `f`: the FMA rate within
+// kFmaSlack of the map's, the hand-off within a factor of
+// kFingerprintSlack of the map's for its first pair, and the same answer
+// to "do they share a core". Otherwise false, with the reason in *why.
+inline constexpr double kFmaSlack = 1.25;
 inline constexpr double kFingerprintSlack = 3.0;
 bool host_map_matches(const HostMap& m, const HostFingerprint& f, std::string* why);
+
+// Whether the first `pus` PUs can all run at full speed at once right now
+// (no neighbour or hypervisor taking a share of them): a short FMA loop
+// on the first PU alone, then on all of them together, each keeping at
+// least kQuietRatio of the rate alone. Takes about 3 ms.
+inline constexpr double kQuietRatio = 0.8;
+bool host_quiet(const CpuTopology& t, int pus);
 
 // The instruction set of the measuring loops (the build's): "avx512",
 // "avx2" or "portable".

@@ -118,17 +118,37 @@ double HostMap::age_days(int64_t now_unix) const {
   return static_cast<double>(now_unix - measured_at) / 86400.0;
 }
 
+namespace {
+
+// Half-octave classes of FMA rate centred away from the usual rates (118
+// and 200 GFLOP/s fall in the middle of theirs): a host moved to a machine
+// of other FMA width or clock gets another digest.
+int fma_class(double gflops) {
+  return gflops > 0 ? static_cast<int>(std::floor(2 * std::log2(gflops) + 0.5)) : -1;
+}
+
+}  // namespace
+
 std::string HostMap::digest() const {
   std::ostringstream s;
   s << size();
+  for (const HostPu& p : pus) s << "|f" << fma_class(p.fma_gflops);
   for (int a = 0; a < size(); ++a)
     for (int b = 0; b < size(); ++b) {
       s << "|" << sharing_name(share(a, b));
       if (a == b) continue;
-      // Factors of two: re-measuring the same host gives the same digest.
-      s << ":" << std::lround(std::log2(std::max(crossing_ns_per_kb(a, b, kTypicalKb), 0.5)));
-      s << ":" << std::lround(std::log2(std::max(handoff_ns[static_cast<size_t>(a * size() + b)], 16.0)));
+      const double ratio = read_cost(a, b, kTypicalKb) / read_cost(a, a, kTypicalKb);
+      const double h = handoff_ns[static_cast<size_t>(a * size() + b)];
+      s << ":" << static_cast<int>(std::floor(2 * std::log2(std::max(ratio, 1.0))));
+      s << ":" << (h < 100 ? "near" : h < 400 ? "mid" : "far");
     }
+  return hex32(fnv1a(s.str()));
+}
+
+std::string HostMap::sharing_digest() const {
+  std::ostringstream s;
+  s << size();
+  for (Sharing x : sharing) s << "|" << sharing_name(x);
   return hex32(fnv1a(s.str()));
 }
 
@@ -191,6 +211,10 @@ HostMap host_map_uniform(int n, double local_ns_per_kb, double remote_ns_per_kb,
     m.sharing[d] = Sharing::kSelf;
   }
   return m;
+}
+
+std::string host_profile_tag(const HostMap& m) {
+  return str_cat(m.size(), "pu-", m.sharing_digest(), "-f", fma_class(m.pus[0].fma_gflops));
 }
 
 std::vector<std::string> host_map_conclusions(const HostMap& m) {
@@ -465,6 +489,21 @@ std::string host_map_cache_path(const std::string& dir) {
   return (fs::path(cache_dir(dir)) / str_cat("hostmap-", host_shape_key(cpu_topology()), ".json")).string();
 }
 
+namespace {
+
+// Hosts have moments (a hypervisor running both vCPUs on one physical
+// thread for a while): a map is stale only when kFingerprintTries
+// fingerprints in a row disagree with it.
+constexpr int kFingerprintTries = 3;
+
+bool fingerprint_agrees(const HostMap& m, const CpuTopology& t, std::string* why) {
+  for (int k = 0; k < kFingerprintTries; ++k)
+    if (host_map_matches(m, host_fingerprint(t), why)) return true;
+  return false;
+}
+
+}  // namespace
+
 Result<HostMap> host_map_obtain(const HostMapOptions& o) {
   std::string file = o.file;
   if (file.empty())
@@ -483,7 +522,7 @@ Result<HostMap> host_map_obtain(const HostMapOptions& o) {
       stale = cached.status().message();
     } else if (cached->key != host_shape_key(t) || cached->size() != t.pus) {
       stale = "it describes another host shape";
-    } else if (!o.verify || host_map_matches(*cached, host_fingerprint(t), &stale)) {
+    } else if (!o.verify || fingerprint_agrees(*cached, t, &stale)) {
       cached->origin = "cache";
       return cached;
     }

@@ -108,10 +108,14 @@ struct HostMap {
   Result<double> distance(const Place& from, const Place& to) const;
   // Days since measured (0 for a written map).
   double age_days(int64_t now_unix) const;
-  // A short digest of what the planner concludes from the map (the
-  // sharing of every pair and the crossing costs rounded to a factor of
-  // 2): costs measured under one digest are not reused under another.
+  // A short digest of what the planner concludes from the map: each PU's
+  // FMA rate in half-octave classes, the sharing of every pair, its cross
+  // reads over local ones in half-octaves (below 1.41x, to 2x, to 2.83x,
+  // ...) and its hand-off as near (< 100 ns), mid (< 400 ns) or far. Plan
+  // choices measured under one digest are not reused under another.
   std::string digest() const;
+  // The sharing of every pair alone: the profile cache's part of the key.
+  std::string sharing_digest() const;
   // Checks sizes, ranges and finiteness; the message names the field.
   Status validate() const;
 };
@@ -120,6 +124,10 @@ struct HostMap {
 // every cross-PU read remote_ns_per_kb, rewrites nothing extra, and every
 // hand-off handoff_ns; for tests and for hosts that cannot be measured.
 HostMap host_map_uniform(int pus, double local_ns_per_kb, double remote_ns_per_kb, double handoff_ns);
+
+// The profile cache's part of the key for this map's host: its PU count,
+// sharing digest and the first PU's FMA class, e.g. "2pu-1f0c9a3e-f14".
+std::string host_profile_tag(const HostMap& m);
 
 // What the planner concludes from a map, a line per kind of pair (pairs
 // grouped by what they share): the crossing cost and hand-off (medians
@@ -151,8 +159,9 @@ struct HostMapOptions {
 };
 
 // The map for this host: from the file named by the options or the
-// environment; else from the cache, when its fingerprint still matches
-// (else re-measured, with a note saying why); else measured and cached.
+// environment; else from the cache, unless three fingerprints in a row
+// disagree with it (then measured again, with a note saying why); else
+// measured and cached.
 Result<HostMap> host_map_obtain(const HostMapOptions& o);
 // Where the cache keeps this host's map.
 std::string host_map_cache_path(const std::string& cache_dir);

@@ -162,28 +162,41 @@ TEST(HostMap, AnswersDistancesBetweenPlaces) {
   EXPECT_EQ(m.distance({K::kDevice, 0}, {K::kPu, 0}).status().code(), StatusCode::kNotFound);
 }
 
-// The digest moves when what the planner concludes moves (sharing, a
-// crossing cost twice as high), not with a few percent of noise.
+// The digest moves when what the planner concludes moves (sharing, cross
+// reads twice as dear, a hand-off of another class), not with a few
+// percent of noise; the sharing digest with the sharing alone.
 TEST(HostMap, DigestFollowsConclusionsNotNoise) {
-  const HostMap a = host_map_uniform(2, 10, 30, 200);
-  HostMap noisy = a, far = a, sibling = a;
+  const HostMap a = host_map_uniform(2, 10, 16, 60);  // cross reads 1.6x local
+  HostMap noisy = a, far = a, sibling = a, slow = a;
   for (double& v : noisy.read_ns_per_kb[0]) v *= 1.05;
-  far.read_ns_per_kb[0][1] = far.read_ns_per_kb[0][2] = 90;
+  noisy.handoff_ns[1] = noisy.handoff_ns[2] = 75;
+  far.read_ns_per_kb[0][1] = far.read_ns_per_kb[0][2] = 32;
   sibling.sharing[1] = sibling.sharing[2] = Sharing::kCore;
+  slow.handoff_ns[1] = slow.handoff_ns[2] = 300;
   EXPECT_EQ(noisy.digest(), a.digest());
   EXPECT_NE(far.digest(), a.digest());
   EXPECT_NE(sibling.digest(), a.digest());
+  EXPECT_NE(slow.digest(), a.digest());
+  EXPECT_EQ(far.sharing_digest(), a.sharing_digest());
+  EXPECT_NE(sibling.sharing_digest(), a.sharing_digest());
 }
 
 // A cached map is trusted only while a fresh fingerprint agrees with it.
 TEST(HostMap, FingerprintInvalidatesAStaleMap) {
   HostMap m = host_map_uniform(2, 10, 30, 200);
+  m.pus[0].fma_gflops = 118;
   HostFingerprint f;
   f.valid = true;
+  f.fma_gflops = 121;
+  f.pair = true;
   f.handoff_ns = 250;
   f.fma_together = 0.98;
   std::string why;
   EXPECT_TRUE(host_map_matches(m, f, &why));
+  f.fma_gflops = 200;  // moved to a machine with twice the FMA width
+  EXPECT_FALSE(host_map_matches(m, f, &why));
+  EXPECT_NE(why.find("GFLOP/s"), std::string::npos) << why;
+  f.fma_gflops = 118;
   f.handoff_ns = 700;  // 3.5x the map's
   EXPECT_FALSE(host_map_matches(m, f, &why));
   EXPECT_NE(why.find("hand-off"), std::string::npos) << why;
@@ -191,7 +204,7 @@ TEST(HostMap, FingerprintInvalidatesAStaleMap) {
   f.fma_together = 0.5;  // the two PUs now share a core
   EXPECT_FALSE(host_map_matches(m, f, &why));
   EXPECT_NE(why.find("now share"), std::string::npos) << why;
-  f.valid = false;  // one PU: nothing to compare
+  f.pair = false;  // one PU: no pair to compare
   EXPECT_TRUE(host_map_matches(m, f, &why));
 }
 

@@ -175,5 +175,23 @@ expect_fail "topo: bad map" 1 "read_cost[1][0]: expected a number" bash -c "prin
 expect_fail "topo: missing map" 1 "cannot read host map" $T topo --host-map $TMP/nothing.json
 expect_fail "topo: refresh and a file" 2 "--refresh measures this host" $T topo --refresh --host-map $TMP/map.json
 
+# The Plan's choice: --json says how it was chosen; the 1-vEU Plan is
+# always a candidate; --no-measure keeps the predicted choice; a given host
+# map is planned for.
+check "run --json: measured plan choice" bash -c "$T run $ZOO/mlp.onnx --iters 3 --threads 2 --json 2>/dev/null > $TMP/m.json && $PY -c '
+import json
+p=json.load(open(\"$TMP/m.json\"))[\"plan\"]
+assert p[\"chosen_by\"]==\"measured\" and p[\"requested_veus\"]==2 and 1<=p[\"veus\"]<=2, p
+assert any(c[\"veus\"]==1 for c in p[\"candidates\"]) and any(c[\"veus\"]==2 for c in p[\"candidates\"]), p
+best=min(c[\"measured_ms\"] for c in p[\"candidates\"]); assert p[\"measured_ms\"]==best or abs(p[\"measured_ms\"]-best)<1e-6, p
+assert len(p[\"per_veu\"])==p[\"veus\"] and all(v[\"predicted_end_ms\"]>0 for v in p[\"per_veu\"]), p
+'"
+check "run --no-measure: predicted choice" bash -c "$T run $ZOO/mlp.onnx --iters 3 --threads 2 --no-measure --json 2>/dev/null | $PY -c '
+import json,sys
+p=json.load(sys.stdin)[\"plan\"]; assert p[\"chosen_by\"]==\"predicted\" and p[\"veus\"]==2 and p[\"candidates\"]==[], p
+'"
+check "compile --host-map records the choice" bash -c "$T compile $ZOO/mlp.onnx --veus 2 --host-map $TMP/map.json -o $TMP/mlp.tsx --quiet && $T plan $TMP/mlp.tsx | grep -q '^chosen     by timing'"
+expect_fail "run: host map for a tsx" 2 "--host-map applies when compiling" $T run $TMP/mlp.tsx --host-map $TMP/map.json
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

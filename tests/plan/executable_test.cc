@@ -247,6 +247,36 @@ TEST_F(Forged, VeuCountOutOfRange) {
   expect_refused("out of range");
 }
 
+// How the Plan was chosen travels with it, and is checked.
+TEST_F(Forged, ChoiceRecordRoundTripsAndIsChecked) {
+  plan().requested_veus = 4;
+  plan().measured_us = 812.5;
+  plan().candidates = {{1, Policy::kWavefront, 1700, 1750.5}, {2, Policy::kCriticalPath, 905, 812.5}};
+  const std::string path = tmp_.file("choice.tsx");
+  ASSERT_TRUE(write_executable(*p_, path).ok());
+  auto l = load_executable(path);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  const Plan& back = *(*l)->plan;
+  EXPECT_EQ(back.requested_veus, 4);
+  EXPECT_EQ(back.measured_us, 812.5);
+  ASSERT_EQ(back.candidates.size(), 2u);
+  EXPECT_EQ(back.candidates[1].veus, 2);
+  EXPECT_EQ(back.candidates[1].policy, Policy::kCriticalPath);
+  EXPECT_EQ(back.candidates[0].measured_us, 1750.5);
+
+  plan().requested_veus = 1;  // fewer than the Plan's own 2
+  expect_refused("requested vEU count 1 is out of range");
+  plan().requested_veus = 4;
+  plan().candidates[0].veus = 5;  // more than were asked for
+  expect_refused("plan candidate 0 is out of range");
+  plan().candidates[0].veus = 1;
+  plan().candidates[1].measured_us = -1;
+  expect_refused("plan candidate 1 is out of range");
+  plan().candidates[1].measured_us = 1;
+  plan().measured_us = std::numeric_limits<double>::infinity();
+  expect_refused("measured makespan is not a finite time");
+}
+
 // Damaged bytes: version, checksums, truncation.
 class Damaged : public Forged {
  protected:

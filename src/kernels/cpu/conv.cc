@@ -192,6 +192,19 @@ class ConvOp : public ROp {
     }
   }
 
+  // For the scheduler (kernel.h, Access): depthwise rTasks of whole planes
+  // and dense rTasks of output-channel blocks write flat ranges (the
+  // former reading the same planes, the latter all of the input); pixel
+  // or row blocks touch a part of every plane. The residual is read as
+  // the output is written.
+  void describe_access() {
+    const bool depthwise = path_ == Path::kDepthwise || path_ == Path::kDepthwiseChannels;
+    const bool ranges = pb_ == 1;
+    const Access x = depthwise && ranges ? Access::kRange : (ranges ? Access::kWhole : Access::kSpread);
+    const Access y = ranges ? Access::kRange : Access::kSpread;
+    set_access({x, Access::kWhole, Access::kWhole, y}, y);
+  }
+
   std::string_view path() const override {
     switch (path_) {
       case Path::kIm2col: return "im2col + sgemm";
@@ -677,7 +690,9 @@ Result<std::unique_ptr<ROp>> make_conv(const Node& n, const KernelParams& p) {
   if (direct_conv_fits(*c) && wv->is_constant() && wv->dtype == DType::kFloat32)
     return make_direct_conv(*c, wv->constant->data<float>(), n.input(2) != nullptr, epi, p);
   const float* weights = wv->is_constant() && wv->dtype == DType::kFloat32 ? wv->constant->data<float>() : nullptr;
-  return std::unique_ptr<ROp>(new ConvOp(*c, n.input(2) != nullptr, epi, weights, p));
+  auto op = std::make_unique<ConvOp>(*c, n.input(2) != nullptr, epi, weights, p);
+  op->describe_access();
+  return std::unique_ptr<ROp>(std::move(op));
 }
 
 // -------------------------------------------------------- ConvTranspose ---

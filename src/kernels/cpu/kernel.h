@@ -38,11 +38,32 @@ struct TaskArgs {
   void* scratch = nullptr;  // scratch_bytes() of this task's own memory
 };
 
+// How rTask t of an op's n rTasks touches a tensor, for the scheduler's
+// cost of data that crosses vEUs (compiler/plan.h).
+enum class Access : uint8_t {
+  kWhole,   // all of it
+  kSpread,  // about 1/n of it, spread through it
+  kRange,   // the t-th of n equal flat ranges of it, in order
+};
+
 class ROp {
  public:
   virtual ~ROp() = default;
   int64_t tasks() const { return tasks_; }
   size_t scratch_bytes() const { return scratch_bytes_; }
+  // How each rTask reads input i and writes the outputs (optional; by
+  // default every input is read whole and the outputs written in parts
+  // spread through them: the most an rTask can read from other vEUs).
+  Access input_access(size_t i) const { return i < in_access_.size() ? in_access_[i] : Access::kWhole; }
+  Access output_access() const { return out_access_; }
+  void set_access(std::vector<Access> inputs, Access output) {
+    in_access_ = std::move(inputs);
+    out_access_ = output;
+  }
+  // For rTasks that take the t-th of n flat ranges of the output: inputs
+  // with as many elements as the output are read by the same ranges, the
+  // others whole.
+  void set_access_by_ranges(const Node& n);
   virtual void run(int64_t task, const TaskArgs& args) const = 0;
   // The algorithm chosen for these shapes where the rKernel has several
   // (a Conv: "winograd F(2,3)", "1x1 packed", "depthwise rows", ...; a MatMul:
@@ -53,6 +74,10 @@ class ROp {
  protected:
   int64_t tasks_ = 1;
   size_t scratch_bytes_ = 0;
+
+ private:
+  std::vector<Access> in_access_;
+  Access out_access_ = Access::kSpread;
 };
 
 struct KernelParams {

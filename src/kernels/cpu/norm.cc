@@ -27,6 +27,7 @@ class BatchNormOp : public ROp {
   BatchNormOp(int64_t batch, int64_t channels, int64_t plane, float eps, const KernelParams& p)
       : batch_(batch), channels_(channels), plane_(plane), eps_(eps) {
     tasks_ = row_tasks(batch * channels, plane, p);
+    set_access({Access::kRange}, Access::kRange);  // blocks of planes
   }
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t b, e;
@@ -63,6 +64,7 @@ class InstanceNormOp : public ROp {
   InstanceNormOp(int64_t batch, int64_t channels, int64_t plane, float eps, const KernelParams& p)
       : batch_(batch), channels_(channels), plane_(plane), eps_(eps) {
     tasks_ = row_tasks(batch * channels, plane, p);
+    set_access({Access::kRange}, Access::kRange);  // blocks of planes
   }
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t b, e;
@@ -105,6 +107,7 @@ class LayerNormOp : public ROp {
       : rows_(rows), cols_(cols), eps_(eps), scale_bcast_(scale_bcast), has_bias_(has_bias), bias_bcast_(bias_bcast),
         outputs_(outputs) {
     tasks_ = row_tasks(rows, cols, p);
+    set_access({Access::kRange}, Access::kRange);  // blocks of rows
   }
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t b, e;
@@ -165,6 +168,7 @@ class SoftmaxOp : public ROp {
   SoftmaxOp(bool log, int64_t outer, int64_t len, int64_t inner, const KernelParams& p)
       : log_(log), outer_(outer), len_(len), inner_(inner) {
     tasks_ = row_tasks(outer * inner, len, p);
+    if (inner == 1) set_access({Access::kRange}, Access::kRange);  // blocks of whole rows
   }
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t b, e;

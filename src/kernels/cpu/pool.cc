@@ -23,6 +23,7 @@ class PoolOp : public ROp {
   PoolOp(bool max, bool include_pad, Geo g, const Epilogue& epi, const KernelParams& p)
       : max_(max), include_pad_(include_pad), epi_(epi), g_(g) {
     tasks_ = choose_tasks(g.planes, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, g.oh * g.ow * g.kh * g.kw)), p);
+    set_access({Access::kRange, Access::kRange}, Access::kRange);  // blocks of planes (and a residual's)
     scratch_bytes_ = static_cast<size_t>(g.ow) * sizeof(float);  // one output row's accumulators
 #if defined(TESSERA_SIMD)
     // Unit stride along the row: per vector of output columns, each input
@@ -491,6 +492,7 @@ class GlobalAvgOp : public ROp {
  public:
   GlobalAvgOp(int64_t planes, int64_t size, const KernelParams& p) : planes_(planes), size_(size) {
     tasks_ = choose_tasks(planes, std::max<int64_t>(1, 32768 / std::max<int64_t>(size, 1)), p);
+    set_access({Access::kRange}, Access::kRange);  // blocks of planes
   }
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t b, e;

@@ -1,0 +1,376 @@
+#include "compiler/plan_choice.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "base/log.h"
+#include "base/paths.h"
+#include "base/strings.h"
+#include "compiler/profiler.h"
+#include "compiler/variants.h"
+#include "topology/host_map.h"
+
+namespace tessera {
+
+std::vector<int> candidate_veus(int n) {
+  std::vector<int> out;
+  for (int u = 1; u < n; u *= 2) out.push_back(u);
+  out.push_back(n);
+  if (out.size() > kMaxCandidateCounts) out.erase(out.begin() + 1, out.end() - static_cast<long>(kMaxCandidateCounts - 1));
+  return out;
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Traced runs per candidate for the in-run costs, and timed runs: rounds
+// over every candidate, each about kRoundMs of runs.
+constexpr int kTracedRuns = 3;
+constexpr int kTimingRounds = 3;
+constexpr double kRoundMs = 25;
+constexpr int kMinRuns = 3, kMaxRuns = 40;
+// An in-run ratio outside these bounds is taken as noise of the clock
+// around a tiny rTask.
+constexpr double kMinRatio = 0.25, kMaxRatio = 8;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+struct Candidate {
+  int veus = 1;
+  Policy policy = Policy::kAuto;  // as built (kAuto: both, the better predicted)
+  int round = 1;                  // 1: isolated costs; 2: with in-run ratios
+  std::vector<KernelParams> params;
+  std::vector<std::unique_ptr<ROp>> ops;
+  std::vector<double> cost;  // per step, µs per rTask, as scheduled
+  Plan plan;
+  VeuCosts veu_costs;
+  std::optional<MemoryPlan> memory;
+  std::vector<double> timed_us;  // interleaved timing runs
+  bool same_as(const Candidate& o) const {
+    if (veus != o.veus || plan.program.size() != o.plan.program.size()) return false;
+    for (size_t s = 0; s < params.size(); ++s)
+      if (ops[s]->tasks() != o.ops[s]->tasks()) return false;
+    for (size_t u = 0; u < plan.program.size(); ++u) {
+      const auto &a = plan.program[u], &b = o.plan.program[u];
+      if (a.size() != b.size()) return false;
+      for (size_t i = 0; i < a.size(); ++i)
+        if (a[i].kind != b[i].kind || a[i].a != b[i].a || a[i].b != b[i].b) return false;
+    }
+    return true;
+  }
+};
+
+// What the cache keeps of a measured choice.
+struct ChoiceRecord {
+  int veus = 1;
+  Policy policy = Policy::kWavefront;
+  int round = 1;
+  double measured_us = 0;  // the chosen one's median
+  std::vector<Plan::Candidate> candidates;
+  std::vector<double> ratios;  // the chosen count's in-run ratios, per step
+};
+
+std::string record_text(const ChoiceRecord& r) {
+  std::ostringstream s;
+  s.precision(9);
+  s << r.veus << " " << policy_name(r.policy) << " " << r.round << " " << r.measured_us << " " << r.candidates.size();
+  for (const Plan::Candidate& c : r.candidates)
+    s << " " << c.veus << " " << policy_name(c.policy) << " " << c.predicted_us << " " << c.measured_us;
+  s << " " << r.ratios.size();
+  for (double x : r.ratios) s << " " << x;
+  return s.str();
+}
+
+bool record_parse(const std::string& text, size_t steps, ChoiceRecord* r) {
+  std::istringstream s(text);
+  std::string policy;
+  size_t n = 0;
+  if (!(s >> r->veus >> policy >> r->round >> r->measured_us >> n) || !policy_parse(policy, &r->policy) ||
+      r->veus < 1 || n > 64)
+    return false;
+  for (size_t i = 0; i < n; ++i) {
+    Plan::Candidate c;
+    if (!(s >> c.veus >> policy >> c.predicted_us >> c.measured_us) || !policy_parse(policy, &c.policy)) return false;
+    r->candidates.push_back(c);
+  }
+  if (!(s >> n) || n != steps) return false;
+  r->ratios.resize(n);
+  for (double& x : r->ratios)
+    if (!(s >> x) || !(x >= kMinRatio && x <= kMaxRatio)) return false;
+  return r->round == 1 || r->round == 2;
+}
+
+class ChoiceCache {
+ public:
+  ChoiceCache(const CompileOptions& o) : enabled_(o.profile_options.use_cache) {
+    const std::string host = o.host_map ? o.host_map->digest() : "nomap";
+    path_ = (fs::path(cache_dir(o.profile_options.cache_dir)) /
+             str_cat("plans-", cpu_cache_key(), "-", host, "-k", kKernelVersion, ".tsv"))
+                .string();
+  }
+  std::optional<std::string> get(const std::string& key) const {
+    if (!enabled_) return std::nullopt;
+    std::ifstream in(path_);
+    std::string line;
+    while (std::getline(in, line))
+      if (line.size() > key.size() && line.compare(0, key.size(), key) == 0 && line[key.size()] == '\t')
+        return line.substr(key.size() + 1);
+    return std::nullopt;
+  }
+  void put(const std::string& key, const std::string& value) const {
+    if (!enabled_) return;
+    std::ifstream in(path_);
+    std::ostringstream out;
+    out << "# tessera plan choices: <program key> TAB <veus policy round candidates... ratios...>\n";
+    std::string line;
+    while (std::getline(in, line))
+      if (!line.empty() && line[0] != '#' && line.compare(0, key.size() + 1, key + "\t") != 0) out << line << "\n";
+    out << key << "\t" << value << "\n";
+    write_file_atomic(path_, out.str());  // a cache that cannot be written is not an error
+  }
+
+ private:
+  bool enabled_;
+  std::string path_;
+};
+
+class Planner {
+ public:
+  Planner(Program& p, const CompileOptions& o, Profiler* prof)
+      : p_(p), o_(o), prof_(prof),
+        vary_(o.variants && o.schedule.policy != Policy::kRandom) {}
+
+  // Makes every step's ops for `veus` vEUs, chooses variants and schedules.
+  Result<Candidate> build(int veus, Policy policy, const std::vector<double>* ratios, bool report) {
+    TESSERA_RETURN_IF_ERROR(make_ops(veus));
+    TESSERA_ASSIGN_OR_RETURN(auto variants, make_variants(p_, vary_ ? veus : 0));
+    cost_variants(
+        p_, variants,
+        [&](const Step& s, size_t i) {
+          const double c = prof_ ? prof_->cost(s) : analytic_task_cost(*s.node, s.op->tasks());
+          return ratios ? c * (*ratios)[i] : c;
+        },
+        [&](size_t done, size_t total) {
+          if (report && prof_ && o_.profile_options.progress) o_.profile_options.progress(done, total, false);
+        });
+    Candidate c;
+    c.veus = veus;
+    c.policy = policy;
+    c.round = ratios ? 2 : 1;
+    c.veu_costs = o_.host_map ? VeuCosts::from_host_map(*o_.host_map, veus) : VeuCosts::uniform(veus);
+    ScheduleOptions so = o_.schedule;
+    so.veus = veus;
+    so.policy = policy;
+    so.costs = &c.veu_costs;
+    TESSERA_ASSIGN_OR_RETURN(c.plan, schedule_with_variants(p_, variants, so, &c.cost));
+    TESSERA_RETURN_IF_ERROR(plan_validate(p_, c.plan).with_context("internal: scheduler produced an invalid plan"));
+    for (Step& s : p_.steps) {
+      c.params.push_back(s.params);
+      c.ops.push_back(std::move(s.op));
+    }
+    return c;
+  }
+
+  // Its ops, Plan, costs, memory plan and slots into the Program.
+  void install(Candidate& c) {
+    p_.stats.rtasks = 0;
+    p_.max_scratch_bytes = 0;
+    for (size_t s = 0; s < p_.steps.size(); ++s) {
+      std::swap(p_.steps[s].op, c.ops[s]);
+      p_.steps[s].params = c.params[s];
+      p_.stats.rtasks += p_.steps[s].op->tasks();
+      p_.max_scratch_bytes = std::max(p_.max_scratch_bytes, p_.steps[s].op->scratch_bytes());
+    }
+    p_.plan = c.plan;
+    p_.task_cost_us = c.cost;
+    if (!c.memory) c.memory = plan_memory_parallel(p_, c.plan);
+    p_.memory = *c.memory;
+    p_.slots.clear();
+    p_.input_slots.clear();
+    p_.output_slots.clear();
+    for (Step& s : p_.steps) {
+      s.inputs.clear();
+      s.outputs.clear();
+    }
+    assign_slots(p_);
+  }
+  // Its ops back out of the Program.
+  void uninstall(Candidate& c) {
+    for (size_t s = 0; s < p_.steps.size(); ++s) std::swap(p_.steps[s].op, c.ops[s]);
+  }
+
+  // Per step, the median in-run time of its rTasks, less the crossing the
+  // model charged them, over the cost the schedule used.
+  std::vector<double> in_run_ratios(const Candidate& c, const PlanTiming& t) const {
+    std::vector<std::vector<double>> seen(p_.steps.size());
+    for (size_t i = 0; i < c.plan.placements.size() && i < t.task_us.size(); ++i) {
+      const TaskPlacement& pl = c.plan.placements[i];
+      const double charged = pl.end_us - pl.start_us - c.cost[static_cast<size_t>(pl.step)];
+      seen[static_cast<size_t>(pl.step)].push_back(t.task_us[i] - std::max(0.0, charged));
+    }
+    std::vector<double> r(p_.steps.size(), 1.0);
+    for (size_t s = 0; s < r.size(); ++s)
+      if (!seen[s].empty() && c.cost[s] > 0) r[s] = std::clamp(median(seen[s]) / c.cost[s], kMinRatio, kMaxRatio);
+    return r;
+  }
+
+  // Installs `c` for good, its timeline predicted with costs corrected by
+  // `ratios` when it was built without them.
+  Status finish(Candidate& c, const std::vector<double>& ratios, int requested, double measured_us,
+                std::vector<Plan::Candidate> timed) {
+    install(c);
+    if (c.round == 1) {
+      for (size_t s = 0; s < p_.task_cost_us.size(); ++s) p_.task_cost_us[s] *= ratios[s];
+      TESSERA_RETURN_IF_ERROR(plan_repredict(p_, p_.task_cost_us, &c.veu_costs, &*p_.plan));
+    }
+    p_.plan->requested_veus = requested;
+    p_.plan->measured_us = measured_us;
+    p_.plan->candidates = std::move(timed);
+    return Status();
+  }
+
+  // The program's structure and the compile options that shape its Plan.
+  std::string key(int requested) const {
+    std::ostringstream k;
+    k << "v1|veus=" << requested << "|tasks=" << o_.tasks_per_op << "|variants=" << vary_
+      << "|profiled=" << (prof_ != nullptr) << "|policy=" << policy_name(o_.schedule.policy);
+    const auto preds = step_predecessors(p_);
+    for (size_t s = 0; s < p_.steps.size(); ++s) {
+      const Node& n = *p_.steps[s].node;
+      k << "|" << n.op_type << ":" << n.opset;
+      for (const auto& [name, a] : n.attrs) k << "," << name << "=" << a.i << "/" << a.f << "/" << a.s << "/" << str_join(a.ints, ".");
+      for (const Value* v : n.inputs) k << ",<" << (v ? v->shape.to_string() : "-") << (v && v->is_constant() ? "c" : "");
+      for (const Value* v : n.outputs) k << ",>" << v->shape.to_string();
+      k << ",p" << str_join(preds[s], ".");
+    }
+    // FNV-1a, 64 bits, twice with different seeds: a 128-bit key.
+    const std::string text = k.str();
+    auto fnv = [&](uint64_t h) {
+      for (char ch : text) {
+        h ^= static_cast<unsigned char>(ch);
+        h *= 1099511628211ull;
+      }
+      return h;
+    };
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(fnv(1469598103934665603ull)),
+                  static_cast<unsigned long long>(fnv(0x9e3779b97f4a7c15ull)));
+    return buf;
+  }
+
+ private:
+  Status make_ops(int veus) {
+    for (Step& s : p_.steps) {
+      s.params = KernelParams{};
+      s.params.tasks = o_.tasks_per_op;
+      TESSERA_ASSIGN_OR_RETURN(s.op, s.kernel->make(*s.node, s.params));
+      // With variants, an op its kernel would cut into more rTasks than
+      // there are vEUs starts as one rTask per vEU (docs/architecture.md,
+      // "Variants").
+      if (vary_ && o_.tasks_per_op == 0 && s.op->tasks() > veus) {
+        s.params.tasks = veus;
+        TESSERA_ASSIGN_OR_RETURN(s.op, s.kernel->make(*s.node, s.params));
+      }
+    }
+    return Status();
+  }
+
+  Program& p_;
+  const CompileOptions& o_;
+  Profiler* prof_;
+  const bool vary_;
+};
+
+Status choose_measured(Planner& planner, Program& p, const CompileOptions& o) {
+  const int n = o.schedule.veus;
+  const std::vector<int> counts = candidate_veus(n);
+  ChoiceCache cache(o);
+  const std::string key = planner.key(n);
+  if (auto text = cache.get(key)) {
+    ChoiceRecord r;
+    if (record_parse(*text, p.steps.size(), &r) && r.veus <= n) {
+      TESSERA_ASSIGN_OR_RETURN(Candidate c, planner.build(r.veus, r.policy, r.round == 2 ? &r.ratios : nullptr, true));
+      return planner.finish(c, r.ratios, n, r.measured_us, r.candidates);
+    }
+  }
+  // 1. A candidate per vEU count, run traced: its in-run ratios.
+  std::vector<Candidate> cands;
+  std::map<int, std::vector<double>> ratios;
+  bool contended = false;
+  for (int u : counts) {
+    TESSERA_ASSIGN_OR_RETURN(Candidate c, planner.build(u, Policy::kAuto, nullptr, cands.empty()));
+    planner.install(c);
+    Result<PlanTiming> t = o.plan_runner(p, 2, kTracedRuns, true);
+    planner.uninstall(c);
+    if (!t.ok()) return t.status().with_context("measuring candidate Plans");
+    contended = contended || t->contended;
+    ratios[u] = planner.in_run_ratios(c, *t);
+    cands.push_back(std::move(c));
+  }
+  // 2. Planned again with the in-run costs.
+  for (int u : counts) {
+    TESSERA_ASSIGN_OR_RETURN(Candidate c, planner.build(u, Policy::kAuto, &ratios[u], false));
+    bool known = false;
+    for (const Candidate& x : cands) known = known || x.same_as(c);
+    if (!known) cands.push_back(std::move(c));
+  }
+  // 3. Timed in interleaved rounds.
+  double fastest_ms = 1e300;
+  for (const Candidate& c : cands) fastest_ms = std::min(fastest_ms, c.plan.predicted_us / 1e3);
+  const int runs = std::clamp(static_cast<int>(kRoundMs / std::max(fastest_ms, 1e-3)), kMinRuns, kMaxRuns);
+  for (int r = 0; r < kTimingRounds; ++r)
+    for (Candidate& c : cands) {
+      planner.install(c);
+      Result<PlanTiming> t = o.plan_runner(p, 1, runs, false);
+      planner.uninstall(c);
+      if (!t.ok()) return t.status().with_context("timing candidate Plans");
+      contended = contended || t->contended;
+      c.timed_us.insert(c.timed_us.end(), t->run_us.begin(), t->run_us.end());
+    }
+  // 4. The fastest median; among equals, fewer vEUs.
+  size_t best = 0;
+  for (size_t i = 1; i < cands.size(); ++i) {
+    const double a = median(cands[i].timed_us), b = median(cands[best].timed_us);
+    if (a < b || (a == b && cands[i].veus < cands[best].veus)) best = i;
+  }
+  ChoiceRecord r;
+  Candidate& w = cands[best];
+  r.veus = w.veus;
+  r.policy = w.plan.policy;
+  r.round = w.round;
+  r.ratios = ratios[w.veus];
+  r.measured_us = median(w.timed_us);
+  for (const Candidate& c : cands) r.candidates.push_back({c.veus, c.plan.policy, c.plan.predicted_us, median(c.timed_us)});
+  // A choice made while the host shared our cores is used, not kept.
+  if (contended)
+    log_warning("the host kept other work on this process's cores while Plans were timed: the choice (", w.veus,
+                " vEUs) is not cached, the next compile measures again");
+  else
+    cache.put(key, record_text(r));
+  return planner.finish(w, r.ratios, n, median(w.timed_us), r.candidates);
+}
+
+}  // namespace
+
+Status build_plan(Program& p, const CompileOptions& o, Profiler* prof) {
+  Planner planner(p, o, prof);
+  const bool measure = o.plan_runner && o.schedule.policy == Policy::kAuto && o.schedule.veus > 1;
+  if (measure) return choose_measured(planner, p, o);
+  TESSERA_ASSIGN_OR_RETURN(Candidate c, planner.build(o.schedule.veus, o.schedule.policy, nullptr, true));
+  planner.install(c);
+  p.plan->requested_veus = o.schedule.veus;
+  return Status();
+}
+
+}  // namespace tessera

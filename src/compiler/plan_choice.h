@@ -1,0 +1,53 @@
+// Choosing the Plan: the last stage of compile_graph.
+//
+// For a vEU count, the policies build Plans from per-rTask costs (plan.h,
+// variants.h) and predict their makespans; `--policy auto` keeps the
+// lower prediction. Predictions rest on costs measured one op at a time on
+// a quiet machine, while a run reads weights from memory, data from other
+// cores, and shares the chip with its other vEUs. So, given a PlanRunner,
+// auto also measures:
+//
+//   1. candidates: for each vEU count in candidate_veus(N) — 1, the
+//      powers of two below N, and N — the Plan with the lowest predicted
+//      makespan;
+//   2. each runs on real vEUs, traced: per step, the median in-run time of
+//      its rTasks (less the crossing the model charged) over its isolated
+//      cost is that step's in-run ratio for that vEU count;
+//   3. each count is planned again with its costs times those ratios;
+//   4. every distinct candidate is timed, interleaved in rounds; the
+//      fastest median wins, so a Plan is never kept when one on fewer
+//      vEUs (the 1-vEU Plan included) ran faster.
+//
+// The winner's predicted timeline uses the corrected costs. The choice
+// (vEU count, policy, round, ratios, what each candidate measured) is
+// cached in $TESSERA_CACHE/plans-<cpu>-<host digest>-k<version>.tsv, keyed
+// by the program's structure and the vEUs asked for; a later compile of
+// the same program on the same host rebuilds the same Plan without
+// running anything. The Plan records it (Plan::requested_veus,
+// measured_us, candidates), and so does an Executable.
+//
+// Thread-safety: compile-time only, on the compiling thread (the runner
+// starts its own vEUs).
+#pragma once
+
+#include <vector>
+
+#include "compiler/program.h"
+#include "tessera/status.h"
+
+namespace tessera {
+
+class Profiler;
+
+// 1, the powers of two below n, and n; at most kMaxCandidateCounts
+// (the largest).
+inline constexpr size_t kMaxCandidateCounts = 5;
+std::vector<int> candidate_veus(int n);
+
+// Builds and installs the Program's Plan for options.schedule.veus vEUs:
+// its ops (variants chosen), Plan, per-step costs, memory plan and slots.
+// `prof` costs rTasks by measurement (null: the analytic model). Measures
+// candidates when the policy is auto and options.plan_runner is set.
+Status build_plan(Program& p, const CompileOptions& options, Profiler* prof);
+
+}  // namespace tessera

@@ -1,0 +1,22 @@
+// The PlanRunner (compiler/plan.h) of this process's CPU, for the measured
+// plan choice (compiler/plan_choice.h): the Program's arena allocated and
+// its argument pointers resolved, its Plan run on a CpuVDevice of
+// plan.veus vEUs. Float graph inputs hold seeded values uniform in
+// [-1, 1), every other byte is zero (valid for every kernel, Gather
+// indices included). Traced runs give each rTask's median duration less
+// the cost of reading the clock. Before measuring it waits (up to about
+// 150 ms) for the host to let every vEU's PU run at full speed at once
+// (host_quiet); PlanTiming::contended says when it never did.
+//
+// Thread-safety: the runner may be called from one thread at a time; it
+// starts and stops its own vEUs on each call.
+#pragma once
+
+#include "compiler/plan.h"
+
+namespace tessera {
+
+// `pin`: as SessionOptions::pin.
+PlanRunner cpu_plan_runner(bool pin = true);
+
+}  // namespace tessera

@@ -1,0 +1,227 @@
+// The planner's decisions under a host map, on any host: synthetic maps
+// (files, read as `--host-map` and $TESSERA_HOST_MAP read them) where
+// crossing vEUs costs 5x a local read keep a chain of light ops on one vEU
+// and still split a heavy op; a map where crossing is free reproduces the
+// plans made without a map, on the whole zoo.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "base/strings.h"
+#include "compiler/plan.h"
+#include "compiler/program.h"
+#include "tests/common/zoo_util.h"
+#include "topology/host_map.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+// An rOperator that only says how it is cut and how its rTasks read: the
+// scheduler never runs it.
+class ShapeOnlyOp : public ROp {
+ public:
+  ShapeOnlyOp(int64_t tasks, Access in, Access out) {
+    tasks_ = tasks;
+    set_access({in}, out);
+  }
+  void run(int64_t, const TaskArgs&) const override {}
+};
+
+struct Built {
+  std::unique_ptr<Program> program;
+  std::vector<double> cost;  // µs per rTask, per step
+  std::vector<int> chain;    // steps of the chain
+  int gemm = -1;             // the heavy op's step
+};
+
+// x (1 MB) -> gemm (2 rTasks of `gemm_us`, reading x whole), and beside it
+// y (512 KB) -> a chain of `links` ops of 2 rTasks of `link_us` each, every
+// rTask reading its input whole and writing a range of its output.
+Built chain_and_gemm(int links, double link_us, double gemm_us) {
+  Built b;
+  b.program = std::make_unique<Program>();
+  auto g = std::make_unique<Graph>();
+  Value* x = g->add_input("x", DType::kFloat32, Shape{256, 1024});
+  Value* y = g->add_input("y", DType::kFloat32, Shape{128, 1024});
+  std::vector<std::pair<Node*, std::unique_ptr<ROp>>> nodes;
+  Node* gemm = g->add_node("TestGemm", "gemm", {x}, 1);
+  gemm->outputs[0]->shape = Shape{256, 1024};
+  g->mark_output(gemm->outputs[0]);
+  nodes.push_back({gemm, std::make_unique<ShapeOnlyOp>(2, Access::kWhole, Access::kRange)});
+  Value* v = y;
+  for (int i = 0; i < links; ++i) {
+    Node* n = g->add_node("TestLink", str_cat("link", i), {v}, 1);
+    n->outputs[0]->shape = Shape{128, 1024};
+    v = n->outputs[0];
+    nodes.push_back({n, std::make_unique<ShapeOnlyOp>(2, Access::kWhole, Access::kRange)});
+  }
+  g->mark_output(v);
+  for (auto& [n, op] : nodes) {
+    for (Value* out : n->outputs) out->dtype = DType::kFloat32;
+    Step s;
+    s.node = n;
+    s.op = std::move(op);
+    b.cost.push_back(n == gemm ? gemm_us : link_us);
+    if (n != gemm) b.chain.push_back(static_cast<int>(b.program->steps.size()));
+    else b.gemm = static_cast<int>(b.program->steps.size());
+    b.program->steps.push_back(std::move(s));
+  }
+  b.program->graph = std::move(g);
+  return b;
+}
+
+struct TempFile {
+  explicit TempFile(const std::string& text)
+      : path((fs::temp_directory_path() / str_cat("tessera_map_", ::getpid(), "_", counter++, ".json")).string()) {
+    std::ofstream(path) << text;
+  }
+  ~TempFile() { fs::remove(path); }
+  std::string path;
+  static inline int counter = 0;
+};
+
+// Two PUs: local reads `local` ns per KB, cross reads `remote`, 300 ns
+// hand-offs.
+std::string two_pu_map(double local, double remote) {
+  return str_cat(R"({"version": 1, "pus": [{"os_index": 0}, {"os_index": 1}], "read_cost": [[)", local, ", ",
+                 remote, "], [", remote, ", ", local, R"(]], "handoff_ns": [[0, 300], [300, 0]]})");
+}
+
+Result<HostMap> read_map(const std::string& text) {
+  TempFile f(text);
+  HostMapOptions o;
+  o.file = f.path;
+  return host_map_obtain(o);
+}
+
+std::set<int> veus_of(const Plan& plan, int step) {
+  std::set<int> out;
+  for (const TaskPlacement& t : plan.placements)
+    if (t.step == step) out.insert(t.veu);
+  return out;
+}
+
+// With crossing free the chain's ops split across both vEUs (each half is
+// 10 µs of a 20 µs op); where every byte read across costs 40 ns per KB
+// more, a part on the other vEU would read 256 KB of the other's half
+// (+10 µs, as much as it saves): the chain stays on one vEU. The heavy op
+// (2 x 2 ms) still splits: reading its 1 MB input across costs 41 µs.
+TEST(Locality, ExpensiveCrossingKeepsAChainOnOneVeuAndStillSplitsAHeavyOp) {
+  auto cheap = read_map(two_pu_map(10, 10));
+  auto dear = read_map(two_pu_map(10, 50));
+  ASSERT_TRUE(cheap.ok()) << cheap.status().to_string();
+  ASSERT_TRUE(dear.ok()) << dear.status().to_string();
+  for (Policy policy : {Policy::kCriticalPath, Policy::kWavefront, Policy::kAuto}) {
+    SCOPED_TRACE(policy_name(policy));
+    Built b = chain_and_gemm(8, 10, 2000);
+    ScheduleOptions o;
+    o.veus = 2;
+    o.policy = policy;
+    const VeuCosts free_costs = VeuCosts::from_host_map(*cheap, 2);
+    o.costs = &free_costs;
+    auto split = schedule(*b.program, b.cost, o);
+    ASSERT_TRUE(split.ok()) << split.status().to_string();
+    ASSERT_TRUE(plan_validate(*b.program, *split).ok());
+    int split_links = 0;
+    for (int s : b.chain) split_links += veus_of(*split, s).size() == 2;
+    EXPECT_GE(split_links, 6) << "with crossing free, the chain's ops are split";
+    EXPECT_EQ(veus_of(*split, b.gemm).size(), 2u);
+
+    const VeuCosts dear_costs = VeuCosts::from_host_map(*dear, 2);
+    o.costs = &dear_costs;
+    auto kept = schedule(*b.program, b.cost, o);
+    ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+    ASSERT_TRUE(plan_validate(*b.program, *kept).ok());
+    std::set<int> chain_veus;
+    for (int s : b.chain)
+      for (int v : veus_of(*kept, s)) chain_veus.insert(v);
+    EXPECT_EQ(chain_veus.size(), 1u) << "the chain crossed vEUs where crossing costs 5x";
+    EXPECT_EQ(veus_of(*kept, b.gemm).size(), 2u) << "the heavy op must still split";
+  }
+}
+
+// The predicted timeline charges what crosses: an rTask on vEU 1 reading
+// all of a 1 MB graph input (made on vEU 0) lasts its cost plus
+// 1024 KB x 40 ns.
+TEST(Locality, PredictedTimelineChargesBytesThatCross) {
+  auto dear = read_map(two_pu_map(10, 50));
+  ASSERT_TRUE(dear.ok());
+  Built b = chain_and_gemm(0, 10, 2000);
+  ScheduleOptions o;
+  o.veus = 2;
+  o.policy = Policy::kCriticalPath;
+  const VeuCosts c = VeuCosts::from_host_map(*dear, 2);
+  o.costs = &c;
+  auto plan = schedule(*b.program, b.cost, o);
+  ASSERT_TRUE(plan.ok());
+  for (const TaskPlacement& t : plan->placements) {
+    const double expected = 2000 + (t.veu == 1 ? 1024 * 40 / 1e3 : 0);
+    EXPECT_NEAR(t.end_us - t.start_us, expected, 1e-6) << "vEU " << t.veu;
+  }
+  EXPECT_NEAR(c.crossing_us(1, 0, 1 << 20, 1 << 20), 40.96, 1e-9);
+  EXPECT_DOUBLE_EQ(c.handoff(0, 1), 0.3);
+}
+
+// Where the map says crossing costs nothing (and hand-offs take the
+// default), every zoo model gets exactly the Plan it gets without a map.
+TEST(Locality, FreeCrossingReproducesThePlansMadeWithoutAMap) {
+  const std::string map = str_cat(R"({"version": 1, "pus": [{"os_index": 0}, {"os_index": 1}, {"os_index": 2}],
+    "read_cost": [[7, 7, 7], [7, 7, 7], [7, 7, 7]],
+    "handoff_ns": [[0, 200, 200], [200, 0, 200], [200, 200, 0]]})");
+  auto free_map = read_map(map);
+  ASSERT_TRUE(free_map.ok()) << free_map.status().to_string();
+  for (const std::string& model : testing_util::kZooModels) {
+    for (int veus : {2, 3}) {
+      std::map<std::string, Tensor> inputs;
+      CompileOptions co;
+      co.build_plan = true;
+      co.schedule.veus = veus;
+      auto without = testing_util::compile_zoo(model, co, &inputs);
+      co.host_map = &*free_map;
+      auto with = testing_util::compile_zoo(model, co, &inputs);
+      ASSERT_TRUE(without.ok() && with.ok()) << model;
+      const Plan &a = *(*without)->plan, &b = *(*with)->plan;
+      EXPECT_EQ(a.predicted_us, b.predicted_us) << model << " veus=" << veus;
+      ASSERT_EQ(a.program.size(), b.program.size());
+      for (size_t u = 0; u < a.program.size(); ++u) {
+        ASSERT_EQ(a.program[u].size(), b.program[u].size()) << model << " vEU " << u;
+        for (size_t i = 0; i < a.program[u].size(); ++i) {
+          EXPECT_EQ(a.program[u][i].kind, b.program[u][i].kind);
+          EXPECT_EQ(a.program[u][i].a, b.program[u][i].a);
+          EXPECT_EQ(a.program[u][i].b, b.program[u][i].b);
+        }
+      }
+    }
+  }
+}
+
+// On a real model, a map where crossing is dear moves fewer bytes between
+// vEUs than one where it is free, and never predicts a Plan that the
+// planner's own accounting says crosses more.
+TEST(Locality, DearCrossingMovesFewerBytesOnZooModels) {
+  auto cheap = read_map(two_pu_map(10, 10));
+  auto dear = read_map(two_pu_map(10, 100));
+  ASSERT_TRUE(cheap.ok() && dear.ok());
+  for (const std::string model : {"nasnet_like", "mobilenet_v2", "bert_tiny"}) {
+    std::map<std::string, Tensor> inputs;
+    CompileOptions co;
+    co.build_plan = true;
+    co.schedule.veus = 2;
+    co.schedule.policy = Policy::kCriticalPath;
+    co.host_map = &*cheap;
+    auto a = testing_util::compile_zoo(model, co, &inputs);
+    co.host_map = &*dear;
+    auto b = testing_util::compile_zoo(model, co, &inputs);
+    ASSERT_TRUE(a.ok() && b.ok()) << model;
+    // Cross-vEU waits stand for data handed across.
+    EXPECT_LE((*b)->plan->waits, (*a)->plan->waits) << model;
+  }
+}
+
+}  // namespace
+}  // namespace tessera
