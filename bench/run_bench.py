@@ -46,7 +46,7 @@ TARGETS = {  # the targeted median time as a ratio to ONNX Runtime
 # Where a workload's floors (FLOPs over peak, bytes over bandwidth) are
 # worked out, cited under the table when its target is missed.
 FLOORS = {
-    "lstm_tc": "docs/architecture.md, section \"Lowering recurrent layers\"",
+    "lstm_tc": "docs/notes/2026-11-24-kernels-fusion-plans.md, section \"Lowering recurrent layers\"",
 }
 WORKLOADS = ["add_chain", "add_chains8", "bert_tiny", "lstm_tc", "nasnet_like", "resnet18", "mobilenet_v2"]
 UNSEEN = ["squeezenet1_0", "shufflenet_v2_x1_0", "mnasnet0_5", "efficientnet_b0", "regnet_x_400mf",
@@ -104,6 +104,19 @@ def host_map(tessera):
     """This host's map (`tessera topo --json`), measured or from the cache."""
     out = subprocess.run([tessera, "topo", "--json", "--quiet"], capture_output=True, text=True)
     return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def wait_quiet(tessera, limit_s=60):
+    """Polls the FMA gauge (`tessera topo --gauge`) until every PU runs at
+    full speed at once; returns the seconds waited, or None when the host
+    stayed busy for limit_s."""
+    t0 = time.monotonic()
+    while True:
+        if subprocess.run([tessera, "topo", "--gauge", "--quiet"], capture_output=True).returncode == 0:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > limit_s:
+            return None
+        time.sleep(1)
 
 
 def p90(v):
@@ -187,6 +200,7 @@ def main():
     systems = ["tessera-plan", "tessera-1veu", "tessera-two-layer", "onnxruntime", "pytorch"]
     maps = [host_map(tessera)]
     results, spread, plans = {}, {}, {}
+    waits, busy_rounds = [], []
     unfused = {}
     tmp = tempfile.mkdtemp(prefix="tessera-bench-")
     for w in names:
@@ -204,6 +218,13 @@ def main():
         warm = max(2, a.iters // 4)
         for r in range(a.rounds):
             print(f"bench: {w} round {r + 1}/{a.rounds}", file=sys.stderr)
+            # Every system's round on the same, quiet host (a neighbour or
+            # hypervisor that takes a share of our PUs skews whoever runs then).
+            waited = wait_quiet(tessera)
+            if waited is None:
+                busy_rounds.append(f"{w} round {r + 1}")
+            elif waited > 0.5:
+                waits.append(waited)
             ms, j = tessera_run(tessera, model, npz, a.iters, warm, "plan", a.threads)
             times["tessera-plan"] += ms
             predicted.append(j["plan"]["predicted_ms"])
@@ -220,6 +241,10 @@ def main():
         spread[w] = {s: p90(v) / statistics.median(v) for s, v in times.items()}
     maps.append(host_map(tessera))
     table, summary = report(results, spread, plans, unfused, overhead(tessera, tmp, a.threads, a.rounds, a.iters))
+    summary += (f"\nBefore each round the host had to let every PU run at full speed at once (`tessera topo "
+                f"--gauge`): {len(waits)} rounds waited for it ({sum(waits):.0f} s in all); "
+                f"{len(busy_rounds)} ran on a busy host after 60 s" +
+                (f" ({', '.join(busy_rounds)})" if busy_rounds else "") + ".\n")
     print(table + summary)
     write_results(a, tessera, maps, table, summary)
     return 0

@@ -151,7 +151,9 @@ Status prepare_plan(const Args& args, bool pin, HostMap* map, CompileOptions* co
   for (const std::string& note : map->notes)
     if (map->origin == "measured") log_info("host map: ", note);
   co->host_map = map;
-  if (!args.has("--no-measure")) co->plan_runner = cpu_plan_runner(pin);
+  // A map given as a file describes another host: its rates are no gauge here.
+  const double rate = map->origin == "measured" || map->origin == "cache" ? map->pus[0].fma_gflops : 0;
+  if (!args.has("--no-measure")) co->plan_runner = cpu_plan_runner(pin, rate);
   return Status();
 }
 

@@ -12,6 +12,7 @@
 #include "base/strings.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "topology/calibrate.h"
 #include "topology/host_map.h"
 
 namespace tessera::tools {
@@ -31,6 +32,8 @@ const cli::Command kTopo = {
         {"--refresh", "", "measure again, even when the cache holds a map"},
         {"--host-map", "FILE", "show this map instead of this host's (also $TESSERA_HOST_MAP)"},
         {"--quiet", "", "no progress on stderr"},
+        {"--gauge", "", "say whether every PU can run at full speed at once right now (the FMA gauge the\n"
+                        "                          plan choice waits on); exit 0 when it can, 3 when the host is busy"},
     },
     "examples:\n  tessera topo\n  tessera topo --json | python3 -m json.tool\n  tessera topo --refresh\n"};
 
@@ -107,6 +110,12 @@ int topo_main(int argc, char** argv) {
   if (!a.has("--quiet")) o.progress = progress_bar;
   auto m = host_map_obtain(o);
   if (!m.ok()) return cli::fail(m.status());
+  if (a.has("--gauge")) {
+    const bool quiet = host_quiet(cpu_topology(), cpu_topology().pus, m->pus[0].fma_gflops);
+    std::printf("%s\n", quiet ? "quiet: every PU runs at full speed at once"
+                              : "busy: the host is taking a share of this process's PUs");
+    return quiet ? 0 : 3;
+  }
   if (a.has("--json")) {
     nlohmann::json j = nlohmann::json::parse(host_map_to_json(*m));
     j["origin"] = m->origin;

@@ -51,8 +51,8 @@ struct CompileOptions {
   // With lowering: project a stacked layer's input every this many steps,
   // so that the layers overlap as a diagonal wavefront. 0 projects each
   // layer's whole input at once, after the layer below, so a vEU's part of
-  // R stays in its cache for the whole layer (faster on LSTM-TC here:
-  // docs/architecture.md, "Lowering recurrent layers").
+  // R stays in its cache for the whole layer (faster on LSTM-TC:
+  // docs/notes/2026-11-24-kernels-fusion-plans.md, "Lowering recurrent layers").
   int64_t recurrent_chunk = 0;
   // With lowering and no chunks: a stacked LSTM layer's input projection
   // is computed by the steps of the layer below, a tile of it in each of
@@ -67,9 +67,9 @@ struct CompileOptions {
   // chains of elementwise ops (compiler/fuse.cc).
   bool fuse = true;
   // With `fuse`: MobileNetV2's inverted residual blocks as one op each
-  // (fuse_inverted_residuals). Off by default: on this host's 2 vEUs the
-  // fused blocks measure more work than the three ops (docs/architecture.md,
-  // "Inverted residual blocks").
+  // (fuse_inverted_residuals). Off by default: on the hosts measured the
+  // fused blocks are more work than the three ops
+  // (docs/notes/2026-11-24-kernels-fusion-plans.md, "Inverted residual blocks").
   bool fuse_blocks = false;
   // Let the producers of a batch-1 Concat's parts write them straight into
   // its output (passes.h, "In-place Concat").

@@ -26,7 +26,7 @@ double clock_pair_us() {
   return static_cast<double>(d[100]) / 1e3;
 }
 
-Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, bool pin) {
+Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, bool pin, double expected_gflops) {
   if (!p.plan) return failed_precondition("the runner needs a Program with a Plan");
   const Plan& plan = *p.plan;
   void* arena = aligned_alloc64(std::max<size_t>(p.memory.arena_bytes, 64));
@@ -43,7 +43,7 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, 
   // Measure while every vEU's core is ours (topology/calibrate.h).
   constexpr int kQuietTries = 10;
   int tries = 0;
-  while (!host_quiet(cpu_topology(), plan.veus) && ++tries < kQuietTries)
+  while (!host_quiet(cpu_topology(), plan.veus, expected_gflops) && ++tries < kQuietTries)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   t.contended = tries == kQuietTries;
   {
@@ -73,8 +73,10 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, 
 
 }  // namespace
 
-PlanRunner cpu_plan_runner(bool pin) {
-  return [pin](const Program& p, int warmup, int runs, bool trace) { return run_plan(p, warmup, runs, trace, pin); };
+PlanRunner cpu_plan_runner(bool pin, double expected_gflops) {
+  return [pin, expected_gflops](const Program& p, int warmup, int runs, bool trace) {
+    return run_plan(p, warmup, runs, trace, pin, expected_gflops);
+  };
 }
 
 }  // namespace tessera

@@ -16,7 +16,9 @@
 
 namespace tessera {
 
-// `pin`: as SessionOptions::pin.
-PlanRunner cpu_plan_runner(bool pin = true);
+// `pin`: as SessionOptions::pin. `expected_gflops`: the first PU's FMA
+// rate in the host map (0: not checked), below which the host counts as
+// busy.
+PlanRunner cpu_plan_runner(bool pin = true, double expected_gflops = 0);
 
 }  // namespace tessera

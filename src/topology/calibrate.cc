@@ -28,25 +28,33 @@ inline void cpu_relax() {
 #endif
 }
 
+#if defined(__AVX512F__)
+constexpr int kFmaLanes = 16;
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr int kFmaLanes = 8;
+#else
+constexpr int kFmaLanes = 1;
+#endif
+
+// fp32 FLOPs in `iters` rounds of fma_loop.
+double fma_flops(int64_t iters) { return static_cast<double>(iters) * 12 * 2 * kFmaLanes; }
+
 // `iters` rounds of 12 independent FMA chains; returns fp32 FLOPs done.
 __attribute__((noinline)) double fma_loop(int64_t iters) {
 #if defined(__AVX512F__)
   using V = __m512;
-  constexpr int kLanes = 16;
   auto set = [](float x) { return _mm512_set1_ps(x); };
   auto fma = [](V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); };
   auto add = [](V a, V b) { return _mm512_add_ps(a, b); };
   auto first = [](V a) { return _mm512_cvtss_f32(a); };
 #elif defined(__AVX2__) && defined(__FMA__)
   using V = __m256;
-  constexpr int kLanes = 8;
   auto set = [](float x) { return _mm256_set1_ps(x); };
   auto fma = [](V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); };
   auto add = [](V a, V b) { return _mm256_add_ps(a, b); };
   auto first = [](V a) { return _mm256_cvtss_f32(a); };
 #else
   using V = float;
-  constexpr int kLanes = 1;
   auto set = [](float x) { return x; };
   auto fma = [](V a, V b, V c) { return a * b + c; };
   auto add = [](V a, V b) { return a + b; };
@@ -68,12 +76,13 @@ __attribute__((noinline)) double fma_loop(int64_t iters) {
   s = add(s, add(add(a8, a9), add(a10, a11)));
   volatile float sink = first(s);
   (void)sink;
-  return static_cast<double>(iters) * 12 * 2 * kLanes;
+  return fma_flops(iters);
 }
 
 // GFLOP/s of the FMA loop run for about `ms` (after a ramp of the same
 // length, so the clock has settled).
-double fma_rate(double ms) {
+// Rounds of fma_loop that take about `ms` on the calling thread's PU.
+int64_t fma_iters_for(double ms) {
   int64_t iters = 20000;
   for (int pass = 0; pass < 8; ++pass) {  // grow until a run takes ms
     const int64_t t0 = now_ns();
@@ -82,6 +91,11 @@ double fma_rate(double ms) {
     if (took >= ms * 0.5) break;
     iters = static_cast<int64_t>(static_cast<double>(iters) * std::min(16.0, ms / std::max(took, 1e-3)));
   }
+  return iters;
+}
+
+double fma_rate(double ms) {
+  const int64_t iters = fma_iters_for(ms);
   double best = 0;
   for (int k = 0; k < 3; ++k) {
     const int64_t t0 = now_ns();
@@ -312,16 +326,36 @@ std::vector<double> handoff_samples(unsigned a, unsigned b, int rounds, int runs
 }
 
 // FMA rates of a and b running at once, each over its rate alone.
-double fma_together_ratio(unsigned a, unsigned b, double alone_a, double alone_b, double ms) {
-  std::atomic<int> ready{0};
-  double ra = 0, rb = 0;
-  auto body = [&](double* out) {
-    ready.fetch_add(1);
-    while (ready.load() < 2) cpu_relax();
-    *out = fma_rate(ms);
-  };
-  on_pair(a, b, [&] { body(&ra); }, [&] { body(&rb); });
-  return std::min(ra / std::max(alone_a, 1e-9), rb / std::max(alone_b, 1e-9));
+// ns from the first start to the last end of `iters` FMA rounds on each of
+// `pus`, started together. Two vCPUs a hypervisor runs in turns on one
+// physical thread take twice as long as one, however fast each is while
+// it runs.
+double fma_span_ns(const std::vector<unsigned>& pus, int64_t iters) {
+  const size_t n = pus.size();
+  std::atomic<size_t> ready{0};
+  std::vector<int64_t> start(n), end(n);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i)
+    threads.emplace_back([&, i] {
+      pin_current_thread_to_pu(pus[i]);
+      ready.fetch_add(1);
+      while (ready.load() < n) cpu_relax();
+      start[i] = now_ns();
+      fma_loop(iters);
+      end[i] = now_ns();
+    });
+  for (std::thread& t : threads) t.join();
+  return static_cast<double>(*std::max_element(end.begin(), end.end()) - *std::min_element(start.begin(), start.end()));
+}
+
+// How fast a and b run the same FMA work together, over the slower of
+// the two alone (each alone the best of two).
+double fma_together_ratio(unsigned a, unsigned b, double ms) {
+  int64_t iters = 0;
+  on_pu(a, [&] { iters = fma_iters_for(ms); });
+  double alone = 0;
+  for (unsigned p : {a, b}) alone = std::max(alone, std::min(fma_span_ns({p}, iters), fma_span_ns({p}, iters)));
+  return alone / fma_span_ns({a, b}, iters);
 }
 
 // GB/s reading a buffer far beyond the caches (the best of 3 passes).
@@ -441,9 +475,7 @@ class Measurer {
     // The median of three: a hypervisor that briefly runs both vCPUs on
     // one physical thread must not make them siblings for good.
     std::vector<double> together_runs;
-    for (int k = 0; k < 3; ++k)
-      together_runs.push_back(fma_together_ratio(os(a), os(b), m_.pus[static_cast<size_t>(a)].fma_gflops,
-                                                 m_.pus[static_cast<size_t>(b)].fma_gflops, o_.fma_ms));
+    for (int k = 0; k < 3; ++k) together_runs.push_back(fma_together_ratio(os(a), os(b), o_.fma_ms));
     const double together = median(together_runs);
     m_.fma_together[at(a, b)] = m_.fma_together[at(b, a)] = together;
     progress(pair);
@@ -560,30 +592,22 @@ HostFingerprint host_fingerprint(const CpuTopology& t) {
   const unsigned b = t.pu_order[1];
   f.pair = true;
   f.handoff_ns = lower_quartile(handoff_samples(a, b, 500, 5));
-  double alone_b = 0;
-  on_pu(b, [&] { alone_b = fma_rate(kMs); });
-  f.fma_together = fma_together_ratio(a, b, alone_a, alone_b, kMs);
+  f.fma_together = fma_together_ratio(a, b, kMs);
   return f;
 }
 
-bool host_quiet(const CpuTopology& t, int pus) {
+bool host_quiet(const CpuTopology& t, int pus, double expected_gflops) {
   pus = std::clamp(pus, 1, t.pus);
-  constexpr double kMs = 0.8;
-  double alone = 0;
-  on_pu(t.pu_order[0], [&] { alone = fma_rate(kMs); });
+  constexpr double kMs = 1.0;
+  const unsigned first = t.pu_order[0];
+  int64_t iters = 0;
+  on_pu(first, [&] { iters = fma_iters_for(kMs); });
+  const double alone = std::min(fma_span_ns({first}, iters), fma_span_ns({first}, iters));
+  const double flops = fma_flops(iters);
+  if (expected_gflops > 0 && flops / alone < kQuietRatio * expected_gflops) return false;
   if (pus == 1) return true;
-  std::vector<double> rate(static_cast<size_t>(pus), 0);
-  std::atomic<int> ready{0};
-  std::vector<std::thread> threads;
-  for (int p = 0; p < pus; ++p)
-    threads.emplace_back([&, p] {
-      pin_current_thread_to_pu(t.pu_order[static_cast<size_t>(p)]);
-      ready.fetch_add(1);
-      while (ready.load() < pus) cpu_relax();
-      rate[static_cast<size_t>(p)] = fma_rate(kMs);
-    });
-  for (std::thread& th : threads) th.join();
-  return *std::min_element(rate.begin(), rate.end()) >= kQuietRatio * alone;
+  std::vector<unsigned> all(t.pu_order.begin(), t.pu_order.begin() + pus);
+  return alone / fma_span_ns(all, iters) >= kQuietRatio;
 }
 
 bool host_map_matches(const HostMap& m, const HostFingerprint& f, std::string* why) {

@@ -11,7 +11,9 @@
 // Per pair of PUs a, b: b reads what a just wrote (and the other way), a
 // rewrites what b just read, at each size; the one-way hand-off of a spin
 // flag (half a ping-pong round trip); and both running the FMA loop at
-// once (siblings of one core lose about half).
+// once, timed from the first start to the last end (siblings of one core,
+// or two vCPUs run in turns on one physical thread, take about twice as
+// long as one).
 // Sharing: two PUs share a core when their FMA rates together fall below
 // kCoreShareRatio of alone. Caches come from hwloc when it reports any;
 // else a pair shares an L2 when reading the other's data of kTypicalKb
@@ -69,11 +71,14 @@ inline constexpr double kFingerprintSlack = 3.0;
 bool host_map_matches(const HostMap& m, const HostFingerprint& f, std::string* why);
 
 // Whether the first `pus` PUs can all run at full speed at once right now
-// (no neighbour or hypervisor taking a share of them): a short FMA loop
-// on the first PU alone, then on all of them together, each keeping at
-// least kQuietRatio of the rate alone. Takes about 3 ms.
+// (no neighbour or hypervisor taking a share of them): the same FMA work,
+// started on all of them together, must all be done within 1 / kQuietRatio
+// of the time the first PU alone takes (two vCPUs run in turns on one
+// physical thread take twice as long), and the first PU alone must reach
+// kQuietRatio of `expected_gflops` (its rate in the host map; 0: not
+// checked). Takes about 4 ms.
 inline constexpr double kQuietRatio = 0.8;
-bool host_quiet(const CpuTopology& t, int pus);
+bool host_quiet(const CpuTopology& t, int pus, double expected_gflops);
 
 // The instruction set of the measuring loops (the build's): "avx512",
 // "avx2" or "portable".

@@ -131,11 +131,8 @@ class ConvOp : public ROp {
       scratch_bytes_ = static_cast<size_t>((hp_ + 1) * wp_ + 1) * sizeof(float);
 #if defined(TESSERA_DW_STRIP)
       // With AVX2, 3x3 and 5x5 windows at stride 1 or 2 run in strips,
-      // but for rows of less than one vector, which run flat. MobileNetV2's on one
-      // thread, per rTask (profiled in alternated processes): 112x112 ->
-      // 56x56, 96 channels: 33.8 -> 18.7 us; 56x56, 144 channels: 17.2 ->
-      // 9.0 us; 14x14 (flat before): 67.7 -> 62.6 us; 7x7: flat 16.7 us,
-      // strips 19.6.
+      // but for rows of less than one vector, which run flat (MobileNetV2's
+      // 7x7 layers: flat 16.7 us per rTask, strips 19.6).
       if ((!flat || c.ow >= DwStrip::kLanes) && strip_.init(c)) {
         use_strip_ = true;
         epi_fused_ = strip_.fuse(epi_);

@@ -57,8 +57,8 @@ class DwDirect {
     per_ = per;
     if (c.sw == 1 && c.sh == 1 && c.dw == 1 && c.dh == 1 && c.kh == c.kw && (c.kh == 3 || c.kh == 5)) {
       square_ = static_cast<int>(c.kh);
-      // Rows of one block: 3x3 on 14x14 1.4 -> 1.7 us shifted. The shift
-      // (valignd) is AVX-512's.
+      // Rows of one block measured slower shifted (3x3 on 14x14: 1.7
+      // against 1.4 us). The shift (valignd) is AVX-512's.
       shift_taps_ = c.pw == c.kw / 2 && nblk_ >= 2 && kLanes == 16;
     }
     make_lanes();
@@ -271,9 +271,8 @@ class DwDirect {
   // the tile's B vectors and one on each side (masked to the row, zero
   // outside), and every tap's window is two of them shifted by valignd,
   // instead of K unaligned loads per vector. The same values reach the same
-  // FMAs, so results are bitwise those of the loads. On one thread, 32
-  // planes: 3x3 on 112x112 84.5 -> 75.6 us, on 56x56 22.6 -> 18.7 us, 5x5
-  // on 20x37 11.4 -> 10.0 us; on 32x32 the same (5.5 and 11 us).
+  // FMAs, so results are bitwise those of the loads; 10-20 % less time on
+  // rows of several blocks.
   template <int K, int B, int R, bool kClamp, bool kShift>
   void square_tile(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t oy0,
                    int64_t blk0) const {

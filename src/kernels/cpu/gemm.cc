@@ -18,8 +18,7 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
   // oneDNN's sgemm runs a few vectors' width of columns slowly when they
   // end in a partial vector: whole 16-column vectors first, then the rest
   // (ResNet-18's 512-channel 3x3 convs on 7x7, an rTask of 49 pixels with
-  // K = 4608: 48 + 1 in 590 us, 49 at once in 750; EfficientNet-B0's
-  // 320 -> 1280 1x1 on 7x7: 191-220 -> 104-115 us per rTask).
+  // K = 4608: 48 + 1 in 590 us, 49 at once in 750).
   if (n > 32 && n <= 64 && n % 16 != 0) {
     const int64_t head = n / 16 * 16;
     sgemm(trans_a, trans_b, m, head, k, alpha, a, lda, b, ldb, beta, c, ldc);

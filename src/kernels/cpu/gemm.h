@@ -21,9 +21,8 @@ inline constexpr int64_t kRowsGemmSmallB = 32768;
 // the fused attention's GEMM, on a tile of a product of product_m x
 // product_n outputs. Where the constants above allow, it is gemm_rows
 // (packed_gemm.h), which on one thread beats sgemm on the small tiles of
-// transformer layers (8 rows x 512 x 128: 4.7 -> 4.5 us; 64 x 64 x 64: 2.6
-// -> 2.4 us), far more on tiny products where sgemm's per-call cost
-// dominates (6 x 48 x 48: 0.36 -> 0.16 us), and gives every output the
+// transformer layers, by far on tiny products where sgemm's per-call cost
+// dominates (6 x 48 x 48: 0.16 against 0.36 us), and gives every output the
 // same value whatever the tile. Longer reductions (sgemm's k blocking
 // wins), products of a few rows with a large B (gemm_rows walks B in
 // 48-column panels with a little reuse per row: a 1 x 1024 x 256 GEMV

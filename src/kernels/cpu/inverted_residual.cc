@@ -25,9 +25,9 @@
 //
 // Off by default (CompileOptions::fuse_blocks, `--block-fusion`): on
 // MobileNetV2's six blocks on maps of 28 rows or more, profiled alone, the
-// fused op is more work than the three ops (block 2: 962 against 777 us,
-// blocks 5 and 6: 310 against 232), and whole runs did not gain beyond
-// this host's noise (docs/architecture.md, "Inverted residual blocks").
+// fused op is more work than the three ops (block 2: 962 against 777 us),
+// and whole runs did not gain beyond the host's noise
+// (docs/notes/2026-11-24-kernels-fusion-plans.md, "Inverted residual blocks").
 #include <algorithm>
 #include <cstring>
 #include <vector>

@@ -199,9 +199,9 @@ void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64
   // With AVX2 the block is first copied to a contiguous panel when more
   // than one row block reads it: B's rows are often a multiple of 4 KB
   // apart (planes of 32 x 32 floats), all in one set of the 8-way L1, so
-  // in place the block did not stay there. One thread, 32 x 160 by 160 x
-  // 1024: 370 -> 200 us; 32 x 32 by 32 x 1024: 79 -> 40 us. (AVX-512
-  // builds read B in place, as measured before; their L1 has 12 ways.)
+  // in place the block did not stay there: copied, 32 x 160 by 160 x 1024
+  // took half the time. (AVX-512 builds read B in place, as measured
+  // before; their L1 has 12 ways.)
   alignas(64) float panel[Vec::kRegisters < 32 ? kPanelMaxK * 3 * kLanes : 1];
   const bool use_panel = Vec::kRegisters < 32 && m > kTileRows && k <= kPanelMaxK;
   for (int64_t j = 0; j < n; j += 3 * kLanes) {

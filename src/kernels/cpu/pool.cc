@@ -68,8 +68,7 @@ class PoolOp : public ROp {
     if (strided_) scratch_bytes_ = static_cast<size_t>(strided_row()) * sizeof(float);
 #endif
     if (separable_ || rows_first_ || strided_) {
-      // Made once here rather than per row and plane: window_range divides
-      // (3x3 average pooling of 32 planes of 32x32: 14.2 -> 13.5 us).
+      // Made once here rather than per row and plane: window_range divides.
       row_window_.resize(g.oh);
       for (int64_t oy = 0; oy < g.oh; ++oy) {
         const int64_t y0 = oy * g.sh - g.ph;
@@ -201,8 +200,8 @@ class PoolOp : public ROp {
 
   // kMax is vmaxps with the new value first (v > acc ? v : acc), the same
   // as kMaxNan's rule on planes with no NaN, and cheaper: kMaxNan adds two
-  // compares and a blend to every step (3x3 max pooling of 32 planes of
-  // 32x32: 22 -> 12 us).
+  // compares and a blend to every step (about half the time of a 3x3 max
+  // pooling).
   enum class Combine { kSum, kMax, kMaxNan };
 
   // Whether the input plane holds a NaN: its magnitude bits above those of
@@ -244,8 +243,7 @@ class PoolOp : public ROp {
   // or 0 outside the row), into `rows` (one vector per input row); each
   // output row then reduces its window's rows of that. kw + kh operations
   // per 16 outputs, and each input row is read once per block rather than
-  // once per output row it reaches (3x3 average pooling of 32 planes of
-  // 32x32: 6.2 -> 2.5 us standalone). Max is exact in any order; the
+  // once per output row it reaches. Max is exact in any order; the
   // average's sum runs along rows first, which can differ from the tap
   // order in the last bit.
   // The common window widths with their tap loops unrolled.
@@ -265,9 +263,8 @@ class PoolOp : public ROp {
   // Square K x K windows at stride 1 (3x3 in NASNets and Inception blocks):
   // the row reductions of the K input rows an output row needs stay in
   // registers, each new output row adding one (rows outside the input
-  // count as the fill: 0 or -inf, which change no sum or max). 3x3 average
-  // pooling of 32 planes of 32x32: 6.5 -> 4.5 us (through scratch, the
-  // reloads of the row reductions just stored stalled).
+  // count as the fill: 0 or -inf, which change no sum or max). Through
+  // scratch, the reloads of the row reductions just stored stalled.
   template <Combine kMode, int K>
   void plane_rolling(const float* xp, float* yp) const {
     const Vec::T init = Vec::set1(kMode != Combine::kSum ? -std::numeric_limits<float>::infinity() : 0.f);
@@ -500,8 +497,7 @@ class GlobalAvgOp : public ROp {
     const float* x = static_cast<const float*>(args.in[0]);
     float* y = static_cast<float*>(args.out[0]);
     // Large planes: kParts interleaved partial sums (element i into part
-    // i % kParts), which vectorize, added pairwise at the end (NASNet-like's
-    // 32 planes of 32x32: 16.5 -> 0.9 us). Small ones keep one running sum
+    // i % kParts), which vectorize, added pairwise at the end. Small ones keep one running sum
     // each, the planes' sums overlapping in the core; the pairwise step
     // would cost more than they do (1280 planes of 7x7: 12 against 36 us).
     constexpr int64_t kParts = 32, kMinPartsSize = 128;
