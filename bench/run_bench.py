@@ -107,9 +107,9 @@ def host_map(tessera):
 
 
 def wait_quiet(tessera, limit_s=60):
-    """Polls the FMA gauge (`tessera topo --gauge`) until every PU runs at
-    full speed at once; returns the seconds waited, or None when the host
-    stayed busy for limit_s."""
+    """Polls `tessera topo --gauge` until the host is as its map describes
+    (every PU at full speed at once, hand-offs as mapped); returns the
+    seconds waited, or None when it was not for limit_s."""
     t0 = time.monotonic()
     while True:
         if subprocess.run([tessera, "topo", "--gauge", "--quiet"], capture_output=True).returncode == 0:
@@ -216,22 +216,29 @@ def main():
         times = {s: [] for s in systems}
         predicted = []
         warm = max(2, a.iters // 4)
-        for r in range(a.rounds):
-            print(f"bench: {w} round {r + 1}/{a.rounds}", file=sys.stderr)
-            # Every system's round on the same, quiet host (a neighbour or
-            # hypervisor that takes a share of our PUs skews whoever runs then).
+        def quiet(what):
+            # Every system's batch starts on a quiet host: a neighbour or
+            # hypervisor that takes a share of our PUs skews whoever runs then.
             waited = wait_quiet(tessera)
             if waited is None:
-                busy_rounds.append(f"{w} round {r + 1}")
+                busy_rounds.append(what)
             elif waited > 0.5:
                 waits.append(waited)
+
+        for r in range(a.rounds):
+            print(f"bench: {w} round {r + 1}/{a.rounds}", file=sys.stderr)
+            quiet(f"{w} round {r + 1}")
             ms, j = tessera_run(tessera, model, npz, a.iters, warm, "plan", a.threads)
             times["tessera-plan"] += ms
             predicted.append(j["plan"]["predicted_ms"])
             plans[w] = j["plan"]
+            quiet(f"{w} round {r + 1}")
             times["onnxruntime"] += ort_times(a.node_dir, model, in_dir, a.iters, warm, a.threads)
+            quiet(f"{w} round {r + 1}")
             times["tessera-1veu"] += tessera_times(tessera, model, npz, a.iters, warm, "plan", 1)
+            quiet(f"{w} round {r + 1}")
             times["tessera-two-layer"] += tessera_times(tessera, model, npz, a.iters, warm, "two-layer", a.threads)
+            quiet(f"{w} round {r + 1}")
             times["pytorch"] += torch_model.times(arrays, a.iters, warm)
             if w in SCHEDULING:  # the same chains with fusion off: scheduling alone
                 unfused.setdefault(w, []).extend(
@@ -241,8 +248,8 @@ def main():
         spread[w] = {s: p90(v) / statistics.median(v) for s, v in times.items()}
     maps.append(host_map(tessera))
     table, summary = report(results, spread, plans, unfused, overhead(tessera, tmp, a.threads, a.rounds, a.iters))
-    summary += (f"\nBefore each round the host had to let every PU run at full speed at once (`tessera topo "
-                f"--gauge`): {len(waits)} rounds waited for it ({sum(waits):.0f} s in all); "
+    summary += (f"\nBefore each system's batch the host had to let every PU run at full speed at once (`tessera "
+                f"topo --gauge`): {len(waits)} batches waited for it ({sum(waits):.0f} s in all); "
                 f"{len(busy_rounds)} ran on a busy host after 60 s" +
                 (f" ({', '.join(busy_rounds)})" if busy_rounds else "") + ".\n")
     print(table + summary)
@@ -345,8 +352,9 @@ def write_results(a, tessera, maps, table, summary):
     first, last = maps[0], maps[-1]
     shape = f"{first['key']}, digest {first.get('digest', '?')}" if first else "unknown"
     moved = ""
-    if first and last and (first["handoff_ns"] != last["handoff_ns"] or first["read_cost"] != last["read_cost"]):
-        moved = ("\nThe host changed during the run (its map was measured again); at the end:\n\n" + host_text(last))
+    if first and last and first.get("digest") != last.get("digest"):
+        moved = ("\nThe host changed during the run (its map was measured again, with another digest); at the "
+                 "end:\n\n" + host_text(last))
     section = (f"## Host {shape}\n\nMeasured {datetime.date.today().isoformat()} on {cpu}, {os.cpu_count()} vCPUs, "
                f"{platform.platform()}; {a.threads} threads for every system (Tessera's 1-vEU Plan: 1); {a.rounds} "
                f"interleaved rounds x {a.iters} timed iterations each; medians and p90s of compute time (inputs "

@@ -32,8 +32,9 @@ const cli::Command kTopo = {
         {"--refresh", "", "measure again, even when the cache holds a map"},
         {"--host-map", "FILE", "show this map instead of this host's (also $TESSERA_HOST_MAP)"},
         {"--quiet", "", "no progress on stderr"},
-        {"--gauge", "", "say whether every PU can run at full speed at once right now (the FMA gauge the\n"
-                        "                          plan choice waits on); exit 0 when it can, 3 when the host is busy"},
+        {"--gauge", "", "say whether the host is as its map describes right now: every PU running at full\n"
+                        "                          speed at once (the FMA gauge the plan choice waits on) and the first\n"
+                        "                          pair's hand-off within 1.5x of the map's; exit 0 when so, 3 when not"},
     },
     "examples:\n  tessera topo\n  tessera topo --json | python3 -m json.tool\n  tessera topo --refresh\n"};
 
@@ -111,10 +112,19 @@ int topo_main(int argc, char** argv) {
   auto m = host_map_obtain(o);
   if (!m.ok()) return cli::fail(m.status());
   if (a.has("--gauge")) {
-    const bool quiet = host_quiet(cpu_topology(), cpu_topology().pus, m->pus[0].fma_gflops);
-    std::printf("%s\n", quiet ? "quiet: every PU runs at full speed at once"
-                              : "busy: the host is taking a share of this process's PUs");
-    return quiet ? 0 : 3;
+    if (!host_quiet(cpu_topology(), cpu_topology().pus, m->pus[0].fma_gflops)) {
+      std::printf("busy: the host is taking a share of this process's PUs\n");
+      return 3;
+    }
+    const HostFingerprint f = host_fingerprint(cpu_topology());
+    constexpr double kGaugeSlack = 1.5;
+    if (f.pair && m->size() > 1 && f.handoff_ns > kGaugeSlack * m->handoff_ns[1]) {
+      std::printf("moved: a hand-off between the first two PUs takes %.0f ns, the map says %.0f\n", f.handoff_ns,
+                  m->handoff_ns[1]);
+      return 3;
+    }
+    std::printf("quiet: every PU runs at full speed at once, hand-offs as mapped\n");
+    return 0;
   }
   if (a.has("--json")) {
     nlohmann::json j = nlohmann::json::parse(host_map_to_json(*m));

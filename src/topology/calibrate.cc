@@ -459,7 +459,8 @@ class Measurer {
     const std::string pair = str_cat("PUs ", os(a), "-", os(b));
     for (size_t s = 0; s < kSizes; ++s) {
       const size_t bytes = static_cast<size_t>(kSizesKb[s]) * 1024;
-      for (auto [w, r] : {std::pair{a, b}, std::pair{b, a}}) {
+      for (const auto& [writer, reader] : {std::pair{a, b}, std::pair{b, a}}) {
+        const int w = writer, r = reader;  // lambdas below capture them
         CostSamples c = cross_costs(os(w), os(r), bytes, o_.reps);
         const std::string where = str_cat(pair, " ", kSizesKb[s], " KB");
         auto redo = [&] { return cross_costs(os(w), os(r), bytes, o_.reps); };
