@@ -276,9 +276,14 @@ int run_main(int argc, char** argv) {
     auto loaded = load_executable(model);
     if (!loaded.ok()) return cli::fail(loaded.status());
     program = std::move(*loaded);
-    if (so.threads > 0 && so.threads != program->plan->veus)
-      return cli::usage_error(kRun, str_cat(model, " was compiled for ", program->plan->veus,
-                                            " vEUs; compile it again with --veus ", so.threads));
+    // Compiled for N vEUs, the measured choice may have kept a Plan on
+    // fewer: either count names this Executable.
+    const Plan& plan = *program->plan;
+    const int requested = std::max(plan.requested_veus, plan.veus);
+    if (so.threads > 0 && so.threads != plan.veus && so.threads != requested)
+      return cli::usage_error(kRun, str_cat(model, " was compiled for ", requested, " vEUs",
+                                            requested != plan.veus ? str_cat(" (its Plan uses ", plan.veus, ")") : "",
+                                            "; compile it again with --veus ", so.threads));
   } else {
     // Import first, so that dynamic dimensions can be bound from the arrays
     // given (an explicit --shape wins).

@@ -56,7 +56,6 @@ struct Candidate {
   Plan plan;
   VeuCosts veu_costs;
   std::optional<MemoryPlan> memory;
-  std::vector<double> timed_us;  // interleaved timing runs
   bool same_as(const Candidate& o) const {
     if (veus != o.veus || plan.program.size() != o.plan.program.size()) return false;
     for (size_t s = 0; s < params.size(); ++s)
@@ -292,6 +291,39 @@ class Planner {
   const bool vary_;
 };
 
+// Times the median of `runs` runs of each candidate, in `rounds`
+// interleaved rounds; *contended when the host never was quiet.
+Result<std::vector<double>> time_interleaved(Planner& planner, Program& p, const CompileOptions& o,
+                                             std::vector<Candidate*> cands, int rounds, int runs, bool* contended) {
+  std::vector<std::vector<double>> timed(cands.size());
+  for (int r = 0; r < rounds; ++r)
+    for (size_t i = 0; i < cands.size(); ++i) {
+      planner.install(*cands[i]);
+      Result<PlanTiming> t = o.plan_runner(p, 1, runs, false);
+      planner.uninstall(*cands[i]);
+      if (!t.ok()) return t.status().with_context("timing candidate Plans");
+      *contended = *contended || t->contended;
+      timed[i].insert(timed[i].end(), t->run_us.begin(), t->run_us.end());
+    }
+  std::vector<double> medians;
+  for (const auto& v : timed) medians.push_back(median(v));
+  return medians;
+}
+
+// A cached choice, checked against the other end (the 1-vEU Plan, or for a
+// cached 1-vEU choice the Plan on all n): false when that now runs faster
+// by more than kStaleChoice, or when the host stays busy.
+constexpr double kStaleChoice = 1.02;
+Result<bool> still_holds(Planner& planner, Program& p, const CompileOptions& o, Candidate& chosen, int n) {
+  TESSERA_ASSIGN_OR_RETURN(Candidate other, planner.build(chosen.veus > 1 ? 1 : n, Policy::kAuto, nullptr, false));
+  const double fastest_ms = std::min(chosen.plan.predicted_us, other.plan.predicted_us) / 1e3;
+  const int runs = std::clamp(static_cast<int>(kRoundMs / std::max(fastest_ms, 1e-3)), kMinRuns, kMaxRuns);
+  bool contended = false;
+  TESSERA_ASSIGN_OR_RETURN(std::vector<double> m,
+                           time_interleaved(planner, p, o, {&chosen, &other}, 2, runs, &contended));
+  return !contended && m[0] <= kStaleChoice * m[1];
+}
+
 Status choose_measured(Planner& planner, Program& p, const CompileOptions& o) {
   const int n = o.schedule.veus;
   const std::vector<int> counts = candidate_veus(n);
@@ -301,7 +333,9 @@ Status choose_measured(Planner& planner, Program& p, const CompileOptions& o) {
     ChoiceRecord r;
     if (record_parse(*text, p.steps.size(), &r) && r.veus <= n) {
       TESSERA_ASSIGN_OR_RETURN(Candidate c, planner.build(r.veus, r.policy, r.round == 2 ? &r.ratios : nullptr, true));
-      return planner.finish(c, r.ratios, n, r.measured_us, r.candidates);
+      TESSERA_ASSIGN_OR_RETURN(bool holds, still_holds(planner, p, o, c, n));
+      if (holds) return planner.finish(c, r.ratios, n, r.measured_us, r.candidates);
+      log_info("the cached plan choice (", r.veus, " of ", n, " vEUs) no longer ran fastest: measuring again");
     }
   }
   // 1. A candidate per vEU count, run traced: its in-run ratios.
@@ -329,36 +363,30 @@ Status choose_measured(Planner& planner, Program& p, const CompileOptions& o) {
   double fastest_ms = 1e300;
   for (const Candidate& c : cands) fastest_ms = std::min(fastest_ms, c.plan.predicted_us / 1e3);
   const int runs = std::clamp(static_cast<int>(kRoundMs / std::max(fastest_ms, 1e-3)), kMinRuns, kMaxRuns);
-  for (int r = 0; r < kTimingRounds; ++r)
-    for (Candidate& c : cands) {
-      planner.install(c);
-      Result<PlanTiming> t = o.plan_runner(p, 1, runs, false);
-      planner.uninstall(c);
-      if (!t.ok()) return t.status().with_context("timing candidate Plans");
-      contended = contended || t->contended;
-      c.timed_us.insert(c.timed_us.end(), t->run_us.begin(), t->run_us.end());
-    }
+  std::vector<Candidate*> all;
+  for (Candidate& c : cands) all.push_back(&c);
+  TESSERA_ASSIGN_OR_RETURN(std::vector<double> medians,
+                           time_interleaved(planner, p, o, all, kTimingRounds, runs, &contended));
   // 4. The fastest median; among equals, fewer vEUs.
   size_t best = 0;
-  for (size_t i = 1; i < cands.size(); ++i) {
-    const double a = median(cands[i].timed_us), b = median(cands[best].timed_us);
-    if (a < b || (a == b && cands[i].veus < cands[best].veus)) best = i;
-  }
+  for (size_t i = 1; i < cands.size(); ++i)
+    if (medians[i] < medians[best] || (medians[i] == medians[best] && cands[i].veus < cands[best].veus)) best = i;
   ChoiceRecord r;
   Candidate& w = cands[best];
   r.veus = w.veus;
   r.policy = w.plan.policy;
   r.round = w.round;
   r.ratios = ratios[w.veus];
-  r.measured_us = median(w.timed_us);
-  for (const Candidate& c : cands) r.candidates.push_back({c.veus, c.plan.policy, c.plan.predicted_us, median(c.timed_us)});
+  r.measured_us = medians[best];
+  for (size_t i = 0; i < cands.size(); ++i)
+    r.candidates.push_back({cands[i].veus, cands[i].plan.policy, cands[i].plan.predicted_us, medians[i]});
   // A choice made while the host shared our cores is used, not kept.
   if (contended)
     log_warning("the host kept other work on this process's cores while Plans were timed: the choice (", w.veus,
                 " vEUs) is not cached, the next compile measures again");
   else
     cache.put(key, record_text(r));
-  return planner.finish(w, r.ratios, n, median(w.timed_us), r.candidates);
+  return planner.finish(w, r.ratios, n, r.measured_us, r.candidates);
 }
 
 }  // namespace

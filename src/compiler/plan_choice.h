@@ -21,9 +21,11 @@
 // The winner's predicted timeline uses the corrected costs. The choice
 // (vEU count, policy, round, ratios, what each candidate measured) is
 // cached in $TESSERA_CACHE/plans-<cpu>-<host digest>-k<version>.tsv, keyed
-// by the program's structure and the vEUs asked for; a later compile of
-// the same program on the same host rebuilds the same Plan without
-// running anything. The Plan records it (Plan::requested_veus,
+// by the program's structure and the vEUs asked for. A later compile of
+// the same program on the same host rebuilds that Plan and times it
+// against the other end (the 1-vEU Plan, or for a 1-vEU choice the Plan
+// on all vEUs) in two short rounds; if the other now runs faster, the
+// choice is measured again. The Plan records it (Plan::requested_veus,
 // measured_us, candidates), and so does an Executable.
 //
 // Thread-safety: compile-time only, on the compiling thread (the runner

@@ -1,0 +1,179 @@
+// The measured plan choice (compiler/plan_choice.h) with a runner that
+// reports made-up timings, so that what it decides depends on nothing of
+// the host: the fastest candidate wins and the 1-vEU Plan is always one;
+// in-run ratios correct the prediction; the choice is cached, rebuilt
+// without measuring, checked against the other end and measured again when
+// that runs faster; a busy host's choice is not kept; another host map is
+// another cache.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "base/strings.h"
+#include "compiler/plan_choice.h"
+#include "tests/common/zoo_util.h"
+#include "topology/host_map.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A runner whose runs take `us_per_veus[veus]` each, and whose traced rTasks
+// take `task_factor` times the predicted duration; counts its calls.
+struct FakeRunner {
+  std::map<int, double> us_per_veus;
+  double task_factor = 1;
+  bool contended = false;
+  int calls = 0;
+  std::map<int, int> calls_per_veus;
+  PlanRunner runner() {
+    return [this](const Program& p, int, int runs, bool trace) -> Result<PlanTiming> {
+      ++calls;
+      ++calls_per_veus[p.plan->veus];
+      PlanTiming t;
+      t.run_us.assign(static_cast<size_t>(runs), us_per_veus.at(p.plan->veus));
+      if (trace)
+        for (const TaskPlacement& pl : p.plan->placements) t.task_us.push_back((pl.end_us - pl.start_us) * task_factor);
+      t.contended = contended;
+      return t;
+    };
+  }
+};
+
+class PlanChoice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() / str_cat("tessera_choice_", ::getpid())).string();
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  Result<std::unique_ptr<Program>> compile(FakeRunner& fake, const HostMap* map = nullptr, int veus = 2) {
+    CompileOptions co;
+    co.build_plan = true;
+    co.schedule.veus = veus;
+    co.profile = false;  // analytic costs: nothing measured on this host
+    co.profile_options.cache_dir = dir_;
+    co.host_map = map;
+    co.plan_runner = fake.runner();
+    std::map<std::string, Tensor> inputs;
+    return testing_util::compile_zoo("nasnet_like", co, &inputs);
+  }
+  std::string dir_;
+};
+
+TEST_F(PlanChoice, CandidateVeuCountsIncludeOneAndAllAndPowersOfTwo) {
+  EXPECT_EQ(candidate_veus(1), std::vector<int>({1}));
+  EXPECT_EQ(candidate_veus(2), std::vector<int>({1, 2}));
+  EXPECT_EQ(candidate_veus(6), std::vector<int>({1, 2, 4, 6}));
+  EXPECT_EQ(candidate_veus(64), std::vector<int>({1, 8, 16, 32, 64}));  // at most 5, the largest kept
+}
+
+TEST_F(PlanChoice, FastestWinsIsCachedAndRebuiltWithoutMeasuring) {
+  FakeRunner fake;
+  fake.us_per_veus = {{1, 1000}, {2, 600}};
+  auto p = compile(fake);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  const Plan& plan = *(*p)->plan;
+  EXPECT_EQ(plan.veus, 2);
+  EXPECT_EQ(plan.requested_veus, 2);
+  EXPECT_EQ(plan.measured_us, 600);
+  bool one = false, two = false;
+  for (const Plan::Candidate& c : plan.candidates) {
+    one = one || (c.veus == 1 && c.measured_us == 1000);
+    two = two || (c.veus == 2 && c.measured_us == 600);
+  }
+  EXPECT_TRUE(one && two) << "the 1-vEU Plan and the 2-vEU Plan are both timed";
+  const int first_calls = fake.calls;
+  EXPECT_GE(first_calls, 2 + 3 * 2);  // traced once each, then three rounds
+
+  // Cached: the same Plan again, with only the check against the 1-vEU Plan.
+  auto again = compile(fake);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->plan->veus, 2);
+  EXPECT_EQ((*again)->plan->measured_us, 600);
+  EXPECT_EQ(fake.calls - first_calls, 4);  // two rounds of the choice and the 1-vEU Plan
+  ASSERT_EQ((*again)->plan->program.size(), plan.program.size());
+  for (size_t u = 0; u < plan.program.size(); ++u) EXPECT_EQ((*again)->plan->program[u].size(), plan.program[u].size());
+}
+
+// "Never ship a Plan measured slower than the 1-vEU Plan": when the 1-vEU
+// Plan runs faster it is kept on a request for 2, and a cached 2-vEU
+// choice that stopped holding is measured again.
+TEST_F(PlanChoice, OneVeuWinsWhenFasterAndAStaleChoiceIsMeasuredAgain) {
+  FakeRunner fake;
+  fake.us_per_veus = {{1, 1000}, {2, 600}};
+  ASSERT_TRUE(compile(fake).ok());
+  fake.us_per_veus = {{1, 1000}, {2, 1500}};  // the host changed
+  auto p = compile(fake);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((*p)->plan->veus, 1);
+  EXPECT_EQ((*p)->plan->requested_veus, 2);
+  EXPECT_EQ((*p)->plan->measured_us, 1000);
+  // Equal medians: fewer vEUs.
+  fs::remove_all(dir_);
+  fake.us_per_veus = {{1, 800}, {2, 800}};
+  auto tie = compile(fake);
+  ASSERT_TRUE(tie.ok());
+  EXPECT_EQ((*tie)->plan->veus, 1);
+}
+
+// Traced rTasks twice as long as predicted: the winner's timeline is
+// predicted with the corrected costs, about twice the first prediction.
+TEST_F(PlanChoice, InRunRatiosCorrectThePrediction) {
+  FakeRunner plain, doubled;
+  plain.us_per_veus = doubled.us_per_veus = {{1, 1000}, {2, 600}};
+  doubled.task_factor = 2;
+  auto a = compile(plain);
+  fs::remove_all(dir_);
+  auto b = compile(doubled);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const double ratio = (*b)->plan->predicted_us / (*a)->plan->predicted_us;
+  EXPECT_GT(ratio, 1.8);
+  EXPECT_LT(ratio, 2.2);
+}
+
+TEST_F(PlanChoice, BusyHostChoiceIsUsedButNotCached) {
+  FakeRunner fake;
+  fake.us_per_veus = {{1, 1000}, {2, 600}};
+  fake.contended = true;
+  ASSERT_TRUE(compile(fake).ok());
+  const int first = fake.calls;
+  ASSERT_TRUE(compile(fake).ok());
+  EXPECT_EQ(fake.calls, 2 * first) << "nothing was cached, so everything was measured again";
+}
+
+// The cache is per host map digest: a map where crossing is dear is
+// another host, measured anew; a file of choices the planner cannot parse
+// is ignored.
+TEST_F(PlanChoice, CacheIsKeyedByHostDigestAndIgnoresGarbage) {
+  FakeRunner fake;
+  fake.us_per_veus = {{1, 1000}, {2, 600}};
+  const HostMap near_map = host_map_uniform(2, 10, 12, 50);
+  const HostMap far_map = host_map_uniform(2, 10, 50, 300);
+  ASSERT_NE(near_map.digest(), far_map.digest());
+  ASSERT_TRUE(compile(fake, &near_map).ok());
+  const int first = fake.calls;
+  ASSERT_TRUE(compile(fake, &far_map).ok());
+  EXPECT_EQ(fake.calls, 2 * first);
+  const int before = fake.calls;
+  ASSERT_TRUE(compile(fake, &near_map).ok());
+  EXPECT_EQ(fake.calls - before, 4) << "the near map's choice was still cached";
+  for (const auto& e : fs::directory_iterator(dir_))
+    if (e.path().filename().string().rfind("plans-", 0) == 0) {
+      std::ifstream in(e.path());
+      std::string text((std::istreambuf_iterator<char>(in)), {});
+      in.close();
+      for (char& c : text)
+        if (c == '\t') c = ' ';  // every record unreadable
+      std::ofstream(e.path()) << text;
+    }
+  const int garbage = fake.calls;
+  ASSERT_TRUE(compile(fake, &near_map).ok());
+  EXPECT_EQ(fake.calls - garbage, first);
+}
+
+}  // namespace
+}  // namespace tessera
