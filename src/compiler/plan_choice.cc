@@ -38,6 +38,10 @@ constexpr int kMinRuns = 3, kMaxRuns = 40;
 // An in-run ratio outside these bounds is taken as noise of the clock
 // around a tiny rTask.
 constexpr double kMinRatio = 0.25, kMaxRatio = 8;
+// The winner's timeline, predicted with its own in-run costs, must come
+// within this fraction of its measured median; otherwise the traced runs
+// met a host other than the timed ones did, and are taken again.
+constexpr double kPredictionSlack = 0.3;
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -77,17 +81,20 @@ struct ChoiceRecord {
   int round = 1;
   double measured_us = 0;  // the chosen one's median
   std::vector<Plan::Candidate> candidates;
-  std::vector<double> ratios;  // the chosen count's in-run ratios, per step
+  std::vector<double> build;     // round 2: the in-run ratios it was built with, per step
+  std::vector<double> timeline;  // its own in-run ratios over its scheduled costs, per step
 };
 
 std::string record_text(const ChoiceRecord& r) {
   std::ostringstream s;
-  s.precision(9);
+  s.precision(17);  // round-trips every double
   s << r.veus << " " << policy_name(r.policy) << " " << r.round << " " << r.measured_us << " " << r.candidates.size();
   for (const Plan::Candidate& c : r.candidates)
     s << " " << c.veus << " " << policy_name(c.policy) << " " << c.predicted_us << " " << c.measured_us;
-  s << " " << r.ratios.size();
-  for (double x : r.ratios) s << " " << x;
+  for (const std::vector<double>* v : {&r.build, &r.timeline}) {
+    s << " " << v->size();
+    for (double x : *v) s << " " << x;
+  }
   return s.str();
 }
 
@@ -103,11 +110,13 @@ bool record_parse(const std::string& text, size_t steps, ChoiceRecord* r) {
     if (!(s >> c.veus >> policy >> c.predicted_us >> c.measured_us) || !policy_parse(policy, &c.policy)) return false;
     r->candidates.push_back(c);
   }
-  if (!(s >> n) || n != steps) return false;
-  r->ratios.resize(n);
-  for (double& x : r->ratios)
-    if (!(s >> x) || !(x >= kMinRatio && x <= kMaxRatio)) return false;
-  return r->round == 1 || r->round == 2;
+  for (std::vector<double>* v : {&r->build, &r->timeline}) {
+    if (!(s >> n) || (n != steps && !(v == &r->build && n == 0))) return false;
+    v->resize(n);
+    for (double& x : *v)
+      if (!(s >> x) || !(x >= kMinRatio && x <= kMaxRatio)) return false;
+  }
+  return (r->round == 1 && r->build.empty()) || (r->round == 2 && r->build.size() == steps);
 }
 
 class ChoiceCache {
@@ -226,13 +235,26 @@ class Planner {
 
   // Installs `c` for good, its timeline predicted with costs corrected by
   // `ratios` when it was built without them.
-  Status finish(Candidate& c, const std::vector<double>& ratios, int requested, double measured_us,
+  // The makespan of `c` predicted with its scheduled costs times
+  // `timeline` (its own in-run ratios).
+  Result<double> predict(Candidate& c, const std::vector<double>& timeline) {
+    install(c);
+    std::vector<double> cost = c.cost;
+    for (size_t s = 0; s < cost.size(); ++s) cost[s] *= timeline[s];
+    Plan plan = c.plan;
+    Status st = plan_repredict(p_, cost, &c.veu_costs, &plan);
+    uninstall(c);
+    TESSERA_RETURN_IF_ERROR(st);
+    return plan.predicted_us;
+  }
+
+  // Installs `c` for good, its timeline predicted with its costs times
+  // `timeline`.
+  Status finish(Candidate& c, const std::vector<double>& timeline, int requested, double measured_us,
                 std::vector<Plan::Candidate> timed) {
     install(c);
-    if (c.round == 1) {
-      for (size_t s = 0; s < p_.task_cost_us.size(); ++s) p_.task_cost_us[s] *= ratios[s];
-      TESSERA_RETURN_IF_ERROR(plan_repredict(p_, p_.task_cost_us, &c.veu_costs, &*p_.plan));
-    }
+    for (size_t s = 0; s < p_.task_cost_us.size(); ++s) p_.task_cost_us[s] *= timeline[s];
+    TESSERA_RETURN_IF_ERROR(plan_repredict(p_, p_.task_cost_us, &c.veu_costs, &*p_.plan));
     p_.plan->requested_veus = requested;
     p_.plan->measured_us = measured_us;
     p_.plan->candidates = std::move(timed);
@@ -312,16 +334,20 @@ Result<std::vector<double>> time_interleaved(Planner& planner, Program& p, const
 
 // A cached choice, checked against the other end (the 1-vEU Plan, or for a
 // cached 1-vEU choice the Plan on all n): false when that now runs faster
-// by more than kStaleChoice, or when the host stays busy.
+// by more than kStaleChoice, when the choice's predicted makespan (with
+// its cached in-run ratios) is off its measured median by more than
+// kPredictionSlack, or when the host stays busy.
 constexpr double kStaleChoice = 1.02;
-Result<bool> still_holds(Planner& planner, Program& p, const CompileOptions& o, Candidate& chosen, int n) {
+Result<bool> still_holds(Planner& planner, Program& p, const CompileOptions& o, Candidate& chosen,
+                         const std::vector<double>& timeline, int n) {
   TESSERA_ASSIGN_OR_RETURN(Candidate other, planner.build(chosen.veus > 1 ? 1 : n, Policy::kAuto, nullptr, false));
   const double fastest_ms = std::min(chosen.plan.predicted_us, other.plan.predicted_us) / 1e3;
   const int runs = std::clamp(static_cast<int>(kRoundMs / std::max(fastest_ms, 1e-3)), kMinRuns, kMaxRuns);
   bool contended = false;
   TESSERA_ASSIGN_OR_RETURN(std::vector<double> m,
                            time_interleaved(planner, p, o, {&chosen, &other}, 2, runs, &contended));
-  return !contended && m[0] <= kStaleChoice * m[1];
+  TESSERA_ASSIGN_OR_RETURN(double predicted, planner.predict(chosen, timeline));
+  return !contended && m[0] <= kStaleChoice * m[1] && std::abs(predicted / m[0] - 1) <= kPredictionSlack;
 }
 
 Status choose_measured(Planner& planner, Program& p, const CompileOptions& o) {
@@ -332,9 +358,9 @@ Status choose_measured(Planner& planner, Program& p, const CompileOptions& o) {
   if (auto text = cache.get(key)) {
     ChoiceRecord r;
     if (record_parse(*text, p.steps.size(), &r) && r.veus <= n) {
-      TESSERA_ASSIGN_OR_RETURN(Candidate c, planner.build(r.veus, r.policy, r.round == 2 ? &r.ratios : nullptr, true));
-      TESSERA_ASSIGN_OR_RETURN(bool holds, still_holds(planner, p, o, c, n));
-      if (holds) return planner.finish(c, r.ratios, n, r.measured_us, r.candidates);
+      TESSERA_ASSIGN_OR_RETURN(Candidate c, planner.build(r.veus, r.policy, r.round == 2 ? &r.build : nullptr, true));
+      TESSERA_ASSIGN_OR_RETURN(bool holds, still_holds(planner, p, o, c, r.timeline, n));
+      if (holds) return planner.finish(c, r.timeline, n, r.measured_us, r.candidates);
       log_info("the cached plan choice (", r.veus, " of ", n, " vEUs) no longer ran fastest: measuring again");
     }
   }
@@ -371,13 +397,29 @@ Status choose_measured(Planner& planner, Program& p, const CompileOptions& o) {
   size_t best = 0;
   for (size_t i = 1; i < cands.size(); ++i)
     if (medians[i] < medians[best] || (medians[i] == medians[best] && cands[i].veus < cands[best].veus)) best = i;
+  // 5. The winner's own in-run costs, for its predicted timeline; traced
+  // again if that prediction misses its median.
   ChoiceRecord r;
   Candidate& w = cands[best];
+  r.measured_us = medians[best];
+  for (int attempt = 0;; ++attempt) {
+    planner.install(w);
+    Result<PlanTiming> t = o.plan_runner(p, 1, kTracedRuns, true);
+    planner.uninstall(w);
+    if (!t.ok()) return t.status().with_context("measuring the chosen Plan");
+    contended = contended || t->contended;
+    r.timeline = planner.in_run_ratios(w, *t);
+    TESSERA_ASSIGN_OR_RETURN(double predicted, planner.predict(w, r.timeline));
+    if (std::abs(predicted / r.measured_us - 1) <= kPredictionSlack) break;
+    if (attempt == 1) {
+      contended = true;  // the host did not hold still long enough
+      break;
+    }
+  }
   r.veus = w.veus;
   r.policy = w.plan.policy;
   r.round = w.round;
-  r.ratios = ratios[w.veus];
-  r.measured_us = medians[best];
+  if (w.round == 2) r.build = ratios[w.veus];
   for (size_t i = 0; i < cands.size(); ++i)
     r.candidates.push_back({cands[i].veus, cands[i].plan.policy, cands[i].plan.predicted_us, medians[i]});
   // A choice made while the host shared our cores is used, not kept.
@@ -386,7 +428,7 @@ Status choose_measured(Planner& planner, Program& p, const CompileOptions& o) {
                 " vEUs) is not cached, the next compile measures again");
   else
     cache.put(key, record_text(r));
-  return planner.finish(w, r.ratios, n, r.measured_us, r.candidates);
+  return planner.finish(w, r.timeline, n, r.measured_us, r.candidates);
 }
 
 }  // namespace

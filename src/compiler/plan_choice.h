@@ -16,16 +16,19 @@
 //   3. each count is planned again with its costs times those ratios;
 //   4. every distinct candidate is timed, interleaved in rounds; the
 //      fastest median wins, so a Plan is never kept when one on fewer
-//      vEUs (the 1-vEU Plan included) ran faster.
+//      vEUs (the 1-vEU Plan included) ran faster;
+//   5. the winner runs traced once more: its own in-run costs give its
+//      predicted timeline, which must come within kPredictionSlack of its
+//      median (else traced again; else the host was not holding still).
 //
-// The winner's predicted timeline uses the corrected costs. The choice
-// (vEU count, policy, round, ratios, what each candidate measured) is
+// The choice (vEU count, policy, round, ratios, what each candidate
+// measured) is
 // cached in $TESSERA_CACHE/plans-<cpu>-<host digest>-k<version>.tsv, keyed
 // by the program's structure and the vEUs asked for. A later compile of
 // the same program on the same host rebuilds that Plan and times it
 // against the other end (the 1-vEU Plan, or for a 1-vEU choice the Plan
-// on all vEUs) in two short rounds; if the other now runs faster, the
-// choice is measured again. The Plan records it (Plan::requested_veus,
+// on all vEUs) in two short rounds; if the other now runs faster, or the
+// choice's prediction misses its median, the choice is measured again. The Plan records it (Plan::requested_veus,
 // measured_us, candidates), and so does an Executable.
 //
 // Thread-safety: compile-time only, on the compiling thread (the runner

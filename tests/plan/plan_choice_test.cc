@@ -21,27 +21,39 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A runner whose runs take `us_per_veus[veus]` each, and whose traced rTasks
-// take `task_factor` times the predicted duration; counts its calls.
+// A runner of made-up timings: a Plan's run takes its timeline under the
+// analytic costs times `task_factor`, times `slow[veus]` (a host where
+// that many vEUs are slow), and its traced rTasks as long as in that
+// timeline. Counts its calls.
 struct FakeRunner {
-  std::map<int, double> us_per_veus;
   double task_factor = 1;
+  std::map<int, double> slow;
   bool contended = false;
   int calls = 0;
-  std::map<int, int> calls_per_veus;
   PlanRunner runner() {
     return [this](const Program& p, int, int runs, bool trace) -> Result<PlanTiming> {
       ++calls;
-      ++calls_per_veus[p.plan->veus];
+      const double s = slow.count(p.plan->veus) ? slow.at(p.plan->veus) : 1.0;
+      std::vector<double> cost = analytic_task_costs(p);
+      for (double& c : cost) c *= task_factor * s;
+      Plan truth = *p.plan;
+      TESSERA_RETURN_IF_ERROR(plan_repredict(p, cost, nullptr, &truth));
       PlanTiming t;
-      t.run_us.assign(static_cast<size_t>(runs), us_per_veus.at(p.plan->veus));
+      t.run_us.assign(static_cast<size_t>(runs), truth.predicted_us);
       if (trace)
-        for (const TaskPlacement& pl : p.plan->placements) t.task_us.push_back((pl.end_us - pl.start_us) * task_factor);
+        for (const TaskPlacement& pl : truth.placements) t.task_us.push_back(pl.end_us - pl.start_us);
       t.contended = contended;
       return t;
     };
   }
 };
+
+double measured_for(const Plan& plan, int veus) {
+  double best = 1e300;
+  for (const Plan::Candidate& c : plan.candidates)
+    if (c.veus == veus) best = std::min(best, c.measured_us);
+  return best;
+}
 
 class PlanChoice : public ::testing::Test {
  protected:
@@ -73,27 +85,23 @@ TEST_F(PlanChoice, CandidateVeuCountsIncludeOneAndAllAndPowersOfTwo) {
 
 TEST_F(PlanChoice, FastestWinsIsCachedAndRebuiltWithoutMeasuring) {
   FakeRunner fake;
-  fake.us_per_veus = {{1, 1000}, {2, 600}};
   auto p = compile(fake);
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   const Plan& plan = *(*p)->plan;
   EXPECT_EQ(plan.veus, 2);
   EXPECT_EQ(plan.requested_veus, 2);
-  EXPECT_EQ(plan.measured_us, 600);
-  bool one = false, two = false;
-  for (const Plan::Candidate& c : plan.candidates) {
-    one = one || (c.veus == 1 && c.measured_us == 1000);
-    two = two || (c.veus == 2 && c.measured_us == 600);
-  }
-  EXPECT_TRUE(one && two) << "the 1-vEU Plan and the 2-vEU Plan are both timed";
+  EXPECT_LT(measured_for(plan, 2), measured_for(plan, 1)) << "the 1-vEU Plan and the 2-vEU Plan are both timed";
+  EXPECT_EQ(plan.measured_us, measured_for(plan, 2));
+  EXPECT_NEAR(plan.predicted_us, plan.measured_us, 0.02 * plan.measured_us);
   const int first_calls = fake.calls;
-  EXPECT_GE(first_calls, 2 + 3 * 2);  // traced once each, then three rounds
+  EXPECT_GE(first_calls, 2 + 3 * 2 + 1);  // traced once each, three rounds, the winner traced
 
   // Cached: the same Plan again, with only the check against the 1-vEU Plan.
   auto again = compile(fake);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*again)->plan->veus, 2);
-  EXPECT_EQ((*again)->plan->measured_us, 600);
+  EXPECT_EQ((*again)->plan->measured_us, plan.measured_us);
+  EXPECT_EQ((*again)->plan->predicted_us, plan.predicted_us);
   EXPECT_EQ(fake.calls - first_calls, 4);  // two rounds of the choice and the 1-vEU Plan
   ASSERT_EQ((*again)->plan->program.size(), plan.program.size());
   for (size_t u = 0; u < plan.program.size(); ++u) EXPECT_EQ((*again)->plan->program[u].size(), plan.program[u].size());
@@ -104,27 +112,23 @@ TEST_F(PlanChoice, FastestWinsIsCachedAndRebuiltWithoutMeasuring) {
 // choice that stopped holding is measured again.
 TEST_F(PlanChoice, OneVeuWinsWhenFasterAndAStaleChoiceIsMeasuredAgain) {
   FakeRunner fake;
-  fake.us_per_veus = {{1, 1000}, {2, 600}};
-  ASSERT_TRUE(compile(fake).ok());
-  fake.us_per_veus = {{1, 1000}, {2, 1500}};  // the host changed
+  auto first = compile(fake);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ((*first)->plan->veus, 2);
+  fake.slow = {{2, 3.0}};  // the host changed: 2 vEUs run three times slower
   auto p = compile(fake);
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ((*p)->plan->veus, 1);
-  EXPECT_EQ((*p)->plan->requested_veus, 2);
-  EXPECT_EQ((*p)->plan->measured_us, 1000);
-  // Equal medians: fewer vEUs.
-  fs::remove_all(dir_);
-  fake.us_per_veus = {{1, 800}, {2, 800}};
-  auto tie = compile(fake);
-  ASSERT_TRUE(tie.ok());
-  EXPECT_EQ((*tie)->plan->veus, 1);
+  const Plan& plan = *(*p)->plan;
+  EXPECT_EQ(plan.veus, 1);
+  EXPECT_EQ(plan.requested_veus, 2);
+  EXPECT_EQ(plan.measured_us, measured_for(plan, 1));
+  EXPECT_GT(measured_for(plan, 2), plan.measured_us);
 }
 
-// Traced rTasks twice as long as predicted: the winner's timeline is
-// predicted with the corrected costs, about twice the first prediction.
+// Runs twice as long as predicted: the winner's timeline is predicted with
+// the in-run costs, about twice the first prediction, and matches them.
 TEST_F(PlanChoice, InRunRatiosCorrectThePrediction) {
   FakeRunner plain, doubled;
-  plain.us_per_veus = doubled.us_per_veus = {{1, 1000}, {2, 600}};
   doubled.task_factor = 2;
   auto a = compile(plain);
   fs::remove_all(dir_);
@@ -133,11 +137,11 @@ TEST_F(PlanChoice, InRunRatiosCorrectThePrediction) {
   const double ratio = (*b)->plan->predicted_us / (*a)->plan->predicted_us;
   EXPECT_GT(ratio, 1.8);
   EXPECT_LT(ratio, 2.2);
+  EXPECT_NEAR((*b)->plan->predicted_us, (*b)->plan->measured_us, 0.02 * (*b)->plan->measured_us);
 }
 
 TEST_F(PlanChoice, BusyHostChoiceIsUsedButNotCached) {
   FakeRunner fake;
-  fake.us_per_veus = {{1, 1000}, {2, 600}};
   fake.contended = true;
   ASSERT_TRUE(compile(fake).ok());
   const int first = fake.calls;
@@ -150,7 +154,6 @@ TEST_F(PlanChoice, BusyHostChoiceIsUsedButNotCached) {
 // is ignored.
 TEST_F(PlanChoice, CacheIsKeyedByHostDigestAndIgnoresGarbage) {
   FakeRunner fake;
-  fake.us_per_veus = {{1, 1000}, {2, 600}};
   const HostMap near_map = host_map_uniform(2, 10, 12, 50);
   const HostMap far_map = host_map_uniform(2, 10, 50, 300);
   ASSERT_NE(near_map.digest(), far_map.digest());
