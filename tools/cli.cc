@@ -136,20 +136,21 @@ std::vector<OptionSpec> compile_option_specs() {
   };
 }
 
+void log_host_map(const HostMap& map) {
+  if (map.origin != "measured") return;
+  log_info("this host was measured for the planner (cached for later runs; tessera topo shows it)");
+  for (const std::string& note : map.notes) log_info("host map: ", note);
+}
+
 Status prepare_plan(const Args& args, bool pin, HostMap* map, CompileOptions* co) {
   HostMapOptions o;
   o.file = args.get("--host-map");
-  bool told = false;
   o.progress = [&](std::string_view stage, size_t done, size_t total) {
-    if (!told) log_info("measuring this host for the planner (first use; cached for later runs: tessera topo)");
-    told = true;
     if (!isatty(STDERR_FILENO) || log_level() > LogLevel::kInfo) return;
     std::fprintf(stderr, "\rmeasuring the host %zu/%zu %-20s", done, total, std::string(stage).c_str());
     if (done == total) std::fprintf(stderr, "\r%60s\r", "");
   };
   TESSERA_ASSIGN_OR_RETURN(*map, host_map_obtain(o));
-  for (const std::string& note : map->notes)
-    if (map->origin == "measured") log_info("host map: ", note);
   co->host_map = map;
   // A map given as a file describes another host: its rates are no gauge here.
   const double rate = map->origin == "measured" || map->origin == "cache" ? map->pus[0].fma_gflops : 0;

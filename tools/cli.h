@@ -70,6 +70,10 @@ std::vector<OptionSpec> with_compile_options(std::vector<OptionSpec> options);
 // with progress on stderr) into *map, and unless --no-measure the runner
 // that times candidate Plans (its vEUs pinned when `pin`); both into `co`.
 Status prepare_plan(const Args& args, bool pin, HostMap* map, CompileOptions* co);
+// After a compile that prepare_plan set up has succeeded (a failing
+// command prints only its error line): says, when the map was measured
+// just now, so, with its notes.
+void log_host_map(const HostMap& map);
 // Applies those options to `co` (errors name the bad flag).
 Status apply_compile_flags(const Args& args, CompileOptions* co);
 // The first of those options given, or "": they have no effect on a

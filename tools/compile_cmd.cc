@@ -61,6 +61,7 @@ int compile_main(int argc, char** argv) {
   if (Status st = cli::prepare_plan(a, /*pin=*/true, &host_map, &co); !st.ok()) return cli::fail(st);
   auto program = compile_onnx(model, co);
   if (!program.ok()) return cli::fail(program.status());
+  cli::log_host_map(host_map);
   const Program& p = **program;
   if (Status st = write_executable(p, out); !st.ok()) return cli::fail(st);
   std::error_code ec;

@@ -137,6 +137,7 @@ int plan_main(int argc, char** argv) {
   } else {
     if (Status st = cli::prepare_plan(a, /*pin=*/true, &host_map, &co); !st.ok()) return cli::fail(st);
     program = compile_onnx(a.positional[0], co);
+    if (program.ok()) cli::log_host_map(host_map);
   }
   if (!program.ok()) return cli::fail(program.status());
   const Program& p = **program;

@@ -186,6 +186,42 @@ std::string preview(const Tensor& t) {
   return s;
 }
 
+// .npz archives may carry more arrays (expected outputs, say): those are
+// skipped silently only when no NAME= was given for them.
+bool from_npz_bulk(const cli::Args& a) {
+  for (const std::string& spec : a.values.at("--input"))
+    if (spec.find('=') == std::string::npos) return true;
+  return false;
+}
+
+Status not_an_input(const std::string& name, const std::vector<Value*>& inputs) {
+  std::vector<std::string> names;
+  for (const Value* in : inputs) names.push_back(in->name);
+  return not_found(str_cat("--input names '", name, "', which is not a model input (inputs: ", str_join(names, ", "),
+                           ")"));
+}
+
+// Every array given names a model input of its dtype (or a lossless
+// integer width) and, where the shape is bound, of that shape.
+Status check_given(const cli::Args& a, const std::map<std::string, Tensor>& given, const std::vector<Value*>& inputs,
+                   const std::map<std::string, Shape>& bound) {
+  for (const auto& [name, t] : given) {
+    const Value* v = nullptr;
+    for (const Value* in : inputs)
+      if (in->name == name) v = in;
+    if (v == nullptr) {
+      if (from_npz_bulk(a)) continue;
+      return not_an_input(name, inputs);
+    }
+    TESSERA_RETURN_IF_ERROR(conform(t, *v, str_cat("the file given for '", name, "'")).status());
+    const Shape& want = bound.count(name) ? bound.at(name) : v->shape;
+    if (want.is_static() && !(t.shape() == want))
+      return invalid_argument(str_cat("input '", name, "' has shape ", want.to_string(), ", got ", t.shape().to_string(),
+                                      " (use --shape to bind another size)"));
+  }
+  return Status();
+}
+
 }  // namespace
 
 int run_main(int argc, char** argv) {
@@ -226,8 +262,6 @@ int run_main(int argc, char** argv) {
     co.schedule.policy = policy;
     co.schedule.veus = so.threads > 0 ? so.threads : cpu_topology().cores;  // one vEU per core
     co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
-    if (!is_executable_file(model))
-      if (Status st = cli::prepare_plan(a, so.pin, &host_map, &co); !st.ok()) return cli::fail(st);
   } else {
     co.profile = false;  // the profile costs a Plan's rTasks
     co.variants = false;
@@ -294,6 +328,11 @@ int run_main(int argc, char** argv) {
       if (it != given.end() && !co.input_shapes.count(in->name) && !in->shape.is_static())
         co.input_shapes[in->name] = it->second.shape();
     }
+    // Inputs that cannot be bound fail here, before compiling (and timing
+    // Plans) for them; the session checks them again.
+    if (Status st = check_given(a, given, (*graph)->inputs(), co.input_shapes); !st.ok()) return cli::fail(st);
+    if (so.executor == Executor::kPlan)
+      if (Status st = cli::prepare_plan(a, so.pin, &host_map, &co); !st.ok()) return cli::fail(st);
     auto compiled = compile_graph(std::move(*graph), co);
     if (!compiled.ok()) return cli::fail(compiled.status().with_context(model));
     program = std::move(*compiled);
@@ -311,16 +350,8 @@ int run_main(int argc, char** argv) {
     for (const Value* in : session.inputs())
       if (in->name == name) v = in;
     if (v == nullptr) {
-      // .npz archives may carry more arrays (e.g. expected outputs): skip
-      // those silently only when no NAME= was given for them.
-      bool from_npz_bulk = false;
-      for (const std::string& spec : a.values.at("--input"))
-        if (spec.find('=') == std::string::npos) from_npz_bulk = true;
-      if (from_npz_bulk) continue;
-      std::vector<std::string> names;
-      for (const Value* in : session.inputs()) names.push_back(in->name);
-      return cli::fail(not_found(str_cat("--input names '", name, "', which is not a model input (inputs: ",
-                                         str_join(names, ", "), ")")));
+      if (from_npz_bulk(a)) continue;
+      return cli::fail(not_an_input(name, session.inputs()));
     }
     auto c = conform(t, *v, str_cat("the file given for '", name, "'"));
     if (!c.ok()) return cli::fail(c.status());
@@ -341,6 +372,7 @@ int run_main(int argc, char** argv) {
 
   // Only now that the model and its inputs are accepted: a failing run
   // prints nothing but its error line.
+  cli::log_host_map(host_map);
   if (executable)
     log_info(model, ": Executable of ", session.program().steps.size(), " ops (compiled from ",
              session.program().source, "); ", stats.rtasks, " rTasks; arena ",
