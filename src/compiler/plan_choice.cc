@@ -42,6 +42,9 @@ constexpr double kMinRatio = 0.25, kMaxRatio = 8;
 // within this fraction of its measured median; otherwise the traced runs
 // met a host other than the timed ones did, and are taken again.
 constexpr double kPredictionSlack = 0.3;
+// Medians within this factor are a tie, which goes to fewer vEUs; a cached
+// choice stands until the other end runs faster by more.
+constexpr double kStaleChoice = 1.02;
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -264,7 +267,7 @@ class Planner {
   // The program's structure and the compile options that shape its Plan.
   std::string key(int requested) const {
     std::ostringstream k;
-    k << "v1|veus=" << requested << "|tasks=" << o_.tasks_per_op << "|variants=" << vary_
+    k << "v2|veus=" << requested << "|tasks=" << o_.tasks_per_op << "|variants=" << vary_
       << "|profiled=" << (prof_ != nullptr) << "|policy=" << policy_name(o_.schedule.policy);
     const auto preds = step_predecessors(p_);
     for (size_t s = 0; s < p_.steps.size(); ++s) {
@@ -337,7 +340,6 @@ Result<std::vector<double>> time_interleaved(Planner& planner, Program& p, const
 // by more than kStaleChoice, when the choice's predicted makespan (with
 // its cached in-run ratios) is off its measured median by more than
 // kPredictionSlack, or when the host stays busy.
-constexpr double kStaleChoice = 1.02;
 Result<bool> still_holds(Planner& planner, Program& p, const CompileOptions& o, Candidate& chosen,
                          const std::vector<double>& timeline, int n) {
   TESSERA_ASSIGN_OR_RETURN(Candidate other, planner.build(chosen.veus > 1 ? 1 : n, Policy::kAuto, nullptr, false));
@@ -393,10 +395,17 @@ Status choose_measured(Planner& planner, Program& p, const CompileOptions& o) {
   for (Candidate& c : cands) all.push_back(&c);
   TESSERA_ASSIGN_OR_RETURN(std::vector<double> medians,
                            time_interleaved(planner, p, o, all, kTimingRounds, runs, &contended));
-  // 4. The fastest median; among equals, fewer vEUs.
+  // 4. The fastest median; then the fewest vEUs within kStaleChoice of it
+  // (a tie within the noise goes to the Plan that uses less of the
+  // machine, and a cached choice changes only past that margin).
   size_t best = 0;
   for (size_t i = 1; i < cands.size(); ++i)
-    if (medians[i] < medians[best] || (medians[i] == medians[best] && cands[i].veus < cands[best].veus)) best = i;
+    if (medians[i] < medians[best]) best = i;
+  const double fastest = medians[best];
+  for (size_t i = 0; i < cands.size(); ++i)
+    if (medians[i] <= kStaleChoice * fastest &&
+        (cands[i].veus < cands[best].veus || (cands[i].veus == cands[best].veus && medians[i] < medians[best])))
+      best = i;
   // 5. The winner's own in-run costs, for its predicted timeline; traced
   // again if that prediction misses its median.
   ChoiceRecord r;

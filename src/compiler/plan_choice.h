@@ -15,8 +15,9 @@
 //      cost is that step's in-run ratio for that vEU count;
 //   3. each count is planned again with its costs times those ratios;
 //   4. every distinct candidate is timed, interleaved in rounds; the
-//      fastest median wins, so a Plan is never kept when one on fewer
-//      vEUs (the 1-vEU Plan included) ran faster;
+//      fastest median wins, or the one on the fewest vEUs within 2 % of
+//      it, so a Plan is never kept when one on fewer vEUs (the 1-vEU Plan
+//      included) ran faster;
 //   5. the winner runs traced once more: its own in-run costs give its
 //      predicted timeline, which must come within kPredictionSlack of its
 //      median (else traced again; else the host was not holding still).

@@ -125,6 +125,22 @@ TEST_F(PlanChoice, OneVeuWinsWhenFasterAndAStaleChoiceIsMeasuredAgain) {
   EXPECT_GT(measured_for(plan, 2), plan.measured_us);
 }
 
+// A 2-vEU Plan only 1 % faster than the 1-vEU Plan is a tie within the
+// noise: the 1-vEU Plan is kept; 5 % faster, the 2-vEU Plan.
+TEST_F(PlanChoice, TieWithinTwoPercentGoesToFewerVeus) {
+  FakeRunner fake;
+  auto first = compile(fake);
+  ASSERT_TRUE(first.ok());
+  const double one = measured_for(*(*first)->plan, 1), two = measured_for(*(*first)->plan, 2);
+  for (auto [faster, veus] : {std::pair{0.99, 1}, std::pair{0.95, 2}}) {
+    fs::remove_all(dir_);
+    fake.slow = {{2, one / two * faster}};
+    auto p = compile(fake);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ((*p)->plan->veus, veus) << "2 vEUs at " << faster << " of the 1-vEU time";
+  }
+}
+
 // Runs twice as long as predicted: the winner's timeline is predicted with
 // the in-run costs, about twice the first prediction, and matches them.
 TEST_F(PlanChoice, InRunRatiosCorrectThePrediction) {
