@@ -110,9 +110,11 @@ struct HostMap {
   double age_days(int64_t now_unix) const;
   // A short digest of what the planner concludes from the map: each PU's
   // FMA rate in half-octave classes, the sharing of every pair, its cross
-  // reads over local ones in half-octaves (below 1.41x, to 2x, to 2.83x,
-  // ...) and its hand-off as near (< 100 ns), mid (< 400 ns) or far. Plan
-  // choices measured under one digest are not reused under another.
+  // reads as cheap or dear (kDearCrossing times local) and its hand-off as
+  // near (< kNearHandoffNs), mid (< kFarHandoffNs) or far. Plan choices
+  // measured under one digest are not reused under another.
+  static constexpr double kDearCrossing = 2.5;
+  static constexpr double kNearHandoffNs = 120, kFarHandoffNs = 800;
   std::string digest() const;
   // The sharing of every pair alone: the profile cache's part of the key.
   std::string sharing_digest() const;
