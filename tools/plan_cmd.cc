@@ -148,7 +148,10 @@ int plan_main(int argc, char** argv) {
   std::printf("ops        %zu, rTasks %lld\n", p.steps.size(), static_cast<long long>(plan.placements.size()));
   std::printf("waits      %lld, signals %lld\n", static_cast<long long>(plan.waits), static_cast<long long>(plan.signals));
   std::printf("predicted  %.1f us (costs %s)\n", plan.predicted_us, p.costs_measured ? "profiled" : "analytic");
-  if (plan.measured_us > 0) {
+  if (plan.measured_us > 0 && plan.candidates.size() == 1) {
+    std::printf("chosen     as the only candidate (the Plans on more vEUs left one idle): %d of %d vEUs, median %.1f us\n",
+                plan.veus, plan.requested_veus, plan.measured_us);
+  } else if (plan.measured_us > 0) {
     std::printf("chosen     by timing %zu candidate Plans: %d of %d vEUs ran fastest, median %.1f us\n",
                 plan.candidates.size(), plan.veus, plan.requested_veus, plan.measured_us);
     for (const Plan::Candidate& c : plan.candidates)

@@ -30,11 +30,12 @@ namespace {
 namespace fs = std::filesystem;
 
 // Traced runs per candidate for the in-run costs, and timed runs: rounds
-// over every candidate, each about kRoundMs of runs.
+// over every candidate, each about kRoundMs of runs, however short a run
+// (a 20 us Plan timed 40 times a round moved by more than the tie margin).
 constexpr int kTracedRuns = 3;
 constexpr int kTimingRounds = 3;
 constexpr double kRoundMs = 25;
-constexpr int kMinRuns = 3, kMaxRuns = 40;
+constexpr int kMinRuns = 3, kMaxRuns = 2000;
 // An in-run ratio outside these bounds is taken as noise of the clock
 // around a tiny rTask.
 constexpr double kMinRatio = 0.25, kMaxRatio = 8;
@@ -74,6 +75,15 @@ struct Candidate {
         if (a[i].kind != b[i].kind || a[i].a != b[i].a || a[i].b != b[i].b) return false;
     }
     return true;
+  }
+  // A Plan on more than one vEU that leaves one of them without rTasks:
+  // the Plans on fewer vEUs, which are candidates too, do its work
+  // without starting a thread that only waits for the run to end.
+  bool idles_a_veu() const {
+    if (veus == 1) return false;
+    for (int64_t n : plan.tasks_per_veu)
+      if (n == 0) return true;
+    return false;
   }
 };
 
@@ -346,10 +356,12 @@ Result<bool> still_holds(Planner& planner, Program& p, const CompileOptions& o, 
   const double fastest_ms = std::min(chosen.plan.predicted_us, other.plan.predicted_us) / 1e3;
   const int runs = std::clamp(static_cast<int>(kRoundMs / std::max(fastest_ms, 1e-3)), kMinRuns, kMaxRuns);
   bool contended = false;
-  TESSERA_ASSIGN_OR_RETURN(std::vector<double> m,
-                           time_interleaved(planner, p, o, {&chosen, &other}, 2, runs, &contended));
+  std::vector<Candidate*> timed = {&chosen};
+  if (!other.idles_a_veu()) timed.push_back(&other);  // else the 1-vEU Plan's work on more threads
+  TESSERA_ASSIGN_OR_RETURN(std::vector<double> m, time_interleaved(planner, p, o, timed, 2, runs, &contended));
   TESSERA_ASSIGN_OR_RETURN(double predicted, planner.predict(chosen, timeline));
-  return !contended && m[0] <= kStaleChoice * m[1] && std::abs(predicted / m[0] - 1) <= kPredictionSlack;
+  return !contended && (m.size() == 1 || m[0] <= kStaleChoice * m[1]) &&
+         std::abs(predicted / m[0] - 1) <= kPredictionSlack;
 }
 
 Status choose_measured(Planner& planner, Program& p, const CompileOptions& o) {
@@ -372,6 +384,7 @@ Status choose_measured(Planner& planner, Program& p, const CompileOptions& o) {
   bool contended = false;
   for (int u : counts) {
     TESSERA_ASSIGN_OR_RETURN(Candidate c, planner.build(u, Policy::kAuto, nullptr, cands.empty()));
+    if (c.idles_a_veu()) continue;
     planner.install(c);
     Result<PlanTiming> t = o.plan_runner(p, 2, kTracedRuns, true);
     planner.uninstall(c);
@@ -381,8 +394,9 @@ Status choose_measured(Planner& planner, Program& p, const CompileOptions& o) {
     cands.push_back(std::move(c));
   }
   // 2. Planned again with the in-run costs.
-  for (int u : counts) {
-    TESSERA_ASSIGN_OR_RETURN(Candidate c, planner.build(u, Policy::kAuto, &ratios[u], false));
+  for (const auto& [u, r] : ratios) {
+    TESSERA_ASSIGN_OR_RETURN(Candidate c, planner.build(u, Policy::kAuto, &r, false));
+    if (c.idles_a_veu()) continue;
     bool known = false;
     for (const Candidate& x : cands) known = known || x.same_as(c);
     if (!known) cands.push_back(std::move(c));

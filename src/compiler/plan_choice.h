@@ -9,7 +9,8 @@
 //
 //   1. candidates: for each vEU count in candidate_veus(N) — 1, the
 //      powers of two below N, and N — the Plan with the lowest predicted
-//      makespan;
+//      makespan, unless it leaves a vEU without rTasks (a Plan on fewer
+//      vEUs does that work without a thread that only waits);
 //   2. each runs on real vEUs, traced: per step, the median in-run time of
 //      its rTasks (less the crossing the model charged) over its isolated
 //      cost is that step's in-run ratio for that vEU count;
@@ -29,8 +30,9 @@
 // the same program on the same host rebuilds that Plan and times it
 // against the other end (the 1-vEU Plan, or for a 1-vEU choice the Plan
 // on all vEUs) in two short rounds; if the other now runs faster, or the
-// choice's prediction misses its median, the choice is measured again. The Plan records it (Plan::requested_veus,
-// measured_us, candidates), and so does an Executable.
+// choice's prediction misses its median, the choice is measured again.
+// The Plan records it (Plan::requested_veus, measured_us, candidates), and
+// so does an Executable.
 //
 // Thread-safety: compile-time only, on the compiling thread (the runner
 // starts its own vEUs).

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "base/strings.h"
 #include "compiler/plan_choice.h"
@@ -30,9 +31,11 @@ struct FakeRunner {
   std::map<int, double> slow;
   bool contended = false;
   int calls = 0;
+  std::set<int> veus_run;  // the vEU counts of the Plans it ran
   PlanRunner runner() {
     return [this](const Program& p, int, int runs, bool trace) -> Result<PlanTiming> {
       ++calls;
+      veus_run.insert(p.plan->veus);
       const double s = slow.count(p.plan->veus) ? slow.at(p.plan->veus) : 1.0;
       std::vector<double> cost = analytic_task_costs(p);
       for (double& c : cost) c *= task_factor * s;
@@ -62,7 +65,8 @@ class PlanChoice : public ::testing::Test {
     fs::remove_all(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
-  Result<std::unique_ptr<Program>> compile(FakeRunner& fake, const HostMap* map = nullptr, int veus = 2) {
+  Result<std::unique_ptr<Program>> compile(FakeRunner& fake, const HostMap* map = nullptr, int veus = 2,
+                                           const char* model = "nasnet_like") {
     CompileOptions co;
     co.build_plan = true;
     co.schedule.veus = veus;
@@ -71,7 +75,7 @@ class PlanChoice : public ::testing::Test {
     co.host_map = map;
     co.plan_runner = fake.runner();
     std::map<std::string, Tensor> inputs;
-    return testing_util::compile_zoo("nasnet_like", co, &inputs);
+    return testing_util::compile_zoo(model, co, &inputs);
   }
   std::string dir_;
 };
@@ -123,6 +127,26 @@ TEST_F(PlanChoice, OneVeuWinsWhenFasterAndAStaleChoiceIsMeasuredAgain) {
   EXPECT_EQ(plan.requested_veus, 2);
   EXPECT_EQ(plan.measured_us, measured_for(plan, 1));
   EXPECT_GT(measured_for(plan, 2), plan.measured_us);
+}
+
+// A chain of small ops: the Plan on 2 vEUs puts every rTask on one of
+// them, so it is no candidate (it would start a thread that only waits);
+// the 1-vEU Plan is chosen without a 2-vEU Plan ever running.
+TEST_F(PlanChoice, PlanThatIdlesAVeuIsNoCandidate) {
+  FakeRunner fake;
+  auto p = compile(fake, nullptr, 2, "add_chain");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  const Plan& plan = *(*p)->plan;
+  EXPECT_EQ(plan.veus, 1);
+  EXPECT_EQ(plan.requested_veus, 2);
+  ASSERT_EQ(plan.candidates.size(), 1u);
+  EXPECT_EQ(plan.candidates[0].veus, 1);
+  EXPECT_EQ(fake.veus_run, std::set<int>({1}));
+  // A cached 1-vEU choice is checked without running the idle 2-vEU Plan.
+  auto again = compile(fake, nullptr, 2, "add_chain");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->plan->veus, 1);
+  EXPECT_EQ(fake.veus_run, std::set<int>({1}));
 }
 
 // A 2-vEU Plan only 1 % faster than the 1-vEU Plan is a tie within the
