@@ -19,6 +19,7 @@ Usage: /usr/bin/python3 bench/run_bench.py [--rounds N] [--iters N]
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
@@ -39,6 +40,10 @@ SCHEDULING = ("add_chain", "add_chains8")  # microbenchmarks of scheduling overh
 # measured (zoo models), and Tessera's p90/median against ONNX Runtime's.
 MAX_PLAN_OVER_ONE_VEU = 1.02
 MAX_PREDICTION_ERROR = 0.20
+# A batch of a short run is at least this long (more iterations, up to
+# MAX_ITERS_FACTOR times --iters).
+BATCH_MS = 10
+MAX_ITERS_FACTOR = 50
 TARGETS = {  # the targeted median time as a ratio to ONNX Runtime
     "add_chain": 0.15, "add_chains8": 0.15, "bert_tiny": 0.5, "lstm_tc": 0.8, "nasnet_like": 0.7,
     "resnet18": 1.0, "mobilenet_v2": 1.0,
@@ -204,6 +209,7 @@ def main():
     maps = [host_map(tessera)]
     results, spread, plans = {}, {}, {}
     waits, busy_rounds = [], []
+    batch_iters = {}
     unfused = {}
     tmp = tempfile.mkdtemp(prefix="tessera-bench-")
     for w in names:
@@ -218,7 +224,14 @@ def main():
         torch_model = Torch(w, a.threads)
         times = {s: [] for s in systems}
         predicted = []
-        warm = max(2, a.iters // 4)
+        # A probe run, untimed: it also makes the plan choice, so that no
+        # round pays for it. Short runs get more iterations, so that every
+        # batch lasts about BATCH_MS and a 20 us model's median is not one
+        # moment's noise.
+        probe, _ = tessera_run(tessera, model, npz, a.iters, 2, "plan", a.threads)
+        iters = min(max(a.iters, math.ceil(BATCH_MS / max(statistics.median(probe), 1e-3))), MAX_ITERS_FACTOR * a.iters)
+        batch_iters[w] = iters
+        warm = max(2, iters // 4)
         def quiet(what):
             # Every system's batch starts on a quiet host: a neighbour or
             # hypervisor that takes a share of our PUs skews whoever runs then.
@@ -231,26 +244,29 @@ def main():
         for r in range(a.rounds):
             print(f"bench: {w} round {r + 1}/{a.rounds}", file=sys.stderr)
             quiet(f"{w} round {r + 1}")
-            ms, j = tessera_run(tessera, model, npz, a.iters, warm, "plan", a.threads)
+            ms, j = tessera_run(tessera, model, npz, iters, warm, "plan", a.threads)
             times["tessera-plan"] += ms
             predicted.append(j["plan"]["predicted_ms"])
             plans[w] = j["plan"]
             quiet(f"{w} round {r + 1}")
-            times["onnxruntime"] += ort_times(a.node_dir, model, in_dir, a.iters, warm, a.threads)
+            times["onnxruntime"] += ort_times(a.node_dir, model, in_dir, iters, warm, a.threads)
             quiet(f"{w} round {r + 1}")
-            times["tessera-1veu"] += tessera_times(tessera, model, npz, a.iters, warm, "plan", 1)
+            times["tessera-1veu"] += tessera_times(tessera, model, npz, iters, warm, "plan", 1)
             quiet(f"{w} round {r + 1}")
-            times["tessera-two-layer"] += tessera_times(tessera, model, npz, a.iters, warm, "two-layer", a.threads)
+            times["tessera-two-layer"] += tessera_times(tessera, model, npz, iters, warm, "two-layer", a.threads)
             quiet(f"{w} round {r + 1}")
-            times["pytorch"] += torch_model.times(arrays, a.iters, warm)
+            times["pytorch"] += torch_model.times(arrays, iters, warm)
             if w in SCHEDULING:  # the same chains with fusion off: scheduling alone
                 unfused.setdefault(w, []).extend(
-                    tessera_times(tessera, model, npz, a.iters, warm, "plan", a.threads, ["--no-fuse"]))
+                    tessera_times(tessera, model, npz, iters, warm, "plan", a.threads, ["--no-fuse"]))
         results[w] = {s: statistics.median(v) for s, v in times.items()}
         results[w]["predicted"] = statistics.median(predicted)
         spread[w] = {s: p90(v) / statistics.median(v) for s, v in times.items()}
     maps.append(host_map(tessera))
     table, summary = report(results, spread, plans, unfused, overhead(tessera, tmp, a.threads, a.rounds, a.iters))
+    more = [f"{w} {n}" for w, n in batch_iters.items() if n > a.iters]
+    if more:
+        summary += f"\nTimed iterations per batch where a run is short: {', '.join(more)}.\n"
     summary += (f"\nBefore each system's batch the host had to let every PU run at full speed at once (`tessera "
                 f"topo --gauge`): {len(waits)} batches waited for it ({sum(waits):.0f} s in all); "
                 f"{len(busy_rounds)} ran on a busy host after 60 s" +
@@ -365,7 +381,8 @@ def write_results(a, tessera, maps, table, summary):
                  "end:\n\n" + host_text(last))
     section = (f"## Host {shape}\n\nMeasured {datetime.date.today().isoformat()} on {cpu}, {os.cpu_count()} vCPUs, "
                f"{platform.platform()}; {a.threads} threads for every system (Tessera's 1-vEU Plan: 1); {a.rounds} "
-               f"interleaved rounds x {a.iters} timed iterations each; medians and p90s of compute time (inputs "
+               f"interleaved rounds x at least {a.iters} timed iterations each (a short run gets enough for a batch of "
+               f"about {BATCH_MS} ms); medians and p90s of compute time (inputs "
                f"already bound). Host map at the start (`tessera topo`):\n\n{host_text(first)}{moved}\n"
                f"{table}\n{summary}")
     write_section(a.out, shape, section)
