@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "compiler/program.h"
-#include "runtime/session.h"
+#include "runtime/engine.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -21,12 +21,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   // 2. A session owns the arena and the worker threads.
-  auto session = tessera::Session::create(std::move(*program), {tessera::Executor::kTwoLayer, 2});
+  auto session = tessera::Engine::create(std::move(*program), {tessera::Executor::kTwoLayer, 2});
   if (!session.ok()) {
     std::fprintf(stderr, "%s\n", session.status().to_string().c_str());
     return 1;
   }
-  tessera::Session& s = **session;
+  tessera::Engine& s = **session;
   // 3. Bind inputs (dtype and shape must match what the model was bound to).
   for (const tessera::Value* in : s.inputs()) {
     tessera::Tensor t(in->dtype, in->shape);
@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   }
   for (size_t i = 0; i < s.outputs().size(); ++i) {
     tessera::Tensor y = s.output(i);
-    std::printf("%s %s:", s.outputs()[i]->name.c_str(), y.shape().to_string().c_str());
+    std::printf("%s %s:", s.outputs()[i]->name.c_str(), tessera::shape_string(y.shape()).c_str());
     for (int64_t k = 0; k < y.numel() && k < 5; ++k) std::printf(" %g", y.value_as_double(k));
     std::printf("\n");
   }

@@ -142,7 +142,7 @@ void log_host_map(const HostMap& map) {
   for (const std::string& note : map.notes) log_info("host map: ", note);
 }
 
-Status prepare_plan(const Args& args, bool pin, HostMap* map, CompileOptions* co) {
+Status prepare_plan(const Args& args, bool pin, HostMap* map, CompileConfig* co) {
   HostMapOptions o;
   o.file = args.get("--host-map");
   o.progress = [&](std::string_view stage, size_t done, size_t total) {
@@ -163,7 +163,7 @@ std::vector<OptionSpec> with_compile_options(std::vector<OptionSpec> options) {
   return options;
 }
 
-Status apply_compile_flags(const Args& args, CompileOptions* co) {
+Status apply_compile_flags(const Args& args, CompileConfig* co) {
   co->profile = !args.has("--no-profile");
   co->variants = !args.has("--no-variants");
   co->fuse = !args.has("--no-fuse");

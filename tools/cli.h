@@ -12,7 +12,7 @@
 #include "tessera/status.h"
 
 namespace tessera {
-struct CompileOptions;
+struct CompileConfig;
 struct HostMap;
 }
 
@@ -69,13 +69,13 @@ std::vector<OptionSpec> with_compile_options(std::vector<OptionSpec> options);
 // else $TESSERA_HOST_MAP, else this host's: cached, measured at first use
 // with progress on stderr) into *map, and unless --no-measure the runner
 // that times candidate Plans (its vEUs pinned when `pin`); both into `co`.
-Status prepare_plan(const Args& args, bool pin, HostMap* map, CompileOptions* co);
+Status prepare_plan(const Args& args, bool pin, HostMap* map, CompileConfig* co);
 // After a compile that prepare_plan set up has succeeded (a failing
 // command prints only its error line): says, when the map was measured
 // just now, so, with its notes.
 void log_host_map(const HostMap& map);
 // Applies those options to `co` (errors name the bad flag).
-Status apply_compile_flags(const Args& args, CompileOptions* co);
+Status apply_compile_flags(const Args& args, CompileConfig* co);
 // The first of those options given, or "": they have no effect on a
 // compiled Executable.
 std::string first_compile_flag(const Args& args);

@@ -50,7 +50,7 @@ int compile_main(int argc, char** argv) {
   if (a.has("--policy") && (!policy_parse(a.get("--policy"), &policy) || policy == Policy::kRandom))
     return cli::usage_error(kCompile, str_cat("--policy must be auto, wavefront or critical-path, got '",
                                               a.get("--policy"), "'"));
-  CompileOptions co;
+  CompileConfig co;
   co.build_plan = true;
   co.schedule.policy = policy;
   co.schedule.veus = *veus > 0 ? static_cast<int>(*veus) : cpu_topology().cores;

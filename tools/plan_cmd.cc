@@ -112,7 +112,7 @@ Status write_svg(const std::string& path, const Program& p) {
 int plan_main(int argc, char** argv) {
   cli::Args a;
   if (int rc = cli::start(kPlan, argc, argv, 1, "expected exactly one MODEL.onnx", &a); rc >= 0) return rc;
-  CompileOptions co;
+  CompileConfig co;
   co.build_plan = true;
   auto veus = a.get_int("--veus", cpu_topology().cores, 1, 256);
   if (!veus.ok()) return cli::usage_error(kPlan, veus.status().message());

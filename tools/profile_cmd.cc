@@ -48,7 +48,7 @@ int profile_main(int argc, char** argv) {
   if (int rc = cli::start(kProfile, argc, argv, 1, "expected exactly one MODEL.onnx", &a); rc >= 0) return rc;
   auto top = a.get_int("--top", 0, 0, 1000000);
   if (!top.ok()) return cli::usage_error(kProfile, top.status().message());
-  CompileOptions co;
+  CompileConfig co;
   if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kProfile, st.message());
   co.fuse = !a.has("--no-fuse");
   co.fuse_blocks = co.fuse && a.has("--block-fusion");

@@ -14,10 +14,10 @@
 #include "ir/npy.h"
 #include "compiler/executable.h"
 #include "onnx/importer.h"
-#include "runtime/session.h"
+#include "runtime/engine.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
-#include "tools/trace.h"
+#include "runtime/trace.h"
 #include "topology/cpu_topology.h"
 #include "topology/host_map.h"
 
@@ -110,16 +110,6 @@ std::string safe_file_name(const std::string& name) {
   return s;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\', o += c;
-    else if (static_cast<unsigned char>(c) < 0x20) o += str_cat("\\u00", "0123456789abcdef"[(c >> 4) & 0xf], "0123456789abcdef"[c & 0xf]);
-    else o += c;
-  }
-  return o;
-}
-
 double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   double idx = q * static_cast<double>(v.size() - 1);
@@ -137,34 +127,6 @@ std::vector<double> runs_wait_ms(const Runs& runs) {
     out.push_back(percentile(w, 0.5));
   }
   return out;
-}
-
-// The "plan" object of --json: how it was chosen, what it predicts, and
-// per vEU what it predicts and what the runs measured.
-std::string plan_summary_json(const Plan& plan, const std::vector<double>& wait_ms) {
-  std::string s = str_cat("\"plan\":{\"policy\":\"", policy_name(plan.policy), "\",\"veus\":", plan.veus,
-                          ",\"requested_veus\":", plan.requested_veus > 0 ? plan.requested_veus : plan.veus,
-                          ",\"chosen_by\":\"", plan.measured_us > 0 ? "measured" : "predicted", "\",\"predicted_ms\":",
-                          str_fixed(plan.predicted_us / 1e3, 6), ",\"measured_ms\":", str_fixed(plan.measured_us / 1e3, 6),
-                          ",\"waits\":", plan.waits, ",\"candidates\":[");
-  for (size_t i = 0; i < plan.candidates.size(); ++i) {
-    const Plan::Candidate& c = plan.candidates[i];
-    s += str_cat(i ? "," : "", "{\"veus\":", c.veus, ",\"policy\":\"", policy_name(c.policy), "\",\"predicted_ms\":",
-                 str_fixed(c.predicted_us / 1e3, 6), ",\"measured_ms\":", str_fixed(c.measured_us / 1e3, 6), "}");
-  }
-  s += "],\"per_veu\":[";
-  for (int u = 0; u < plan.veus; ++u) {
-    double busy = 0, end = 0;
-    for (const TaskPlacement& t : plan.placements)
-      if (t.veu == u) {
-        busy += t.end_us - t.start_us;
-        end = std::max(end, t.end_us);
-      }
-    s += str_cat(u ? "," : "", "{\"predicted_busy_ms\":", str_fixed(busy / 1e3, 6), ",\"predicted_end_ms\":",
-                 str_fixed(end / 1e3, 6), ",\"measured_wait_ms\":",
-                 str_fixed(static_cast<size_t>(u) < wait_ms.size() ? wait_ms[static_cast<size_t>(u)] : 0.0, 6), "}");
-  }
-  return s + "]}";
 }
 
 std::string preview(const Tensor& t) {
@@ -216,7 +178,7 @@ Status check_given(const cli::Args& a, const std::map<std::string, Tensor>& give
     TESSERA_RETURN_IF_ERROR(conform(t, *v, str_cat("the file given for '", name, "'")).status());
     const Shape& want = bound.count(name) ? bound.at(name) : v->shape;
     if (want.is_static() && !(t.shape() == want))
-      return invalid_argument(str_cat("input '", name, "' has shape ", want.to_string(), ", got ", t.shape().to_string(),
+      return invalid_argument(str_cat("input '", name, "' has shape ", want.to_string(), ", got ", shape_string(t.shape()),
                                       " (use --shape to bind another size)"));
   }
   return Status();
@@ -237,7 +199,7 @@ int run_main(int argc, char** argv) {
   auto seed = a.get_int("--seed", 0, 0, INT64_MAX);
   for (auto* r : {&iters, &warmup, &threads, &seed})
     if (!r->ok()) return cli::usage_error(kRun, r->status().message());
-  SessionOptions so;
+  EngineOptions so;
   so.executor = Executor::kPlan;
   so.threads = static_cast<int>(*threads);
   so.pin = !a.has("--no-pin");
@@ -254,7 +216,7 @@ int run_main(int argc, char** argv) {
     return cli::usage_error(kRun, "--no-pin applies to the plan executor only");
   if (a.has("--trace") && so.executor != Executor::kPlan) return cli::usage_error(kRun, "--trace needs the plan executor");
 
-  CompileOptions co;
+  CompileConfig co;
   HostMap host_map;
   if (Status st = cli::apply_compile_flags(a, &co); !st.ok()) return cli::usage_error(kRun, st.message());
   if (so.executor == Executor::kPlan) {
@@ -340,9 +302,9 @@ int run_main(int argc, char** argv) {
   }
   program->stats.compile_ms = static_cast<double>(now_ns() - compile_start) / 1e6;
   const CompileStats stats = program->stats;
-  auto session_or = Session::create(std::move(program), so);
+  auto session_or = Engine::create(std::move(program), so);
   if (!session_or.ok()) return cli::fail(session_or.status());
-  Session& session = **session_or;
+  Engine& session = **session_or;
 
   std::vector<std::pair<std::string, Tensor>> feeds;  // every input, as bound
   for (auto& [name, t] : given) {
@@ -477,7 +439,7 @@ int run_main(int argc, char** argv) {
       runs_json += "]}";
     }
     std::string plan_json;
-    if (const auto& plan = session.program().plan) plan_json = "," + plan_summary_json(*plan, runs_wait_ms(runs));
+    if (const auto& plan = session.program().plan) plan_json = ",\"plan\":" + plan_summary_json(*plan, runs_wait_ms(runs));
     std::printf(
         "{\"model\":\"%s\",\"executor\":\"%s\",\"threads\":%d,\"iters\":%lld,"
         "\"latency_ms\":{\"min\":%.6f,\"median\":%.6f,\"p90\":%.6f,\"max\":%.6f}%s,\"outputs\":[%s],"

@@ -112,7 +112,7 @@ int topo_main(int argc, char** argv) {
   auto m = host_map_obtain(o);
   if (!m.ok()) return cli::fail(m.status());
   if (a.has("--gauge")) {
-    if (!host_quiet(cpu_topology(), cpu_topology().pus, m->pus[0].fma_gflops)) {
+    if (!host_quiet(cpu_topology(), {}, m->pus[0].fma_gflops)) {
       std::printf("busy: the host is taking a share of this process's PUs\n");
       return 3;
     }

@@ -5,7 +5,7 @@
 //
 //   TESSERA_RETURN_IF_ERROR(write_executable(*program, "resnet18.tsx"));
 //   auto p = load_executable("resnet18.tsx");     // maps the weights, no copy
-//   auto s = Session::create(std::move(*p), {.executor = Executor::kPlan});
+//   auto s = Engine::create(std::move(*p), {.executor = Executor::kPlan});
 //
 // The loader trusts nothing in the file: it checks the header, checksums,
 // the bounds of every offset and size, re-infers every shape and dtype from

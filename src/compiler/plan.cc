@@ -52,7 +52,19 @@ VeuCosts VeuCosts::uniform(int veus, double handoff) {
   return c;
 }
 
-VeuCosts VeuCosts::from_host_map(const HostMap& m, int veus) {
+std::vector<int> veu_slots(const std::vector<int>& slots, int veus) {
+  std::vector<int> out(static_cast<size_t>(veus));
+  for (int u = 0; u < veus; ++u)
+    out[static_cast<size_t>(u)] = static_cast<size_t>(u) < slots.size() ? slots[static_cast<size_t>(u)]
+                                  : slots.empty()                      ? u
+                                                                       : slots.back() + (u - static_cast<int>(slots.size()) + 1);
+  return out;
+}
+
+VeuCosts VeuCosts::from_host_map(const HostMap& m, int veus) { return from_host_map(m, veu_slots({}, veus)); }
+
+VeuCosts VeuCosts::from_host_map(const HostMap& m, const std::vector<int>& slots) {
+  const int veus = static_cast<int>(slots.size());
   VeuCosts c = uniform(veus);
   const int n = m.size();
   c.sizes_kb = m.sizes_kb;
@@ -61,7 +73,7 @@ VeuCosts VeuCosts::from_host_map(const HostMap& m, int veus) {
   for (int u = 0; u < veus; ++u)
     for (int v = 0; v < veus; ++v) {
       if (u == v) continue;
-      const int a = u % n, b = v % n;  // more vEUs than PUs: they take turns
+      const int a = slots[static_cast<size_t>(u)] % n, b = slots[static_cast<size_t>(v)] % n;
       const size_t i = static_cast<size_t>(u * veus + v);
       if (a != b) c.handoff_us[i] = m.handoff_us(a, b);
       for (size_t s = 0; s < m.sizes_kb.size(); ++s) {

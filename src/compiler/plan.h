@@ -110,7 +110,14 @@ struct VeuCosts {
   // Every hand-off `handoff`, crossing free: the model without a host map.
   static VeuCosts uniform(int veus, double handoff = kDefaultHandoffUs);
   static VeuCosts from_host_map(const HostMap& m, int veus);
+  // vEU u on the map's PU slots[u] (its placement order; vEUs beyond the
+  // map's PUs take turns).
+  static VeuCosts from_host_map(const HostMap& m, const std::vector<int>& slots);
 };
+
+// The first `veus` of `slots`, or 0..veus-1 where `slots` is empty (or
+// short: the rest continue from its last).
+std::vector<int> veu_slots(const std::vector<int>& slots, int veus);
 
 struct ScheduleOptions {
   int veus = 1;

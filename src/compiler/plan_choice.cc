@@ -134,7 +134,7 @@ bool record_parse(const std::string& text, size_t steps, ChoiceRecord* r) {
 
 class ChoiceCache {
  public:
-  ChoiceCache(const CompileOptions& o) : enabled_(o.profile_options.use_cache) {
+  ChoiceCache(const CompileConfig& o) : enabled_(o.profile_options.use_cache) {
     const std::string host = o.host_map ? o.host_map->digest() : "nomap";
     path_ = (fs::path(cache_dir(o.profile_options.cache_dir)) /
              str_cat("plans-", cpu_cache_key(), "-", host, "-k", kKernelVersion, ".tsv"))
@@ -168,7 +168,7 @@ class ChoiceCache {
 
 class Planner {
  public:
-  Planner(Program& p, const CompileOptions& o, Profiler* prof)
+  Planner(Program& p, const CompileConfig& o, Profiler* prof)
       : p_(p), o_(o), prof_(prof),
         vary_(o.variants && o.schedule.policy != Policy::kRandom) {}
 
@@ -189,7 +189,7 @@ class Planner {
     c.veus = veus;
     c.policy = policy;
     c.round = ratios ? 2 : 1;
-    c.veu_costs = o_.host_map ? VeuCosts::from_host_map(*o_.host_map, veus) : VeuCosts::uniform(veus);
+    c.veu_costs = o_.host_map ? VeuCosts::from_host_map(*o_.host_map, veu_slots(o_.slots, veus)) : VeuCosts::uniform(veus);
     ScheduleOptions so = o_.schedule;
     so.veus = veus;
     so.policy = policy;
@@ -321,14 +321,14 @@ class Planner {
   }
 
   Program& p_;
-  const CompileOptions& o_;
+  const CompileConfig& o_;
   Profiler* prof_;
   const bool vary_;
 };
 
 // Times the median of `runs` runs of each candidate, in `rounds`
 // interleaved rounds; *contended when the host never was quiet.
-Result<std::vector<double>> time_interleaved(Planner& planner, Program& p, const CompileOptions& o,
+Result<std::vector<double>> time_interleaved(Planner& planner, Program& p, const CompileConfig& o,
                                              std::vector<Candidate*> cands, int rounds, int runs, bool* contended) {
   std::vector<std::vector<double>> timed(cands.size());
   for (int r = 0; r < rounds; ++r)
@@ -350,7 +350,7 @@ Result<std::vector<double>> time_interleaved(Planner& planner, Program& p, const
 // by more than kStaleChoice, when the choice's predicted makespan (with
 // its cached in-run ratios) is off its measured median by more than
 // kPredictionSlack, or when the host stays busy.
-Result<bool> still_holds(Planner& planner, Program& p, const CompileOptions& o, Candidate& chosen,
+Result<bool> still_holds(Planner& planner, Program& p, const CompileConfig& o, Candidate& chosen,
                          const std::vector<double>& timeline, int n) {
   TESSERA_ASSIGN_OR_RETURN(Candidate other, planner.build(chosen.veus > 1 ? 1 : n, Policy::kAuto, nullptr, false));
   const double fastest_ms = std::min(chosen.plan.predicted_us, other.plan.predicted_us) / 1e3;
@@ -364,7 +364,7 @@ Result<bool> still_holds(Planner& planner, Program& p, const CompileOptions& o, 
          std::abs(predicted / m[0] - 1) <= kPredictionSlack;
 }
 
-Status choose_measured(Planner& planner, Program& p, const CompileOptions& o) {
+Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
   const int n = o.schedule.veus;
   const std::vector<int> counts = candidate_veus(n);
   ChoiceCache cache(o);
@@ -456,7 +456,7 @@ Status choose_measured(Planner& planner, Program& p, const CompileOptions& o) {
 
 }  // namespace
 
-Status build_plan(Program& p, const CompileOptions& o, Profiler* prof) {
+Status build_plan(Program& p, const CompileConfig& o, Profiler* prof) {
   Planner planner(p, o, prof);
   const bool measure = o.plan_runner && o.schedule.policy == Policy::kAuto && o.schedule.veus > 1;
   if (measure) return choose_measured(planner, p, o);

@@ -56,6 +56,6 @@ std::vector<int> candidate_veus(int n);
 // its ops (variants chosen), Plan, per-step costs, memory plan and slots.
 // `prof` costs rTasks by measurement (null: the analytic model). Measures
 // candidates when the policy is auto and options.plan_runner is set.
-Status build_plan(Program& p, const CompileOptions& options, Profiler* prof);
+Status build_plan(Program& p, const CompileConfig& options, Profiler* prof);
 
 }  // namespace tessera

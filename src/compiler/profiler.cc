@@ -74,7 +74,7 @@ std::string step_key(const Step& s) {
       case Attribute::Kind::kInts: k << str_join(a.ints, ","); break;
       case Attribute::Kind::kFloats: k << str_join(a.floats, ","); break;
       case Attribute::Kind::kStrings: k << str_join(a.strings, ","); break;
-      case Attribute::Kind::kTensor: k << dtype_name(a.t.dtype()) << a.t.shape().to_string(); break;
+      case Attribute::Kind::kTensor: k << dtype_name(a.t.dtype()) << shape_string(a.t.shape()); break;
     }
   }
   for (const Value* v : s.node->inputs) {

@@ -80,7 +80,7 @@ void assign_slots(Program& p) {
   for (const Value* v : p.graph->outputs()) p.output_slots.push_back(add(v));
 }
 
-Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const CompileOptions& options) {
+Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const CompileConfig& options) {
   int64_t t0 = now_ns();
   auto p = std::make_unique<Program>();
   p->stats.nodes_imported = static_cast<int>(g->nodes().size());
@@ -214,7 +214,7 @@ MemoryPlan plan_memory_parallel(const Program& p, const Plan& plan) {
   return m;
 }
 
-Result<std::unique_ptr<Program>> compile_onnx(const std::string& path, const CompileOptions& options) {
+Result<std::unique_ptr<Program>> compile_onnx(const std::string& path, const CompileConfig& options) {
   int64_t t0 = now_ns();
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Graph> g, import_onnx_file(path));
   auto p = compile_graph(std::move(g), options);

@@ -5,7 +5,7 @@
 //        -> pick rKernels -> plan memory -> Program
 //
 // Ownership: a Program owns its Graph (values, constants) and its ROps; a
-// Session borrows it. Thread-safety: immutable after compile; safe to share.
+// Engine borrows it. Thread-safety: immutable after compile; safe to share.
 #pragma once
 
 #include <map>
@@ -24,7 +24,7 @@
 
 namespace tessera {
 
-struct CompileOptions {
+struct CompileConfig {
   std::map<std::string, Shape> input_shapes;  // --shape overrides
   int64_t tasks_per_op = 0;                   // 0: each kernel's own grain
   bool fold_constants = true;
@@ -35,6 +35,9 @@ struct CompileOptions {
   // The host the Plan is for (borrowed; topology/host_map.h): what crossing
   // vEUs costs there. Null: hand-offs of kDefaultHandoffUs, crossing free.
   const HostMap* host_map = nullptr;
+  // The host map's PU slots the vEUs will run on, vEU u on slots[u]
+  // (a core set; a Plan on fewer vEUs takes the first). Empty: 0, 1, ...
+  std::vector<int> slots;
   // With policy auto: time the best candidate Plans, on fewer vEUs too,
   // in real runs and keep the fastest, costs corrected by what the runs
   // saw (compiler/plan_choice.h); the choice is cached beside the profile.
@@ -135,13 +138,13 @@ std::vector<std::string> supported_ops();
 // an op Tessera lacks.
 Status check_supported(const Graph& g);
 
-Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const CompileOptions& options);
-Result<std::unique_ptr<Program>> compile_onnx(const std::string& path, const CompileOptions& options);
+Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const CompileConfig& options);
+Result<std::unique_ptr<Program>> compile_onnx(const std::string& path, const CompileConfig& options);
 
 // Fuses Conv/Gemm + residual Add + activation into TesseraFusedConv /
 // TesseraFusedGemm (fuse.cc); returns how many were fused.
 Result<int> fuse_epilogues(Graph& g);
-// After fuse_epilogues, with CompileOptions::fuse_blocks: a 1x1 conv (+ Relu or Clip) -> depthwise conv
+// After fuse_epilogues, with CompileConfig::fuse_blocks: a 1x1 conv (+ Relu or Clip) -> depthwise conv
 // (+ Relu or Clip) -> 1x1 conv (+ residual, activation), each the only
 // reader of the last (MobileNetV2's inverted residual block), becomes one
 // TesseraInvertedResidual that works in strips of output rows, the

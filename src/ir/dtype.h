@@ -1,30 +1,15 @@
-// Element types. float32 is the compute type; float16 and bfloat16 are
-// storage types converted to float32 when a model is loaded; the integer and
-// bool types carry indices, shapes and masks.
+// Element types: the public DType (tessera/dtype.h) and what the compiler
+// needs beyond it: its classes and the float16/bfloat16 conversions.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "tessera/dtype.h"
+
 namespace tessera {
 
-enum class DType : uint8_t {
-  kUndefined = 0,
-  kFloat32,
-  kFloat16,
-  kBFloat16,
-  kInt64,
-  kInt32,
-  kInt8,
-  kUInt8,
-  kBool,
-};
-
-size_t dtype_size(DType t);
-std::string_view dtype_name(DType t);  // "float32", "int64", ...
-// Parses a dtype_name(); kUndefined if unknown.
-DType dtype_from_name(std::string_view name);
 inline bool dtype_is_float(DType t) {
   return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
 }

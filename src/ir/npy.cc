@@ -114,7 +114,7 @@ Result<Tensor> npy_read(const std::string& path) {
   return npy_parse(bytes, path);
 }
 
-Status npy_write(const std::string& path, const Tensor& t) {
+Result<std::string> npy_bytes(const Tensor& t) {
   const char* code;
   switch (t.dtype()) {
     case DType::kFloat32: code = "<f4"; break;
@@ -126,27 +126,79 @@ Status npy_write(const std::string& path, const Tensor& t) {
     default: return unimplemented(str_cat("cannot write ", dtype_name(t.dtype()), " to .npy"));
   }
   std::string shape = "(";
-  for (int64_t d : t.shape().dims) shape += str_cat(d, ",");
-  if (t.shape().rank() > 1) shape.pop_back();
+  for (int64_t d : t.shape()) shape += str_cat(d, ",");
+  if (t.rank() > 1) shape.pop_back();
   shape += ")";
   std::string header = str_cat("{'descr': '", code, "', 'fortran_order': False, 'shape': ", shape, ", }");
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  out.append(reinterpret_cast<const char*>(&len), 2);
+  out += header;
+  out.append(static_cast<const char*>(t.raw()), t.nbytes());
+  return out;
+}
+
+Status npy_write(const std::string& path, const Tensor& t) {
+  TESSERA_ASSIGN_OR_RETURN(std::string bytes, npy_bytes(t));
   std::ofstream out(path, std::ios::binary);
   if (!out) return not_found(str_cat("cannot write '", path, "'"));
-  out.write("\x93NUMPY\x01\x00", 8);
-  uint16_t len = static_cast<uint16_t>(header.size());
-  out.write(reinterpret_cast<const char*>(&len), 2);
-  out << header;
-  out.write(static_cast<const char*>(t.raw()), static_cast<std::streamsize>(t.nbytes()));
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) return data_loss(str_cat("short write to '", path, "'"));
+  return Status();
+}
+
+Status npz_write(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& arrays) {
+  // A ZIP archive of stored (uncompressed) .npy entries, as numpy.savez
+  // writes; entries and the archive stay under 4 GiB (no ZIP64).
+  std::string zip, central;
+  auto put16 = [](std::string& s, uint16_t v) { s.append(reinterpret_cast<const char*>(&v), 2); };
+  auto put32 = [](std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); };
+  for (const auto& [name, t] : arrays) {
+    TESSERA_ASSIGN_OR_RETURN(std::string data, npy_bytes(t));
+    const std::string entry = name + ".npy";
+    if (data.size() >= 0xffffffffu || zip.size() + data.size() + entry.size() + 30 >= 0xffffffffu || entry.size() > 0xffff)
+      return unimplemented(str_cat(path, ": arrays over 4 GiB in an .npz ('", name, "')"));
+    const uint32_t crc = static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(data.data()),
+                                                     static_cast<uInt>(data.size())));
+    const uint32_t offset = static_cast<uint32_t>(zip.size());
+    put32(zip, 0x04034b50);
+    put16(zip, 20), put16(zip, 0), put16(zip, 0), put16(zip, 0), put16(zip, 0x21);  // version, flags, stored, time, date
+    put32(zip, crc), put32(zip, static_cast<uint32_t>(data.size())), put32(zip, static_cast<uint32_t>(data.size()));
+    put16(zip, static_cast<uint16_t>(entry.size())), put16(zip, 0);
+    zip += entry;
+    zip += data;
+    put32(central, 0x02014b50);
+    put16(central, 20), put16(central, 20), put16(central, 0), put16(central, 0), put16(central, 0), put16(central, 0x21);
+    put32(central, crc), put32(central, static_cast<uint32_t>(data.size())), put32(central, static_cast<uint32_t>(data.size()));
+    put16(central, static_cast<uint16_t>(entry.size())), put16(central, 0), put16(central, 0);
+    put16(central, 0), put16(central, 0), put32(central, 0), put32(central, offset);
+    central += entry;
+  }
+  const uint32_t central_at = static_cast<uint32_t>(zip.size());
+  zip += central;
+  put32(zip, 0x06054b50);
+  put16(zip, 0), put16(zip, 0), put16(zip, static_cast<uint16_t>(arrays.size())), put16(zip, static_cast<uint16_t>(arrays.size()));
+  put32(zip, static_cast<uint32_t>(central.size())), put32(zip, central_at), put16(zip, 0);
+  std::ofstream out(path, std::ios::binary);
+  if (!out) return not_found(str_cat("cannot write '", path, "'"));
+  out.write(zip.data(), static_cast<std::streamsize>(zip.size()));
   if (!out) return data_loss(str_cat("short write to '", path, "'"));
   return Status();
 }
 
 Result<std::map<std::string, Tensor>> npz_read(const std::string& path) {
-  TESSERA_ASSIGN_OR_RETURN(std::string zip, read_file(path));
+  TESSERA_ASSIGN_OR_RETURN(auto entries, npz_read_entries(path));
   std::map<std::string, Tensor> out;
+  for (auto& [name, t] : entries) out[name] = std::move(t);
+  return out;
+}
+
+Result<std::vector<std::pair<std::string, Tensor>>> npz_read_entries(const std::string& path) {
+  TESSERA_ASSIGN_OR_RETURN(std::string zip, read_file(path));
+  std::vector<std::pair<std::string, Tensor>> out;
   // Walk local file headers (numpy writes no data descriptors).
   size_t pos = 0;
   while (pos + 30 <= zip.size() && rd32(zip.data() + pos) == 0x04034b50) {
@@ -196,11 +248,21 @@ Result<std::map<std::string, Tensor>> npz_read(const std::string& path) {
     std::string key = name;
     if (key.size() > 4 && key.substr(key.size() - 4) == ".npy") key.resize(key.size() - 4);
     TESSERA_ASSIGN_OR_RETURN(Tensor t, npy_parse(data, str_cat(path, ":", name)));
-    out[key] = std::move(t);
+    bool replaced = false;  // a name twice: the later entry wins, as in numpy
+    for (auto& [k, v] : out)
+      if (k == key) v = std::move(t), replaced = true;
+    if (!replaced) out.emplace_back(key, std::move(t));
     pos = data_pos + csize;
   }
   if (out.empty()) return invalid_argument(str_cat(path, ": not an .npz archive (no arrays found)"));
   return out;
 }
+
+}  // namespace tessera
+
+namespace tessera {
+
+Result<Tensor> Tensor::load_npy(const std::string& path) { return npy_read(path); }
+Status Tensor::save_npy(const std::string& path) const { return npy_write(path, *this); }
 
 }  // namespace tessera

@@ -7,6 +7,8 @@
 
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ir/tensor.h"
 #include "tessera/status.h"
@@ -19,5 +21,11 @@ Result<Tensor> npy_parse(const std::string& bytes, const std::string& name);
 Status npy_write(const std::string& path, const Tensor& t);
 // Every array in an .npz, by name (without the .npy suffix).
 Result<std::map<std::string, Tensor>> npz_read(const std::string& path);
+// The same in the archive's order.
+Result<std::vector<std::pair<std::string, Tensor>>> npz_read_entries(const std::string& path);
+// The .npy file's bytes for `t`.
+Result<std::string> npy_bytes(const Tensor& t);
+// Writes the arrays, in order, as an .npz (stored, as numpy.savez).
+Status npz_write(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& arrays);
 
 }  // namespace tessera

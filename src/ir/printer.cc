@@ -40,7 +40,7 @@ static std::string attr_to_text(const Attribute& a) {
     case Attribute::Kind::kInts: return str_cat("[", str_join(a.ints, ","), "]");
     case Attribute::Kind::kFloats: return str_cat("[", str_join(a.floats, ","), "]");
     case Attribute::Kind::kStrings: return str_cat("[", str_join(a.strings, ","), "]");
-    case Attribute::Kind::kTensor: return str_cat("tensor<", dtype_name(a.t.dtype()), " ", a.t.shape().to_string(), ">");
+    case Attribute::Kind::kTensor: return str_cat("tensor<", dtype_name(a.t.dtype()), " ", shape_string(a.t.shape()), ">");
   }
   return "?";
 }

@@ -26,6 +26,8 @@ struct Shape {
   // "1x3x224x224"; dynamic dims print their symbol or "?"; "scalar" for rank 0.
   std::string to_string() const;
   bool operator==(const Shape& o) const { return dims == o.dims; }
+  // A static Shape is a tensor's shape (tessera/tensor.h).
+  operator const std::vector<int64_t>&() const { return dims; }  // NOLINT: implicit by design
 };
 
 // Product of dims in [begin, end).

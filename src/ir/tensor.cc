@@ -17,8 +17,16 @@ void* aligned_alloc64(size_t bytes) {
 
 void aligned_free64(void* p) { std::free(p); }
 
-Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
-  TESSERA_CHECK(shape_.is_static());
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape_) n *= d;
+  return n;
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) { return Shape(shape).to_string(); }
+
+Tensor::Tensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+  for (int64_t d : shape_) TESSERA_CHECK_MSG(d >= 0, "a tensor's dims must be >= 0");
   size_t n = nbytes();
   void* p = aligned_alloc64(n);
   std::memset(p, 0, n);
@@ -26,7 +34,7 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   data_ = p;
 }
 
-Tensor Tensor::wrap(DType dtype, Shape shape, void* data) {
+Tensor Tensor::wrap(DType dtype, std::vector<int64_t> shape, void* data) {
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
@@ -34,7 +42,16 @@ Tensor Tensor::wrap(DType dtype, Shape shape, void* data) {
   return t;
 }
 
-Tensor Tensor::view(DType dtype, Shape shape, const void* data, std::shared_ptr<void> owner) {
+Tensor Tensor::adopt(DType dtype, std::vector<int64_t> shape, void* data, std::function<void(void*)> deleter) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.storage_ = std::shared_ptr<void>(data, std::move(deleter));
+  t.data_ = data;
+  return t;
+}
+
+Tensor Tensor::view(DType dtype, std::vector<int64_t> shape, const void* data, std::shared_ptr<void> owner) {
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
@@ -43,14 +60,14 @@ Tensor Tensor::view(DType dtype, Shape shape, const void* data, std::shared_ptr<
   return t;
 }
 
-Tensor Tensor::from_floats(const std::vector<float>& values, Shape shape) {
+Tensor Tensor::from_floats(const std::vector<float>& values, std::vector<int64_t> shape) {
   Tensor t(DType::kFloat32, std::move(shape));
   TESSERA_CHECK(static_cast<size_t>(t.numel()) == values.size());
   if (!values.empty()) std::memcpy(t.raw(), values.data(), values.size() * 4);
   return t;
 }
 
-Tensor Tensor::from_int64s(const std::vector<int64_t>& values, Shape shape) {
+Tensor Tensor::from_int64s(const std::vector<int64_t>& values, std::vector<int64_t> shape) {
   Tensor t(DType::kInt64, std::move(shape));
   TESSERA_CHECK(static_cast<size_t>(t.numel()) == values.size());
   if (!values.empty()) std::memcpy(t.raw(), values.data(), values.size() * 8);
@@ -63,8 +80,8 @@ Tensor Tensor::clone() const {
   return t;
 }
 
-Tensor Tensor::reshaped(Shape shape) const {
-  TESSERA_CHECK(shape.numel() == numel());
+Tensor Tensor::reshaped(std::vector<int64_t> shape) const {
+  TESSERA_CHECK(Shape(shape).numel() == numel());
   Tensor t = *this;
   t.shape_ = std::move(shape);
   return t;

@@ -4,6 +4,7 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -66,7 +67,8 @@ std::string onnx_type_name(int t) {
 }
 
 // Where tessera-onnx-check lives: $TESSERA_ONNX_CHECK, else beside the
-// running program (bin/ holds both), else the build tree's bin/.
+// running program (bin/ holds both), else in the bin/ beside the lib/ of
+// an installed libtessera.so, else the build tree's bin/.
 std::string find_check_helper() {
   static const std::string path = [] {
     if (const char* e = std::getenv("TESSERA_ONNX_CHECK"); e != nullptr && *e != '\0') return std::string(e);
@@ -74,6 +76,11 @@ std::string find_check_helper() {
     fs::path self = fs::read_symlink("/proc/self/exe", ec);
     if (!ec) {
       fs::path p = self.parent_path() / kCheckHelperName;
+      if (access(p.c_str(), X_OK) == 0) return p.string();
+    }
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&find_check_helper), &info) != 0 && info.dli_fname != nullptr) {
+      fs::path p = fs::path(info.dli_fname).parent_path().parent_path() / "bin" / kCheckHelperName;
       if (access(p.c_str(), X_OK) == 0) return p.string();
     }
     fs::path p = fs::path(TESSERA_BIN_DIR) / kCheckHelperName;

@@ -12,12 +12,12 @@ Status bind_input(Value* v, const BindOptions& options) {
   if (it != options.input_shapes.end()) {
     const Shape& given = it->second;
     if (!v->shape.dims.empty() && given.rank() != v->shape.rank())
-      return invalid_argument(str_cat("--shape ", v->name, "=", given.to_string(), " has rank ", given.rank(),
-                                      "; the model declares ", v->shape.to_string()));
+      return invalid_argument(str_cat("the shape given for input '", v->name, "', ", given.to_string(), ", has rank ",
+                                      given.rank(), "; the model declares ", v->shape.to_string()));
     for (int i = 0; i < v->shape.rank(); ++i) {
       if (v->shape.dims[i] >= 0 && v->shape.dims[i] != given.dims[i])
-        return invalid_argument(str_cat("--shape ", v->name, "=", given.to_string(), ": dimension ", i,
-                                        " is fixed to ", v->shape.dims[i], " by the model"));
+        return invalid_argument(str_cat("the shape given for input '", v->name, "', ", given.to_string(),
+                                        ": dimension ", i, " is fixed to ", v->shape.dims[i], " by the model"));
     }
     v->shape = Shape(given.dims);
   } else {
@@ -29,7 +29,7 @@ Status bind_input(Value* v, const BindOptions& options) {
       for (auto& d : ex)
         if (d < 0) d = 1;
       return invalid_argument(str_cat("input '", v->name, "' has a dynamic dimension ", i, sym, " (shape ",
-                                      v->shape.to_string(), "); give its size with --shape ", v->name, "=",
+                                      v->shape.to_string(), "); bind its size when compiling, e.g. ", v->name, "=",
                                       Shape(ex).to_string()));
     }
   }
@@ -57,7 +57,7 @@ Status bind_shapes(Graph& g, const BindOptions& options, const Evaluator& eval) 
     if (v == nullptr || !v->is_input) {
       std::vector<std::string> names;
       for (Value* in : g.inputs()) names.push_back(in->name);
-      return invalid_argument(str_cat("--shape names '", name, "', which is not an input of the model (inputs: ",
+      return invalid_argument(str_cat("a shape is given for '", name, "', which is not an input of the model (inputs: ",
                                       str_join(names, ", "), ")"));
     }
   }

@@ -9,7 +9,7 @@
 #include "base/clock.h"
 #include "compiler/program.h"
 #include "devices/cpu/cpu_vdevice.h"
-#include "runtime/session.h"
+#include "runtime/engine.h"
 #include "topology/calibrate.h"
 
 namespace tessera {
@@ -26,7 +26,8 @@ double clock_pair_us() {
   return static_cast<double>(d[100]) / 1e3;
 }
 
-Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, bool pin, double expected_gflops) {
+Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, bool pin, double expected_gflops,
+                            const std::vector<int>& slots) {
   if (!p.plan) return failed_precondition("the runner needs a Program with a Plan");
   const Plan& plan = *p.plan;
   void* arena = aligned_alloc64(std::max<size_t>(p.memory.arena_bytes, 64));
@@ -43,12 +44,13 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, 
   // Measure while every vEU's core is ours (topology/calibrate.h).
   constexpr int kQuietTries = 10;
   int tries = 0;
-  while (!host_quiet(cpu_topology(), plan.veus, expected_gflops) && ++tries < kQuietTries)
+  const std::vector<int> used = veu_slots(slots, plan.veus);
+  while (!host_quiet(cpu_topology(), used, expected_gflops) && ++tries < kQuietTries)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   t.contended = tries == kQuietTries;
   {
     const ResolvedArgs args = resolve_args(p, arena);
-    CpuVDevice device(plan.veus, p.max_scratch_bytes, pin);
+    CpuVDevice device(plan.veus, p.max_scratch_bytes, pin, used);
     for (int i = 0; i < warmup; ++i) device.run(plan, args.steps);
     std::vector<std::pair<int64_t, int64_t>> spans(plan.placements.size());
     std::vector<std::vector<double>> samples(trace ? plan.placements.size() : 0);
@@ -73,9 +75,9 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, 
 
 }  // namespace
 
-PlanRunner cpu_plan_runner(bool pin, double expected_gflops) {
-  return [pin, expected_gflops](const Program& p, int warmup, int runs, bool trace) {
-    return run_plan(p, warmup, runs, trace, pin, expected_gflops);
+PlanRunner cpu_plan_runner(bool pin, double expected_gflops, std::vector<int> slots) {
+  return [pin, expected_gflops, slots = std::move(slots)](const Program& p, int warmup, int runs, bool trace) {
+    return run_plan(p, warmup, runs, trace, pin, expected_gflops, slots);
   };
 }
 

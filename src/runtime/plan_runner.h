@@ -16,9 +16,11 @@
 
 namespace tessera {
 
-// `pin`: as SessionOptions::pin. `expected_gflops`: the first PU's FMA
+// `pin`: as EngineOptions::pin. `expected_gflops`: the first PU's FMA
 // rate in the host map (0: not checked), below which the host counts as
 // busy.
-PlanRunner cpu_plan_runner(bool pin = true, double expected_gflops = 0);
+// `slots`: the PU slots (topology order) vEU u runs on, slots[u]; empty:
+// 0, 1, ...
+PlanRunner cpu_plan_runner(bool pin = true, double expected_gflops = 0, std::vector<int> slots = {});
 
 }  // namespace tessera

@@ -597,17 +597,22 @@ HostFingerprint host_fingerprint(const CpuTopology& t) {
   return f;
 }
 
-bool host_quiet(const CpuTopology& t, int pus, double expected_gflops) {
-  pus = std::clamp(pus, 1, t.pus);
+bool host_quiet(const CpuTopology& t, const std::vector<int>& slots, double expected_gflops) {
+  std::vector<unsigned> all;
+  for (int s : slots)
+    if (s >= 0 && s < t.pus) all.push_back(t.pu_order[static_cast<size_t>(s)]);
+  if (slots.empty()) all.assign(t.pu_order.begin(), t.pu_order.begin() + t.pus);
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  if (all.empty()) return true;
   constexpr double kMs = 1.0;
-  const unsigned first = t.pu_order[0];
+  const unsigned first = all[0];
   int64_t iters = 0;
   on_pu(first, [&] { iters = fma_iters_for(kMs); });
   const double alone = std::min(fma_span_ns({first}, iters), fma_span_ns({first}, iters));
   const double flops = fma_flops(iters);
   if (expected_gflops > 0 && flops / alone < kQuietRatio * expected_gflops) return false;
-  if (pus == 1) return true;
-  std::vector<unsigned> all(t.pu_order.begin(), t.pu_order.begin() + pus);
+  if (all.size() == 1) return true;
   return alone / fma_span_ns(all, iters) >= kQuietRatio;
 }
 

@@ -70,15 +70,15 @@ inline constexpr double kFmaSlack = 1.25;
 inline constexpr double kFingerprintSlack = 3.0;
 bool host_map_matches(const HostMap& m, const HostFingerprint& f, std::string* why);
 
-// Whether the first `pus` PUs can all run at full speed at once right now
-// (no neighbour or hypervisor taking a share of them): the same FMA work,
-// started on all of them together, must all be done within 1 / kQuietRatio
-// of the time the first PU alone takes (two vCPUs run in turns on one
-// physical thread take twice as long), and the first PU alone must reach
-// kQuietRatio of `expected_gflops` (its rate in the host map; 0: not
-// checked). Takes about 4 ms.
+// Whether the PUs at `slots` (indexes into t.pu_order; empty: all) can all
+// run at full speed at once right now (no neighbour or hypervisor taking a
+// share of them): the same FMA work, started on all of them together, must
+// all be done within 1 / kQuietRatio of the time the first alone takes (two
+// vCPUs run in turns on one physical thread take twice as long), and the
+// first alone must reach kQuietRatio of `expected_gflops` (its rate in the
+// host map; 0: not checked). Takes about 4 ms.
 inline constexpr double kQuietRatio = 0.8;
-bool host_quiet(const CpuTopology& t, int pus, double expected_gflops);
+bool host_quiet(const CpuTopology& t, const std::vector<int>& slots, double expected_gflops);
 
 // The instruction set of the measuring loops (the build's): "avx512",
 // "avx2" or "portable".

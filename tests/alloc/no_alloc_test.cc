@@ -1,4 +1,4 @@
-// Session::run allocates nothing: global operator new is replaced with a
+// Engine::run allocates nothing: global operator new is replaced with a
 // counting version, and every zoo model runs on both executors with the
 // count armed only around run(). (malloc calls from C code such as oneDNN
 // are not seen here; its sgemm does not allocate for these sizes.)
@@ -12,7 +12,7 @@
 
 #include "ir/npy.h"
 #include "onnx/importer.h"
-#include "runtime/session.h"
+#include "runtime/engine.h"
 
 // These replacements pair malloc/aligned_alloc with free, which is correct;
 // GCC cannot see that through the replaced operators.
@@ -72,13 +72,13 @@ TEST_P(NoAlloc, RunAllocatesNothing) {
   for (Executor ex : {Executor::kSequential, Executor::kTwoLayer, Executor::kPlan}) {
     auto g = import_onnx_file(base + ".onnx");
     ASSERT_TRUE(g.ok());
-    CompileOptions co;
+    CompileConfig co;
     co.build_plan = ex == Executor::kPlan;
     co.schedule.veus = 2;
     for (Value* in : (*g)->inputs()) co.input_shapes[in->name] = inputs->at(in->name).shape();
     auto p = compile_graph(std::move(*g), co);
     ASSERT_TRUE(p.ok());
-    auto s = Session::create(std::move(*p), {ex, 2});
+    auto s = Engine::create(std::move(*p), {ex, 2});
     ASSERT_TRUE(s.ok());
     for (const Value* in : (*s)->inputs()) ASSERT_TRUE((*s)->set_input(in->name, inputs->at(in->name)).ok());
     ASSERT_TRUE((*s)->run().ok());  // warm: first-touch, library init

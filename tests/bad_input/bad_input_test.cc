@@ -10,7 +10,7 @@
 
 #include "compiler/program.h"
 #include "onnx/importer.h"
-#include "runtime/session.h"
+#include "runtime/engine.h"
 
 namespace tessera {
 namespace {
@@ -82,7 +82,7 @@ class BadInput : public ::testing::Test {
     f << bytes;
     return path;
   }
-  static Status compile_status(const std::string& path, CompileOptions co = {}) {
+  static Status compile_status(const std::string& path, CompileConfig co = {}) {
     auto p = compile_onnx(path, co);
     return p.ok() ? Status() : p.status();
   }
@@ -98,7 +98,7 @@ TEST_F(BadInput, ValidModelCompilesAndRuns) {
   std::string path = save(model(), "ok.onnx");
   auto p = compile_onnx(path, {});
   ASSERT_TRUE(p.ok()) << p.status().to_string();
-  auto s = Session::create(std::move(*p), {});
+  auto s = Engine::create(std::move(*p), {});
   ASSERT_TRUE(s.ok());
   Tensor x = Tensor::from_floats({-1, -1, -1, -1, 1, 1, 1, 1}, Shape{2, 4});
   ASSERT_TRUE((*s)->set_input("x", x).ok());
@@ -170,8 +170,8 @@ TEST_F(BadInput, CustomDomainOp) {
 
 TEST_F(BadInput, DynamicDimWithoutValueSaysHowToGiveOne) {
   std::string path = save(model(17, true), "dyn.onnx");
-  expect_error(compile_status(path), {"input 'x'", "dynamic dimension 0", "batch", "--shape x=1x4"});
-  CompileOptions co;
+  expect_error(compile_status(path), {"input 'x'", "dynamic dimension 0", "batch", "x=1x4"});
+  CompileConfig co;
   co.input_shapes["x"] = Shape{3, 4};
   EXPECT_TRUE(compile_status(path, co).ok());
   co.input_shapes["x"] = Shape{3, 5};
@@ -186,7 +186,7 @@ TEST_F(BadInput, DynamicDimWithoutValueSaysHowToGiveOne) {
 TEST_F(BadInput, WrongInputShapeOrTypeAtRunTime) {
   auto p = compile_onnx(save(model(), "ok.onnx"), {});
   ASSERT_TRUE(p.ok());
-  auto s = Session::create(std::move(*p), {});
+  auto s = Engine::create(std::move(*p), {});
   ASSERT_TRUE(s.ok());
   expect_error((*s)->set_input("x", Tensor(DType::kFloat32, Shape{3, 4})), {"'x'", "2x4", "3x4"});
   expect_error((*s)->set_input("x", Tensor(DType::kInt64, Shape{2, 4})), {"'x'", "float32", "int64"});
@@ -234,7 +234,7 @@ TEST_F(BadInput, ExternalDataLoadsAndMissingFileIsNamed) {
   save_bytes(std::string(reinterpret_cast<const char*>(vals), sizeof vals), "weights.bin");
   auto p = compile_onnx(path, {});
   ASSERT_TRUE(p.ok()) << p.status().to_string();
-  auto s = Session::create(std::move(*p), {});
+  auto s = Engine::create(std::move(*p), {});
   ASSERT_TRUE((*s)->set_input("x", Tensor::from_floats({0, 0, 0, 0, 0, 0, 0, 0}, Shape{2, 4})).ok());
   ASSERT_TRUE((*s)->run().ok());
   EXPECT_FLOAT_EQ((*s)->output(0).data<float>()[3], 1.5f);

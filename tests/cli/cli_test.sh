@@ -153,7 +153,7 @@ expect_fail "checker crash contained" 1 "crashed on this model (signal 11)" \
 expect_fail "checker missing" 1 "cannot start $TMP/no-such-check" \
   env TESSERA_ONNX_CHECK="$TMP/no-such-check" $T run $ZOO/mlp.onnx
 check "checker helper help" bash -c "$BUILD/bin/tessera-onnx-check --help | grep -q 'exit 0 passed'"
-expect_fail "dynamic dims" 1 "--shape input_ids=1x1" $T run $ZOO/bert_tiny.onnx
+expect_fail "dynamic dims" 1 "e.g. input_ids=1x1" $T run $ZOO/bert_tiny.onnx
 expect_fail "wrong input name" 1 "not a model input" bash -c "$T run $ZOO/mlp.onnx --input nosuch=$TMP/x.npy"
 expect_fail "wrong input shape" 1 "has shape" bash -c "$PY -c 'import numpy as np; np.save(\"$TMP/s.npy\", np.zeros((2,3),np.float32))' && $T run $ZOO/mlp.onnx --input input=$TMP/s.npy"
 check "--shape binds dynamic dims" $T run $ZOO/bert_tiny.onnx --shape input_ids=1x16 --shape attention_mask=1x16 --iters 1 --quiet

@@ -15,7 +15,7 @@
 
 #include "ir/npy.h"
 #include "onnx/importer.h"
-#include "runtime/session.h"
+#include "runtime/engine.h"
 
 namespace tessera::testing_util {
 
@@ -33,17 +33,17 @@ inline std::string zoo_extra(const std::string& name) {
 
 // Compiles <path>.onnx with its inputs' shapes bound from <path>.inputs.npz;
 // fills `inputs`.
-inline Result<std::unique_ptr<Program>> compile_model(const std::string& path, const CompileOptions& base,
+inline Result<std::unique_ptr<Program>> compile_model(const std::string& path, const CompileConfig& base,
                                                       std::map<std::string, Tensor>* inputs) {
   TESSERA_ASSIGN_OR_RETURN(*inputs, npz_read(path + ".inputs.npz"));
   TESSERA_ASSIGN_OR_RETURN(auto g, import_onnx_file(path + ".onnx"));
-  CompileOptions co = base;
+  CompileConfig co = base;
   for (Value* in : g->inputs()) co.input_shapes[in->name] = inputs->at(in->name).shape();
   return compile_graph(std::move(g), co);
 }
 
 // Compiles zoo model `name` with its inputs' shapes bound; fills `inputs`.
-inline Result<std::unique_ptr<Program>> compile_zoo(const std::string& name, const CompileOptions& base,
+inline Result<std::unique_ptr<Program>> compile_zoo(const std::string& name, const CompileConfig& base,
                                                     std::map<std::string, Tensor>* inputs) {
   return compile_model(zoo(name), base, inputs);
 }
@@ -51,7 +51,7 @@ inline Result<std::unique_ptr<Program>> compile_zoo(const std::string& name, con
 // Runs twice with a poisoned arena; returns the second run's outputs.
 inline std::vector<Tensor> run_outputs(std::unique_ptr<Program> p, Executor ex,
                                        const std::map<std::string, Tensor>& inputs) {
-  auto s = Session::create(std::move(p), {ex, 2});
+  auto s = Engine::create(std::move(p), {ex, 2});
   EXPECT_TRUE(s.ok()) << s.status().to_string();
   if (!s.ok()) return {};
   std::vector<Tensor> outs;

@@ -57,17 +57,17 @@ Result<std::vector<Tensor>> run_case(const OpCase& c, Executor executor, int64_t
   n->attrs = c.attrs;
   n->opset = c.opset;
   for (Value* o : n->outputs) g->mark_output(o);
-  CompileOptions co;
+  CompileConfig co;
   co.tasks_per_op = tasks_per_op;
   co.lower_recurrent = c.lower_recurrent;
   TESSERA_ASSIGN_OR_RETURN(auto program, compile_graph(std::move(g), co));
   if (program->stats.recurrent_lowered != (c.lower_recurrent ? 1 : 0))
     return internal_error(str_cat(c.op, ": ", program->stats.recurrent_lowered, " layers lowered, expected ",
                                   c.lower_recurrent ? 1 : 0));
-  SessionOptions so;
+  EngineOptions so;
   so.executor = executor;
   so.threads = 2;
-  TESSERA_ASSIGN_OR_RETURN(auto session, Session::create(std::move(program), so));
+  TESSERA_ASSIGN_OR_RETURN(auto session, Engine::create(std::move(program), so));
   session->poison_arena();
   for (auto& [name, t] : feeds) TESSERA_RETURN_IF_ERROR(session->set_input(name, t));
   TESSERA_RETURN_IF_ERROR(session->run());
@@ -94,7 +94,7 @@ void expect_matches(const OpCase& c, const std::vector<Tensor>& reference, doubl
         const Tensor& got = (*outs)[k];
         const Tensor& want = reference[k];
         ASSERT_EQ(dtype_name(got.dtype()), dtype_name(want.dtype())) << "output " << k;
-        ASSERT_EQ(got.shape().to_string(), want.shape().to_string()) << "output " << k;
+        ASSERT_EQ(got.shape(), want.shape()) << "output " << k;
         if (got.dtype() != DType::kFloat32) {
           for (int64_t i = 0; i < got.numel(); ++i)
             ASSERT_EQ(got.value_as_int64(i), want.value_as_int64(i)) << "output " << k << " element " << i;
@@ -140,7 +140,7 @@ int64_t ravel_broadcast(const std::vector<int64_t>& out_idx, const Shape& in) {
 
 float at(const Tensor& t, std::initializer_list<int64_t> idx) {
   int64_t off = 0, d = 0;
-  for (int64_t i : idx) off = off * t.shape().dims[d++] + i;
+  for (int64_t i : idx) off = off * t.shape()[d++] + i;
   return t.data<float>()[off];
 }
 

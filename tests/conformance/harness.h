@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "compiler/program.h"
-#include "runtime/session.h"
+#include "runtime/engine.h"
 
 namespace tessera::testing {
 

@@ -38,7 +38,7 @@ Tensor transpose_ref(const Tensor& x, const std::vector<int64_t>& perm) {
     std::vector<int64_t> ii(perm.size());
     for (size_t d = 0; d < perm.size(); ++d) ii[perm[d]] = oi[d];
     int64_t off = 0;
-    for (int d = 0; d < x.shape().rank(); ++d) off = off * x.shape()[d] + ii[d];
+    for (int d = 0; d < x.rank(); ++d) off = off * x.shape()[d] + ii[d];
     std::memcpy(static_cast<char*>(y.raw()) + i * es, static_cast<const char*>(x.raw()) + off * es, es);
   }
   return y;
@@ -127,7 +127,7 @@ TEST_F(Layout, SliceStepsNegativeAndClamped) {
                         Case{{0, 2}, {INT64_MAX, 3}, {0, 1}, {2, 1}}, Case{{5}, {2}, {0}, {1}},
                         Case{{3, 4}, {-1, 1}, {-1, 1}, {1, -1}}}) {
     // Reference by direct index arithmetic.
-    std::vector<int64_t> start(3, 0), step(3, 1), len = x.shape().dims;
+    std::vector<int64_t> start(3, 0), step(3, 1), len = x.shape();
     for (size_t i = 0; i < c.starts.size(); ++i) {
       int64_t ax = c.axes[i] < 0 ? c.axes[i] + 3 : c.axes[i], dim = x.shape()[static_cast<int>(ax)];
       int64_t s = c.starts[i], e = c.ends[i], st = c.steps[i];

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "compiler/executable.h"
-#include "runtime/session.h"
+#include "runtime/engine.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tessera::LoadOptions lo;
@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Run only what a small machine can: the loader allows 256 vEUs and
   // values up to 4 GiB.
   if ((*p)->plan->veus > 4 || (*p)->memory.arena_bytes + (*p)->max_scratch_bytes > (64u << 20)) return 0;
-  auto s = tessera::Session::create(std::move(*p), {tessera::Executor::kPlan, 0});
+  auto s = tessera::Engine::create(std::move(*p), {tessera::Executor::kPlan, 0});
   if (!s.ok()) return 0;
   (void)(*s)->run();
   return 0;

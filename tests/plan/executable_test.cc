@@ -41,8 +41,8 @@ std::string read_bytes(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-CompileOptions plan_options(int veus, Policy policy) {
-  CompileOptions co;
+CompileConfig plan_options(int veus, Policy policy) {
+  CompileConfig co;
   co.build_plan = true;
   co.schedule.veus = veus;
   co.schedule.policy = policy;
@@ -346,7 +346,7 @@ TEST_F(Damaged, EveryMetadataByteFlippedNeverFaults) {
       }
       ++loaded;
       if ((*l)->memory.arena_bytes > (64u << 20)) continue;
-      auto s = Session::create(std::move(*l), {Executor::kPlan, 2});
+      auto s = Engine::create(std::move(*l), {Executor::kPlan, 2});
       ASSERT_TRUE(s.ok());
       EXPECT_TRUE((*s)->run().ok());
     }

@@ -11,7 +11,7 @@
 #include <random>
 
 #include "base/strings.h"
-#include "runtime/session.h"
+#include "runtime/engine.h"
 #include "tests/common/zoo_util.h"
 
 namespace tessera {
@@ -30,7 +30,7 @@ TEST(Fusion, BitwiseEqualToUnfusedOnTheZoo) {
   int total = 0;
   for (const std::string& model : kZooModels) {
     std::map<std::string, Tensor> inputs;
-    CompileOptions co;
+    CompileConfig co;
     co.fuse = false;
     auto plain = compile_zoo(model, co, &inputs);
     co.fuse = true;
@@ -94,7 +94,7 @@ Tensor uniform_tensor(std::mt19937& rng, float lo, float hi, Shape s) {
 // a fresh graph), with `tasks_per_op` rTasks per op (0: the kernels' grain).
 std::pair<Result<std::unique_ptr<Program>>, Result<std::unique_ptr<Program>>> compile_unfused_and_fused(
     const std::function<std::unique_ptr<Graph>()>& build, int64_t tasks_per_op = 0) {
-  CompileOptions co;
+  CompileConfig co;
   co.tasks_per_op = tasks_per_op;
   co.fuse = false;
   auto plain = compile_graph(build(), co);

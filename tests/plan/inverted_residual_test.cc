@@ -9,7 +9,7 @@
 #include <random>
 
 #include "base/strings.h"
-#include "runtime/session.h"
+#include "runtime/engine.h"
 #include "tests/common/zoo_util.h"
 
 namespace tessera {
@@ -84,7 +84,7 @@ std::unique_ptr<Graph> build_block(const Block& b, uint32_t seed, bool expand_ou
 // With a Plan on 2 vEUs, every op in `tasks` rTasks (0: its kernel's own
 // grain).
 Result<std::unique_ptr<Program>> compile_block(std::unique_ptr<Graph> g, bool blocks, int64_t tasks) {
-  CompileOptions co;
+  CompileConfig co;
   co.fuse_blocks = blocks;
   co.tasks_per_op = tasks;
   co.variants = false;
@@ -187,7 +187,7 @@ TEST(InvertedResidual, OnlyWhenEachStageIsReadOnceAndPlain) {
 // rounding of the three-op form on the plan executor.
 TEST(InvertedResidual, MobileNetV2) {
   std::map<std::string, Tensor> inputs;
-  CompileOptions co;
+  CompileConfig co;
   co.fuse_blocks = false;
   auto plain = compile_zoo("mobilenet_v2", co, &inputs);
   co.build_plan = true;

@@ -178,7 +178,7 @@ TEST(Locality, FreeCrossingReproducesThePlansMadeWithoutAMap) {
   for (const std::string& model : testing_util::kZooModels) {
     for (int veus : {2, 3}) {
       std::map<std::string, Tensor> inputs;
-      CompileOptions co;
+      CompileConfig co;
       co.build_plan = true;
       co.schedule.veus = veus;
       auto without = testing_util::compile_zoo(model, co, &inputs);
@@ -209,7 +209,7 @@ TEST(Locality, DearCrossingMovesFewerBytesOnZooModels) {
   ASSERT_TRUE(cheap.ok() && dear.ok());
   for (const std::string model : {"nasnet_like", "mobilenet_v2", "bert_tiny"}) {
     std::map<std::string, Tensor> inputs;
-    CompileOptions co;
+    CompileConfig co;
     co.build_plan = true;
     co.schedule.veus = 2;
     co.schedule.policy = Policy::kCriticalPath;

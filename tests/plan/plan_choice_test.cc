@@ -67,7 +67,7 @@ class PlanChoice : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   Result<std::unique_ptr<Program>> compile(FakeRunner& fake, const HostMap* map = nullptr, int veus = 2,
                                            const char* model = "nasnet_like") {
-    CompileOptions co;
+    CompileConfig co;
     co.build_plan = true;
     co.schedule.veus = veus;
     co.profile = false;  // analytic costs: nothing measured on this host

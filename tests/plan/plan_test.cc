@@ -22,7 +22,7 @@
 #include "ir/npy.h"
 #include "ir/ops/op_registry.h"
 #include "onnx/importer.h"
-#include "runtime/session.h"
+#include "runtime/engine.h"
 #include "tests/common/zoo_util.h"
 
 namespace tessera {
@@ -54,7 +54,7 @@ TEST_P(PlanZoo, BitwiseEqualToSequentialForEveryPolicyAnd1To4Veus) {
   auto want = sequential_reference(model);
   for (Policy policy : {Policy::kWavefront, Policy::kCriticalPath, Policy::kAuto}) {
     for (int veus = 1; veus <= 4; ++veus) {
-      CompileOptions co;
+      CompileConfig co;
       co.build_plan = true;
       co.variants = false;  // the sequential reference's tilings: the same arithmetic
       co.schedule.veus = veus;
@@ -78,7 +78,7 @@ TEST_P(PlanZoo, WithVariantsMatchesSequentialForEveryPolicy) {
   auto want = sequential_reference(model);
   for (Policy policy : {Policy::kWavefront, Policy::kCriticalPath, Policy::kAuto}) {
     for (int veus : {1, 2, 3}) {
-      CompileOptions co;
+      CompileConfig co;
       co.build_plan = true;
       co.schedule.veus = veus;
       co.schedule.policy = policy;
@@ -108,7 +108,7 @@ TEST(Variants, NeverPredictWorseAndAreChosen) {
     for (Policy policy : {Policy::kWavefront, Policy::kCriticalPath, Policy::kAuto}) {
       for (int veus : {2, 3}) {
         std::map<std::string, Tensor> inputs;
-        CompileOptions co;
+        CompileConfig co;
         co.build_plan = true;
         co.schedule.veus = veus;
         co.schedule.policy = policy;
@@ -157,7 +157,7 @@ TEST(Placement, SplitOpsKeepEachPartOnItsVeu) {
   for (const char* model : {"nasnet_like", "lstm_tc"}) {
     for (Policy policy : {Policy::kWavefront, Policy::kCriticalPath}) {
       std::map<std::string, Tensor> inputs;
-      CompileOptions co;
+      CompileConfig co;
       co.build_plan = true;
       co.schedule.veus = 2;
       co.schedule.policy = policy;
@@ -188,7 +188,7 @@ TEST_P(PlanZoo, RandomSchedulesStress) {
   auto want = sequential_reference(model);
   int seeds = model == "resnet18" || model == "lstm_tc" ? 4 : 12;
   for (int seed = 0; seed < seeds; ++seed) {
-    CompileOptions co;
+    CompileConfig co;
     co.build_plan = true;
     co.schedule.veus = 2 + seed % 3;
     co.schedule.policy = Policy::kRandom;
@@ -205,7 +205,7 @@ TEST_P(PlanZoo, RandomSchedulesStress) {
 TEST_P(PlanZoo, ParallelMemoryPlanSharesOnlyOrderedValues) {
   const std::string model = GetParam();
   for (int seed = 0; seed < 3; ++seed) {
-    CompileOptions co;
+    CompileConfig co;
     co.build_plan = true;
     co.schedule.veus = 3;
     co.schedule.policy = seed == 0 ? Policy::kAuto : Policy::kRandom;
@@ -288,7 +288,7 @@ INSTANTIATE_TEST_SUITE_P(Zoo, PlanZoo, ::testing::ValuesIn(kModels),
 class PlanValidate : public ::testing::Test {
  protected:
   void SetUp() override {
-    CompileOptions co;
+    CompileConfig co;
     co.build_plan = true;
     co.schedule.veus = 2;
     co.schedule.policy = Policy::kCriticalPath;
@@ -366,7 +366,7 @@ namespace {
 TEST(Profiler, MeasuresCachesAndFeedsThePlan) {
   std::string dir = (fs::temp_directory_path() / ("tessera_profile_" + std::to_string(::getpid()))).string();
   fs::remove_all(dir);
-  CompileOptions co;
+  CompileConfig co;
   co.build_plan = true;
   co.schedule.veus = 2;
   co.profile = true;
@@ -451,7 +451,7 @@ TEST(LoweredLstm, MatchesPyTorchAndChainsLayers) {
   for (Form form : {Form{0, false}, Form{0, true}, Form{16, true}})
     for (Policy policy : {Policy::kAuto, Policy::kCriticalPath, Policy::kRandom}) {
       SCOPED_TRACE(str_cat(policy_name(policy), " chunk ", form.chunk, form.carry ? " carry" : ""));
-      CompileOptions co;
+      CompileConfig co;
       co.build_plan = true;
       co.recurrent_chunk = form.chunk;
       co.recurrent_carry = form.carry;
@@ -493,7 +493,7 @@ TEST(LoweredLstm, CarriedProjectionMatchesWholeSequence) {
   std::uniform_real_distribution<float> dist(-0.2f, 0.2f);
   auto floats = [&](Shape s) {
     Tensor t(DType::kFloat32, std::move(s));
-    for (int64_t i = 0; i < t.shape().numel(); ++i) t.data<float>()[i] = dist(gen);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(gen);
     return t;
   };
   const int64_t h = 128;
@@ -526,7 +526,7 @@ TEST(LoweredLstm, CarriedProjectionMatchesWholeSequence) {
     std::vector<Tensor> got[2];
     for (bool lower : {false, true}) {
       SCOPED_TRACE(str_cat("seq ", seq, lower ? " lowered" : " whole"));
-      CompileOptions co;
+      CompileConfig co;
       co.build_plan = true;
       co.lower_recurrent = lower;
       co.schedule.veus = 2;
@@ -552,7 +552,7 @@ TEST(LoweredGru, MatchesPyTorchAndWholeSequence) {
   ASSERT_TRUE(expected.ok()) << expected.status().to_string();
   std::vector<Tensor> got[2];
   for (bool lower : {false, true}) {
-    CompileOptions co;
+    CompileConfig co;
     co.build_plan = true;
     co.lower_recurrent = lower;
     co.schedule.veus = 2;

@@ -10,7 +10,7 @@
 
 #include "ir/npy.h"
 #include "onnx/importer.h"
-#include "runtime/session.h"
+#include "runtime/engine.h"
 #include "tests/common/zoo_util.h"
 
 namespace tessera {
@@ -52,19 +52,19 @@ void check_model(const std::string& dir, const std::string& name, Executor execu
 
   auto g = import_onnx_file(base + ".onnx");
   ASSERT_TRUE(g.ok()) << g.status().to_string();
-  CompileOptions co;
+  CompileConfig co;
   for (Value* in : (*g)->inputs()) {
     ASSERT_TRUE(inputs->count(in->name)) << "no input '" << in->name << "' in " << base << ".inputs.npz";
     co.input_shapes[in->name] = inputs->at(in->name).shape();
   }
   auto program = compile_graph(std::move(*g), co);
   ASSERT_TRUE(program.ok()) << program.status().to_string();
-  SessionOptions so;
+  EngineOptions so;
   so.executor = executor;
   so.threads = threads;
-  auto session = Session::create(std::move(*program), so);
+  auto session = Engine::create(std::move(*program), so);
   ASSERT_TRUE(session.ok()) << session.status().to_string();
-  Session& s = **session;
+  Engine& s = **session;
   for (int rep = 0; rep < 2; ++rep) {  // the second run catches state left by the first
     s.poison_arena();
     for (const Value* in : s.inputs()) ASSERT_TRUE(s.set_input(in->name, inputs->at(in->name)).ok());
@@ -74,7 +74,7 @@ void check_model(const std::string& dir, const std::string& name, Executor execu
       ASSERT_TRUE(expected->count(oname)) << "PyTorch gave no output '" << oname << "'";
       Tensor got = s.output(i);
       const Tensor& want = expected->at(oname);
-      ASSERT_EQ(got.shape().to_string(), want.shape().to_string()) << oname;
+      ASSERT_EQ(got.shape(), want.shape()) << oname;
       double err = 0, norm = 0;
       int64_t nans = 0;
       for (int64_t k = 0; k < got.numel(); ++k) {

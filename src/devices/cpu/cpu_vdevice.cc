@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/check.h"
@@ -21,15 +22,21 @@ namespace {
 // run path) when a vEU idles through most of a run.
 constexpr int kParkSpins = 100000;
 
-// Whether this thread has been pinned to PU 0 as a caller. Thread-local, not
-// a thread id kept by the device: ids of finished threads are reused.
-thread_local bool caller_pinned = false;
+// The slot this thread was pinned to as a caller (-1: none). Thread-local,
+// not a thread id kept by the device: ids of finished threads are reused.
+thread_local int caller_slot = -1;
+
+bool shares_a_slot(std::vector<int> slots) {
+  std::sort(slots.begin(), slots.end());
+  return std::adjacent_find(slots.begin(), slots.end()) != slots.end();
+}
 
 }  // namespace
 
-CpuVDevice::CpuVDevice(int veus, size_t scratch_bytes, bool pin)
+CpuVDevice::CpuVDevice(int veus, size_t scratch_bytes, bool pin, std::vector<int> slots)
     : veus_(veus),
-      oversubscribed_(veus > cpu_topology().pus),
+      slots_(veu_slots(slots, veus)),
+      oversubscribed_(veus > cpu_topology().pus || shares_a_slot(slots_)),
       pin_(pin),
       counters_(new Counter[static_cast<size_t>(veus)]),
       base_(static_cast<size_t>(veus), 0),
@@ -40,7 +47,7 @@ CpuVDevice::CpuVDevice(int veus, size_t scratch_bytes, bool pin)
   threads_.reserve(static_cast<size_t>(veus - 1));
   for (int u = 1; u < veus; ++u)
     threads_.emplace_back([this, u, pin] {
-      if (pin) pin_current_thread(u);  // worker vEU u on the u-th PU of the topology order
+      if (pin) pin_current_thread(slots_[static_cast<size_t>(u)]);
       cpu_kernels_thread_init();
       worker_main(u);
     });
@@ -49,9 +56,9 @@ CpuVDevice::CpuVDevice(int veus, size_t scratch_bytes, bool pin)
 }
 
 void CpuVDevice::pin_caller() const {
-  if (pin_ && !caller_pinned) {  // once per thread; a failure is not retried
-    pin_current_thread(0);
-    caller_pinned = true;
+  if (pin_ && caller_slot != slots_[0]) {  // once per thread and slot; a failure is not retried
+    pin_current_thread(slots_[0]);
+    caller_slot = slots_[0];
   }
 }
 

@@ -1,14 +1,16 @@
 // CpuVDevice: N vEUs (worker threads pinned to cores, by hwloc's topology)
 // that execute a Plan.
 //
-// vEU 0 is the calling thread; vEUs 1..N-1 are workers. With pinning on,
-// the constructing thread, and any other thread on its first run, is
-// pinned to PU 0: left free, the OS may place it on a worker's PU, where it
-// shares the core with a spinning worker for milliseconds (char_lm: runs
-// of 8 ms instead of 0.03). That first run from a thread other than the
-// constructing one is the only run that makes a system call. A run publishes the
-// run (one generation bump, plus one futex wake only if some worker has
-// parked), then every vEU walks its own instruction list:
+// vEU 0 is the calling thread; vEUs 1..N-1 are workers, vEU u on a PU slot
+// of its own (a core set: two devices on disjoint slots share no core and
+// no counter). With pinning on, the constructing thread, and any other
+// thread on its first run, is pinned to vEU 0's slot: left free, the OS
+// may place it on a worker's PU, where it shares the core with a spinning
+// worker for milliseconds (char_lm: runs of 8 ms instead of 0.03). That
+// first run from a thread other than the constructing one is the only run
+// that makes a system call. A run publishes the run (one generation bump,
+// plus one futex wake only if some worker has parked), then every vEU
+// walks its own instruction list:
 //   run     call the rTask with its resolved arguments and this vEU's scratch
 //   signal  counter[me].store(base + k, release)
 //   wait    spin while counter[u].load(acquire) < base_u + k
@@ -38,7 +40,7 @@
 
 namespace tessera {
 
-// Per-step arguments, resolved once by the session.
+// Per-step arguments, resolved once by the Engine (runtime/engine.h).
 struct StepArgs {
   const ROp* op;
   const void* const* in;
@@ -47,10 +49,14 @@ struct StepArgs {
 
 class CpuVDevice {
  public:
-  // `pin`: pin worker vEU i to PU i of the topology order (one PU per core
-  // first; see topology.h), and the constructing thread and each thread that
-  // calls run() to PU 0 (their affinity stays so). `scratch_bytes` per vEU.
-  CpuVDevice(int veus, size_t scratch_bytes, bool pin);
+  // `pin`: pin worker vEU i to PU slot slots[i] of the topology order (one
+  // PU per core first; topology/cpu_topology.h; empty `slots`: slot i),
+  // and the constructing thread and each thread that calls run() to vEU
+  // 0's slot (their affinity stays so; a thread that runs devices on other
+  // slots by turns is pinned again, a system call, when it changes device).
+  // `scratch_bytes` per vEU.
+  CpuVDevice(int veus, size_t scratch_bytes, bool pin, std::vector<int> slots = {});
+  const std::vector<int>& slots() const { return slots_; }
   ~CpuVDevice();
   CpuVDevice(const CpuVDevice&) = delete;
   CpuVDevice& operator=(const CpuVDevice&) = delete;
@@ -75,6 +81,7 @@ class CpuVDevice {
   void execute(int veu);
 
   const int veus_;
+  const std::vector<int> slots_;
   const bool oversubscribed_;
   const bool pin_;
   std::vector<std::thread> threads_;

@@ -23,7 +23,7 @@
 // unfused ops to rounding (bitwise where the unfused depthwise takes the
 // same rows path).
 //
-// Off by default (CompileOptions::fuse_blocks, `--block-fusion`): on
+// Off by default (CompileConfig::fuse_blocks, `--block-fusion`): on
 // MobileNetV2's six blocks on maps of 28 rows or more, profiled alone, the
 // fused op is more work than the three ops (block 2: 962 against 777 us),
 // and whole runs did not gain beyond the host's noise

@@ -1,4 +1,4 @@
-#include "tools/trace.h"
+#include "runtime/trace.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,20 +6,44 @@
 
 #include "base/strings.h"
 
-namespace tessera::tools {
-namespace {
+namespace tessera {
 
-std::string escape(const std::string& s) {
+std::string json_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    o += c;
+    if (c == '"' || c == '\\') o += '\\', o += c;
+    else if (static_cast<unsigned char>(c) < 0x20) o += str_cat("\\u00", "0123456789abcdef"[(c >> 4) & 0xf], "0123456789abcdef"[c & 0xf]);
+    else o += c;
   }
   return o;
 }
 
-}  // namespace
+std::string plan_summary_json(const Plan& plan, const std::vector<double>& wait_ms) {
+  std::string s = str_cat("{\"policy\":\"", policy_name(plan.policy), "\",\"veus\":", plan.veus,
+                          ",\"requested_veus\":", plan.requested_veus > 0 ? plan.requested_veus : plan.veus,
+                          ",\"chosen_by\":\"", plan.measured_us > 0 ? "measured" : "predicted", "\",\"predicted_ms\":",
+                          str_fixed(plan.predicted_us / 1e3, 6), ",\"measured_ms\":", str_fixed(plan.measured_us / 1e3, 6),
+                          ",\"waits\":", plan.waits, ",\"candidates\":[");
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    const Plan::Candidate& c = plan.candidates[i];
+    s += str_cat(i ? "," : "", "{\"veus\":", c.veus, ",\"policy\":\"", policy_name(c.policy), "\",\"predicted_ms\":",
+                 str_fixed(c.predicted_us / 1e3, 6), ",\"measured_ms\":", str_fixed(c.measured_us / 1e3, 6), "}");
+  }
+  s += "],\"per_veu\":[";
+  for (int u = 0; u < plan.veus; ++u) {
+    double busy = 0, end = 0;
+    for (const TaskPlacement& t : plan.placements)
+      if (t.veu == u) {
+        busy += t.end_us - t.start_us;
+        end = std::max(end, t.end_us);
+      }
+    s += str_cat(u ? "," : "", "{\"predicted_busy_ms\":", str_fixed(busy / 1e3, 6), ",\"predicted_end_ms\":",
+                 str_fixed(end / 1e3, 6), ",\"measured_wait_ms\":",
+                 str_fixed(static_cast<size_t>(u) < wait_ms.size() ? wait_ms[static_cast<size_t>(u)] : 0.0, 6), "}");
+  }
+  return s + "]}";
+}
+
 
 Status write_chrome_trace(const std::string& path, const Program& program,
                           const std::vector<std::pair<int64_t, int64_t>>& measured) {
@@ -42,10 +66,10 @@ Status write_chrome_trace(const std::string& path, const Program& program,
     const TaskPlacement& t = plan.placements[i];
     const Step& st = program.steps[static_cast<size_t>(t.step)];
     const std::string_view kernel_path = st.op->path();
-    std::string args = str_cat("{\"node\":\"", escape(st.node->name), "\",\"rKernel\":\"", st.kernel->name, "\"",
+    std::string args = str_cat("{\"node\":\"", json_escape(st.node->name), "\",\"rKernel\":\"", st.kernel->name, "\"",
                                kernel_path.empty() ? "" : str_cat(",\"path\":\"", kernel_path, "\""),
                                ",\"task\":", t.task, ",\"of\":", st.op->tasks(), "}");
-    std::string name = escape(st.node->op_type);
+    std::string name = json_escape(st.node->op_type);
     char buf[128];
     std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(measured[i].first - t0) / 1e3);
     std::string ts = buf;
@@ -61,4 +85,4 @@ Status write_chrome_trace(const std::string& path, const Program& program,
   return Status();
 }
 
-}  // namespace tessera::tools
+}  // namespace tessera

@@ -1,11 +1,11 @@
-// Session: a compiled Program bound to memory and an executor, run many
-// times.
+// Engine: a compiled Program bound to memory and an executor, run many
+// times. What the public Session (tessera/runtime.h) runs on the CPU.
 //
 //   auto program = compile_onnx("model.onnx", {});
-//   auto session = Session::create(std::move(*program), {.executor = Executor::kTwoLayer, .threads = 2});
-//   (*session)->set_input("x", tensor);
-//   (*session)->run();
-//   Tensor y = (*session)->output(0);
+//   auto engine = Engine::create(std::move(*program), {.executor = Executor::kTwoLayer, .threads = 2});
+//   (*engine)->set_input("x", tensor);
+//   (*engine)->run();
+//   Tensor y = (*engine)->output(0);
 //
 // At create(): the arena is allocated once, every rTask's argument pointers
 // are resolved once, per-thread scratch is allocated, worker threads start.
@@ -20,17 +20,19 @@
 //               (the classic inter-op/intra-op control for the Plan
 //               executor).
 //
-// Ownership: the Session owns its Program, arena and threads. Thread-safety:
-// one thread at a time may call a Session's methods.
+// Ownership: the Engine owns its Program, arena and threads. Thread-safety:
+// one thread at a time may call a Engine's methods.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/thread_pool.h"
 #include "compiler/program.h"
 #include "devices/cpu/cpu_vdevice.h"
+#include "tessera/runtime.h"
 #include "tessera/status.h"
 
 namespace tessera {
@@ -44,23 +46,24 @@ struct ResolvedArgs {
 };
 ResolvedArgs resolve_args(const Program& p, void* arena);
 
-enum class Executor { kSequential, kTwoLayer, kPlan };
-std::string_view executor_name(Executor e);
-bool executor_parse(std::string_view name, Executor* out);
+// Executor, executor_name and executor_parse: tessera/runtime.h.
 
-struct SessionOptions {
+struct EngineOptions {
   Executor executor = Executor::kTwoLayer;
   int threads = 0;  // 0: the cores available (plan: the Plan's vEU count)
   // Plan executor: pin worker vEU i to PU i, and the threads that create the
-  // session and call run() to PU 0 (devices/cpu/cpu_vdevice.h). Off leaves
+  // engine and call run() to PU 0 (devices/cpu/cpu_vdevice.h). Off leaves
   // every affinity alone.
   bool pin = true;
+  // Plan executor: the PU slots (topology order) vEU u runs on, slots[u];
+  // empty: 0, 1, ...
+  std::vector<int> slots = {};
 };
 
-class Session {
+class Engine {
  public:
-  static Result<std::unique_ptr<Session>> create(std::unique_ptr<Program> program, const SessionOptions& options);
-  ~Session();
+  static Result<std::unique_ptr<Engine>> create(std::unique_ptr<Program> program, const EngineOptions& options);
+  ~Engine();
 
   const Program& program() const { return *program_; }
   int threads() const { return threads_; }
@@ -77,6 +80,17 @@ class Session {
   Status run();
   // A copy of output i after run().
   Tensor output(size_t i) const;
+  // Output i's bytes after run(): in the arena, or where bound.
+  const void* output_data(size_t i) const;
+  // Later runs read input i from `data`, or write output i into it, in
+  // place of the value's arena bytes (nullptr: the arena again): every
+  // argument pointer into those bytes moves there, so nothing is copied.
+  // `data` holds the value's bytes, aligned to its element size, and is
+  // not written by the caller during a run. Fails (the caller copies
+  // instead) where the value is a constant, both an input and an output,
+  // or a part written in place into a Concat's output.
+  Status bind_input(size_t i, const void* data);
+  Status bind_output(size_t i, void* data);
   // Fills the whole arena with a NaN pattern (0xFF bytes), so that any
   // element a kernel fails to write shows up. Call before set_input().
   void poison_arena();
@@ -85,17 +99,27 @@ class Session {
   CpuVDevice* vdevice() { return vdevice_.get(); }
 
  private:
-  Session(std::unique_ptr<Program> program, const SessionOptions& options, int threads);
+  Engine(std::unique_ptr<Program> program, const EngineOptions& options, int threads);
   void run_sequential();
   void run_two_layer();
 
   std::unique_ptr<Program> program_;
-  SessionOptions options_;
+  EngineOptions options_;
   int threads_;
   void* arena_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_stride_ = 0;
-  ResolvedArgs args_;  // per step: argument pointers resolved once
+  Status bind(int slot, const Value* v, void* data);
+
+  ResolvedArgs args_;      // per step: argument pointers resolved once
+  ResolvedArgs arena_args_;  // the same, every value in the arena
+  struct ArgRef {
+    size_t step, arg;
+    bool out;
+    size_t offset;  // into the value's bytes
+  };
+  std::unordered_map<int, std::vector<ArgRef>> refs_;  // per bound slot: the pointers into it
+  std::vector<const void*> bound_out_;  // per output: where bound, else nullptr
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<CpuVDevice> vdevice_;
 };

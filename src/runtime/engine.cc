@@ -1,4 +1,4 @@
-#include "runtime/session.h"
+#include "runtime/engine.h"
 
 #include <cstring>
 #include <thread>
@@ -46,7 +46,7 @@ ResolvedArgs resolve_args(const Program& p, void* arena) {
   return r;
 }
 
-Result<std::unique_ptr<Session>> Session::create(std::unique_ptr<Program> program, const SessionOptions& options) {
+Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Program> program, const EngineOptions& options) {
   int hw = static_cast<int>(std::thread::hardware_concurrency());
   if (hw <= 0) hw = 1;
   int threads = options.threads > 0 ? options.threads : hw;
@@ -59,32 +59,34 @@ Result<std::unique_ptr<Session>> Session::create(std::unique_ptr<Program> progra
   if (threads > hw)
     log_warning("running ", threads, " threads on ", hw, " hardware threads (", cpu_topology().summary,
                 "); expect slowdowns");
-  std::unique_ptr<Session> s(new Session(std::move(program), options, threads));
+  std::unique_ptr<Engine> s(new Engine(std::move(program), options, threads));
   return s;
 }
 
-Session::Session(std::unique_ptr<Program> program, const SessionOptions& options, int threads)
+Engine::Engine(std::unique_ptr<Program> program, const EngineOptions& options, int threads)
     : program_(std::move(program)), options_(options), threads_(threads) {
   arena_ = aligned_alloc64(program_->memory.arena_bytes);
   scratch_stride_ = (program_->max_scratch_bytes + 63) / 64 * 64;
   scratch_ = aligned_alloc64(scratch_stride_ * static_cast<size_t>(threads_));
   args_ = resolve_args(*program_, arena_);
+  arena_args_ = resolve_args(*program_, arena_);
+  bound_out_.assign(program_->output_slots.size(), nullptr);
   cpu_kernels_thread_init();
   if (options_.executor == Executor::kTwoLayer && threads_ > 1)
     pool_ = std::make_unique<ThreadPool>(threads_, [](int) { cpu_kernels_thread_init(); });
   if (options_.executor == Executor::kPlan)
-    vdevice_ = std::make_unique<CpuVDevice>(threads_, program_->max_scratch_bytes, options_.pin);
+    vdevice_ = std::make_unique<CpuVDevice>(threads_, program_->max_scratch_bytes, options_.pin, options_.slots);
 }
 
-Session::~Session() {
+Engine::~Engine() {
   pool_.reset();
   aligned_free64(arena_);
   aligned_free64(scratch_);
 }
 
-void Session::poison_arena() { std::memset(arena_, 0xFF, program_->memory.arena_bytes); }
+void Engine::poison_arena() { std::memset(arena_, 0xFF, program_->memory.arena_bytes); }
 
-Status Session::set_input(const std::string& name, const Tensor& t) {
+Status Engine::set_input(const std::string& name, const Tensor& t) {
   const auto& ins = inputs();
   for (size_t i = 0; i < ins.size(); ++i) {
     const Value* v = ins[i];
@@ -93,7 +95,7 @@ Status Session::set_input(const std::string& name, const Tensor& t) {
       return invalid_argument(str_cat("input '", name, "' is ", dtype_name(v->dtype), ", got ", dtype_name(t.dtype())));
     if (!(t.shape() == v->shape))
       return invalid_argument(str_cat("input '", name, "' has shape ", v->shape.to_string(), ", got ",
-                                      t.shape().to_string(), " (use --shape to bind another size)"));
+                                      shape_string(t.shape()), " (another size is bound when compiling)"));
     const Slot& s = program_->slots[program_->input_slots[i]];
     if (s.bytes > 0) std::memcpy(static_cast<char*>(arena_) + s.offset, t.raw(), s.bytes);
     return Status();
@@ -103,7 +105,7 @@ Status Session::set_input(const std::string& name, const Tensor& t) {
   return not_found(str_cat("the model has no input '", name, "' (inputs: ", str_join(names, ", "), ")"));
 }
 
-void Session::run_sequential() {
+void Engine::run_sequential() {
   void* scratch = scratch_;
   for (size_t i = 0; i < program_->steps.size(); ++i) {
     const ROp& op = *program_->steps[i].op;
@@ -113,7 +115,7 @@ void Session::run_sequential() {
   }
 }
 
-void Session::run_two_layer() {
+void Engine::run_two_layer() {
   for (size_t i = 0; i < program_->steps.size(); ++i) {
     const ROp& op = *program_->steps[i].op;
     const void* const* in = args_.in[i].data();
@@ -126,19 +128,71 @@ void Session::run_two_layer() {
   }
 }
 
-Status Session::run() {
+Status Engine::run() {
   if (vdevice_) vdevice_->run(*program_->plan, args_.steps);
   else if (pool_) run_two_layer();
   else run_sequential();
   return Status();
 }
 
-Tensor Session::output(size_t i) const {
+Status Engine::bind(int slot, const Value* v, void* data) {
+  const Slot& s = program_->slots[static_cast<size_t>(slot)];
+  if (s.constant) return failed_precondition(str_cat("'", v->name, "' is a constant of the model"));
+  if (program_->aliases.count(v))
+    return failed_precondition(str_cat("'", v->name, "' is written in place into a Concat's output"));
+  int uses = 0;
+  for (int k : program_->input_slots) uses += k == slot;
+  for (int k : program_->output_slots) uses += k == slot;
+  if (uses > 1) return failed_precondition(str_cat("'", v->name, "' is more than one input or output of the model"));
+  const size_t align = std::max<size_t>(1, dtype_size(v->dtype));
+  if (data != nullptr && reinterpret_cast<uintptr_t>(data) % align != 0)
+    return invalid_argument(str_cat("memory bound to '", v->name, "' is not aligned to its ", align, "-byte elements"));
+  // Every argument pointer into the value's bytes, found once per slot.
+  auto [it, fresh] = refs_.try_emplace(slot);
+  if (fresh) {
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(arena_) + s.offset, hi = lo + s.bytes;
+    for (size_t k = 0; k < arena_args_.in.size(); ++k) {
+      for (size_t j = 0; j < arena_args_.in[k].size(); ++j) {
+        const uintptr_t p = reinterpret_cast<uintptr_t>(arena_args_.in[k][j]);
+        if (p >= lo && p < hi) it->second.push_back({k, j, false, p - lo});
+      }
+      for (size_t j = 0; j < arena_args_.out[k].size(); ++j) {
+        const uintptr_t p = reinterpret_cast<uintptr_t>(arena_args_.out[k][j]);
+        if (p >= lo && p < hi) it->second.push_back({k, j, true, p - lo});
+      }
+    }
+  }
+  char* base = data != nullptr ? static_cast<char*>(data) : static_cast<char*>(arena_) + s.offset;
+  for (const ArgRef& r : it->second) {
+    if (r.out) args_.out[r.step][r.arg] = base + r.offset;
+    else args_.in[r.step][r.arg] = base + r.offset;
+  }
+  return Status();
+}
+
+Status Engine::bind_input(size_t i, const void* data) {
+  if (i >= program_->input_slots.size()) return out_of_range(str_cat("input ", i, " of ", program_->input_slots.size()));
+  return bind(program_->input_slots[i], inputs()[i], const_cast<void*>(data));
+}
+
+Status Engine::bind_output(size_t i, void* data) {
+  if (i >= program_->output_slots.size()) return out_of_range(str_cat("output ", i, " of ", program_->output_slots.size()));
+  TESSERA_RETURN_IF_ERROR(bind(program_->output_slots[i], outputs()[i], data));
+  bound_out_[i] = data;
+  return Status();
+}
+
+const void* Engine::output_data(size_t i) const {
+  if (bound_out_[i] != nullptr) return bound_out_[i];
+  const Slot& s = program_->slots[program_->output_slots[i]];
+  return s.constant ? s.data : static_cast<const char*>(arena_) + s.offset;
+}
+
+Tensor Engine::output(size_t i) const {
   const Value* v = outputs()[i];
   const Slot& s = program_->slots[program_->output_slots[i]];
   Tensor t(v->dtype, v->shape);
-  const void* src = s.constant ? s.data : static_cast<const char*>(arena_) + s.offset;
-  if (s.bytes > 0) std::memcpy(t.raw(), src, s.bytes);
+  if (s.bytes > 0) std::memcpy(t.raw(), output_data(i), s.bytes);
   return t;
 }
 

@@ -1,0 +1,338 @@
+// Runtime and Model (tessera/runtime.h): connecting, compiling, placing a
+// model on a device.
+#include <algorithm>
+#include <fstream>
+
+#include "api/state.h"
+#include "base/log.h"
+#include "base/strings.h"
+#include "compiler/executable.h"
+#include "onnx/importer.h"
+#include "runtime/plan_runner.h"
+#include "topology/cpu_topology.h"
+
+#ifndef TESSERA_VERSION_STRING
+#define TESSERA_VERSION_STRING "0.0.0"
+#endif
+
+namespace tessera {
+
+using detail::ModelState;
+using detail::RuntimeState;
+using detail::SessionState;
+
+std::string_view version() { return TESSERA_VERSION_STRING; }
+
+namespace detail {
+namespace {
+
+// vEUs of the cpu device: one per core (slots 0..cores-1 of the topology
+// order, which lists one PU per core first).
+int cpu_veus() { return std::max(1, cpu_topology().cores); }
+
+uint64_t memory_total_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  while (in >> key >> kb) {
+    if (key == "MemTotal:") return kb * 1024;
+    in.ignore(1 << 10, '\n');
+  }
+  return 0;
+}
+
+}  // namespace
+
+Result<std::vector<int>> RuntimeState::acquire(int wanted, const std::vector<int>& cores, bool* shared) {
+  const int pus = std::max(1, cpu_topology().pus);
+  std::lock_guard<std::mutex> lock(mu);
+  if (holders.empty()) holders.assign(static_cast<size_t>(pus), 0);
+  std::vector<int> slots;
+  *shared = false;
+  if (!cores.empty()) {
+    if (wanted != 0 && wanted != static_cast<int>(cores.size()))
+      return invalid_argument(str_cat("SessionOptions: veus is ", wanted, " but ", cores.size(), " cores are given"));
+    for (int c : cores) {
+      if (c < 0 || c >= pus)
+        return invalid_argument(str_cat("core ", c, " is not on this host (cores 0 to ", pus - 1, ")"));
+      slots.push_back(c);
+    }
+  } else {
+    const int n = cpu_veus();
+    std::vector<int> free;
+    for (int s = 0; s < n; ++s)
+      if (holders[static_cast<size_t>(s)] == 0) free.push_back(s);
+    const int count = wanted > 0 ? wanted : std::max<int>(1, static_cast<int>(free.size()));
+    slots.assign(free.begin(), free.begin() + std::min<size_t>(free.size(), static_cast<size_t>(count)));
+    // Too few free: the least held cores, in order, take the rest.
+    std::vector<int> by_load(static_cast<size_t>(n));
+    for (int s = 0; s < n; ++s) by_load[static_cast<size_t>(s)] = s;
+    std::stable_sort(by_load.begin(), by_load.end(),
+                     [&](int a, int b) { return holders[static_cast<size_t>(a)] < holders[static_cast<size_t>(b)]; });
+    for (size_t k = 0; static_cast<int>(slots.size()) < count; ++k) {
+      const int s = by_load[k % by_load.size()];
+      if (k < by_load.size() && std::find(slots.begin(), slots.end(), s) != slots.end()) continue;
+      slots.push_back(s);
+      *shared = true;
+    }
+  }
+  for (int s : slots)
+    if (holders[static_cast<size_t>(s)]++ > 0) *shared = true;
+  return slots;
+}
+
+void RuntimeState::release(const std::vector<int>& slots) {
+  std::lock_guard<std::mutex> lock(mu);
+  for (int s : slots)
+    if (static_cast<size_t>(s) < holders.size() && holders[static_cast<size_t>(s)] > 0) --holders[static_cast<size_t>(s)];
+}
+
+Result<const HostMap*> RuntimeState::map(const std::string& file, const CompileOptions& o, HostMap* scratch) {
+  HostMapOptions ho;
+  ho.file = file;
+  if (o.progress) ho.progress = [&](std::string_view stage, size_t done, size_t total) { o.progress(stage, done, total); };
+  if (!file.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(*scratch, host_map_obtain(ho));
+    return scratch;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (!host_map) {
+    TESSERA_ASSIGN_OR_RETURN(HostMap m, host_map_obtain(ho));
+    if (m.origin == "measured") {
+      log_info("this host was measured for the planner (cached for later runs; tessera topo shows it)");
+      for (const std::string& note : m.notes) log_info("host map: ", note);
+    }
+    host_map = std::move(m);
+  }
+  return &*host_map;
+}
+
+}  // namespace detail
+
+namespace {
+
+std::vector<TensorInfo> infos(const std::vector<Value*>& values) {
+  std::vector<TensorInfo> out;
+  for (const Value* v : values) out.push_back({v->name, v->dtype, v->shape.dims, v->shape.symbols});
+  return out;
+}
+
+Policy policy_of(PlanPolicy p) {
+  switch (p) {
+    case PlanPolicy::kWavefront: return Policy::kWavefront;
+    case PlanPolicy::kCriticalPath: return Policy::kCriticalPath;
+    case PlanPolicy::kAuto: break;
+  }
+  return Policy::kAuto;
+}
+
+// The compiler's configuration for `o`, planning for `veus` vEUs on
+// `slots` (none: no Plan).
+CompileConfig config_of(const CompileOptions& o) {
+  CompileConfig c;
+  for (const auto& [name, dims] : o.shapes) c.input_shapes[name] = Shape(dims);
+  c.profile = o.profile;
+  c.variants = o.variants;
+  c.fuse = o.fuse;
+  c.fuse_blocks = o.fuse && o.block_fusion;
+  c.concat_in_place = o.concat_in_place;
+  c.lower_recurrent = o.lower_recurrent;
+  c.recurrent_chunk = o.recurrent_chunk;
+  c.recurrent_carry = o.recurrent_carry;
+  if (o.progress)
+    c.profile_options.progress = [p = o.progress](size_t done, size_t total, bool) { p("profiling rTasks", done, total); };
+  return c;
+}
+
+// Compiles `m` for a session: a Plan for `veus` vEUs on `slots` where the
+// executor is the plan executor.
+Result<std::unique_ptr<Program>> compile_for(ModelState& m, detail::RuntimeState& rt, const SessionOptions& so, int veus,
+                                             const std::vector<int>& slots) {
+  if (m.executable) return load_executable(m.path);
+  CompileConfig c = config_of(m.options);
+  HostMap file_map;
+  if (so.executor == Executor::kPlan) {
+    c.build_plan = true;
+    c.schedule.veus = veus;
+    c.schedule.policy = policy_of(so.policy);
+    c.slots = slots;
+    TESSERA_ASSIGN_OR_RETURN(c.host_map, rt.map(m.options.host_map, m.options, &file_map));
+    // A map from a file describes another host: its rates are no gauge here.
+    const HostMap& hm = *c.host_map;
+    const double rate = hm.origin == "measured" || hm.origin == "cache" ? hm.pus[0].fma_gflops : 0;
+    if (m.options.measure && so.device == "cpu") c.plan_runner = cpu_plan_runner(so.pin, rate, slots);
+  } else {
+    c.profile = false;  // the profile costs a Plan's rTasks
+    c.variants = false;
+  }
+  TESSERA_ASSIGN_OR_RETURN(auto graph, import_onnx_file(m.path));
+  auto p = compile_graph(std::move(graph), c);
+  if (!p.ok()) return p.status().with_context(m.path);
+  (*p)->source = m.path;
+  return std::move(*p);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Runtime ---
+
+Result<Runtime> connect(const std::string& uri) {
+  if (uri.empty() || uri == "local") {
+    static std::mutex mu;
+    static std::weak_ptr<RuntimeState> local;
+    std::lock_guard<std::mutex> lock(mu);
+    std::shared_ptr<RuntimeState> s = local.lock();
+    if (!s) {
+      s = std::make_shared<RuntimeState>();
+      s->uri = "local";
+      local = s;
+    }
+    return Runtime(s);
+  }
+  for (const char* scheme : {"unix://", "tcp://", "tls://"})
+    if (uri.rfind(scheme, 0) == 0)
+      return unimplemented(str_cat("connect: '", uri, "' needs the Tessera daemon, which this build does not have yet; ",
+                                   "use \"local\""));
+  return invalid_argument(str_cat("connect: '", uri, "' is not a Tessera URI (\"local\", unix:///path, tcp://host:port)"));
+}
+
+const std::string& Runtime::uri() const {
+  static const std::string none;
+  return s_ ? s_->uri : none;
+}
+
+std::vector<DeviceInfo> Runtime::devices() const {
+  std::vector<DeviceInfo> out;
+  const CpuTopology& t = cpu_topology();
+  const int veus = detail::cpu_veus();
+  int held = 0;
+  if (s_) {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    for (int s = 0; s < veus && static_cast<size_t>(s) < s_->holders.size(); ++s) held += s_->holders[static_cast<size_t>(s)] > 0;
+  }
+  const uint64_t mem = detail::memory_total_bytes();
+  out.push_back({"cpu", "cpu", veus, veus - held, mem, t.summary, cpu_model_name()});
+  out.push_back({"null", "null", veus, veus, 0, "nowhere", "runs the whole pipeline without touching data"});
+  return out;
+}
+
+Result<Model> Runtime::compile(const std::string& path, const CompileOptions& options) {
+  if (!s_) return failed_precondition("Runtime: not connected (use tessera::connect)");
+  auto m = std::make_shared<ModelState>();
+  m->runtime = s_;
+  m->path = path;
+  m->options = options;
+  m->executable = is_executable_file(path);
+  std::unique_ptr<Program> p;
+  if (m->executable) {
+    if (!options.shapes.empty())
+      return invalid_argument(str_cat(path, " is a compiled Executable: its shapes are fixed (drop the shapes given)"));
+    TESSERA_ASSIGN_OR_RETURN(p, load_executable(path));
+  } else {
+    // Compiled once without a Plan: the model is checked whole (ops,
+    // shapes, kernels) before any session places it.
+    CompileConfig c = config_of(options);
+    c.profile = false;
+    c.variants = false;
+    TESSERA_ASSIGN_OR_RETURN(auto graph, import_onnx_file(path));
+    auto compiled = compile_graph(std::move(graph), c);
+    if (!compiled.ok()) return compiled.status().with_context(path);
+    p = std::move(*compiled);
+  }
+  m->inputs = infos(p->graph->inputs());
+  m->outputs = infos(p->graph->outputs());
+  return Model(m);
+}
+
+// ------------------------------------------------------------------ Model ---
+
+const std::string& Model::path() const {
+  static const std::string none;
+  return s_ ? s_->path : none;
+}
+const std::vector<TensorInfo>& Model::inputs() const {
+  static const std::vector<TensorInfo> none;
+  return s_ ? s_->inputs : none;
+}
+const std::vector<TensorInfo>& Model::outputs() const {
+  static const std::vector<TensorInfo> none;
+  return s_ ? s_->outputs : none;
+}
+bool Model::is_executable() const { return s_ && s_->executable; }
+
+Result<Session> Model::session(const SessionOptions& so) {
+  if (!s_) return failed_precondition("Model: empty (use Runtime::compile)");
+  if (so.device != "cpu" && so.device != "null")
+    return not_found(str_cat("no device '", so.device, "' (devices: cpu, null)"));
+  if (so.veus < 0 || so.veus > 1024) return invalid_argument(str_cat("SessionOptions: veus ", so.veus, " is out of range"));
+  if (s_->executable && so.executor != Executor::kPlan)
+    return invalid_argument(str_cat(s_->path, " is an Executable: it runs on the plan executor only"));
+  auto st = std::make_shared<SessionState>();
+  st->model = s_;
+  st->runtime = s_->runtime;
+  st->options = so;
+  st->device = so.device;
+  int veus = so.veus;
+  std::unique_ptr<Program> program;
+  if (s_->executable) {
+    TESSERA_ASSIGN_OR_RETURN(program, load_executable(s_->path));
+    const Plan& plan = *program->plan;
+    const int requested = std::max(plan.requested_veus, plan.veus);
+    if (veus != 0 && veus != plan.veus && veus != requested)
+      return invalid_argument(str_cat(s_->path, " was compiled for ", requested, " vEUs",
+                                      requested != plan.veus ? str_cat(" (its Plan uses ", plan.veus, ")") : "",
+                                      "; compile it again for ", veus));
+    veus = plan.veus;
+  }
+  if (so.executor == Executor::kSequential) veus = 1;
+  // Cores first, so that the Plan is chosen on the cores it will run on.
+  bool shared = false;
+  if (so.device == "cpu") {
+    TESSERA_ASSIGN_OR_RETURN(st->slots, s_->runtime->acquire(veus, so.cores, &shared));
+    veus = static_cast<int>(st->slots.size());
+    if (shared)
+      log_warning("this session shares cores with another session of this process (cores ", str_join(st->slots, ","),
+                  "): both run slower");
+  } else if (veus == 0) {
+    veus = detail::cpu_veus();
+  }
+  if (!program) {
+    auto compiled = compile_for(*s_, *s_->runtime, so, veus, st->slots);
+    if (!compiled.ok()) return compiled.status();  // st releases the cores
+    program = std::move(*compiled);
+  }
+  st->inputs = infos(program->graph->inputs());
+  st->outputs = infos(program->graph->outputs());
+  st->veus = program->plan && so.executor == Executor::kPlan ? program->plan->veus : veus;
+  if (so.device == "null") {
+    st->null_program = std::move(program);
+  } else {
+    EngineOptions eo;
+    eo.executor = so.executor;
+    eo.threads = veus;
+    eo.pin = so.pin;
+    eo.slots = st->slots;
+    TESSERA_ASSIGN_OR_RETURN(st->engine, Engine::create(std::move(program), eo));
+  }
+  st->bound.assign(st->outputs.size(), Tensor());
+  st->bound_inputs.assign(st->inputs.size(), nullptr);
+  return Session(st);
+}
+
+Status Model::save(const std::string& path, int veus) {
+  if (!s_) return failed_precondition("Model: empty (use Runtime::compile)");
+  SessionOptions so;
+  so.veus = veus;
+  std::unique_ptr<Program> p;
+  if (s_->executable) {
+    TESSERA_ASSIGN_OR_RETURN(p, load_executable(s_->path));
+  } else {
+    const int n = veus > 0 ? veus : detail::cpu_veus();
+    std::vector<int> slots(static_cast<size_t>(n));
+    for (int u = 0; u < n; ++u) slots[static_cast<size_t>(u)] = u;
+    TESSERA_ASSIGN_OR_RETURN(p, compile_for(*s_, *s_->runtime, so, n, slots));
+  }
+  return write_executable(*p, path);
+}
+
+}  // namespace tessera

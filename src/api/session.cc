@@ -1,0 +1,274 @@
+// Session and Event (tessera/runtime.h): running a placed model, at once
+// or asynchronously.
+#include <cstring>
+
+#include "api/state.h"
+#include "base/clock.h"
+#include "base/strings.h"
+#include "runtime/trace.h"
+
+namespace tessera {
+
+using detail::EventState;
+using detail::SessionState;
+
+namespace detail {
+
+void EventState::finish(Status st, NamedTensors out) {
+  std::vector<std::function<void(const Status&)>> cbs;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+    status = std::move(st);
+    outputs = std::move(out);
+    cbs.swap(callbacks);
+  }
+  cv.notify_all();
+  for (auto& f : cbs) f(status);
+}
+
+SessionState::~SessionState() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stopping = true;
+  }
+  turn.notify_all();
+  if (worker.joinable()) worker.join();  // serves what was submitted first
+  engine.reset();
+  if (runtime) runtime->release(slots);
+}
+
+uint64_t SessionState::take_ticket() {
+  std::lock_guard<std::mutex> lock(mu);
+  return next_ticket++;
+}
+
+void SessionState::await_turn(uint64_t ticket) {
+  std::unique_lock<std::mutex> lock(mu);
+  turn.wait(lock, [&] { return serving == ticket; });
+}
+
+void SessionState::end_turn() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++serving;
+  }
+  turn.notify_all();
+}
+
+void SessionState::worker_main() {
+  for (;;) {
+    Request r;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      turn.wait(lock, [&] { return stopping || (!queue.empty() && serving == queue.front().ticket); });
+      if (queue.empty()) return;  // stopping, nothing left
+      r = std::move(queue.front());
+      queue.pop_front();
+    }
+    const double queued = static_cast<double>(now_ns() - r.made_ns) / 1e6;
+    Result<NamedTensors> out = execute(r.inputs, queued);
+    end_turn();
+    if (out.ok()) r.event->finish(Status(), std::move(*out));
+    else r.event->finish(out.status(), {});
+  }
+}
+
+Result<NamedTensors> SessionState::execute(const NamedTensors& given, double queue_ms) {
+  // Every input given, by name, of its dtype and shape; nothing else.
+  for (const auto& [name, t] : given) {
+    bool known = false;
+    for (const TensorInfo& in : inputs) known = known || in.name == name;
+    if (!known) {
+      std::vector<std::string> names;
+      for (const TensorInfo& in : inputs) names.push_back(in.name);
+      return not_found(str_cat("'", name, "' is not an input of ", model->path, " (inputs: ", str_join(names, ", "), ")"));
+    }
+  }
+  const int64_t t0 = now_ns();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorInfo& in = inputs[i];
+    const Tensor* t = given.find(in.name);
+    if (t == nullptr) return invalid_argument(str_cat("input '", in.name, "' of ", model->path, " is not given"));
+    if (t->dtype() != in.dtype)
+      return invalid_argument(str_cat("input '", in.name, "' is ", dtype_name(in.dtype), ", got ", dtype_name(t->dtype())));
+    if (t->shape() != in.shape)
+      return invalid_argument(str_cat("input '", in.name, "' has shape ", shape_string(in.shape), ", got ",
+                                      shape_string(t->shape())));
+    if (!engine) continue;
+    // Read where it lies when the engine can (no copy); else copied in.
+    const void* at = t->raw();
+    if (at != bound_inputs[i]) {
+      bound_inputs[i] = engine->bind_input(i, at).ok() ? at : nullptr;
+      if (bound_inputs[i] == nullptr) (void)engine->bind_input(i, nullptr);
+    }
+    if (bound_inputs[i] == nullptr) TESSERA_RETURN_IF_ERROR(engine->set_input(in.name, *t));
+  }
+  const int64_t t1 = now_ns();
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  const bool tracing = engine && !trace_path.empty() && engine->vdevice() != nullptr;
+  if (tracing) {
+    spans.resize(engine->program().plan->placements.size());
+    engine->vdevice()->set_trace(&spans);
+  }
+  if (engine) TESSERA_RETURN_IF_ERROR(engine->run());
+  if (tracing) {
+    engine->vdevice()->set_trace(nullptr);
+    const std::string path = std::move(trace_path);
+    trace_path.clear();
+    TESSERA_RETURN_IF_ERROR(write_chrome_trace(path, engine->program(), spans));
+  }
+  const int64_t t2 = now_ns();
+  NamedTensors out;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const TensorInfo& o = outputs[i];
+    Tensor t = bound[i].defined() ? bound[i] : Tensor(o.dtype, o.shape);
+    if (engine == nullptr) {
+      std::memset(t.raw(), 0, t.nbytes());  // the null device computes nothing
+    } else {
+      const void* src = engine->output_data(i);
+      if (src != t.raw() && t.nbytes() > 0) std::memcpy(t.raw(), src, t.nbytes());
+    }
+    out.set(o.name, std::move(t));
+  }
+  const int64_t t3 = now_ns();
+  last.copy_in_ms = static_cast<double>(t1 - t0) / 1e6;
+  last.queue_ms = queue_ms;
+  last.compute_ms = static_cast<double>(t2 - t1) / 1e6;
+  last.copy_out_ms = static_cast<double>(t3 - t2) / 1e6;
+  last.wait_ms.clear();
+  if (engine && engine->vdevice())
+    for (int64_t w : engine->vdevice()->wait_ns()) last.wait_ms.push_back(static_cast<double>(w) / 1e6);
+  return out;
+}
+
+}  // namespace detail
+
+// ------------------------------------------------------------------ Event ---
+
+bool Event::poll() const {
+  if (!s_) return true;
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->done;
+}
+
+Status Event::wait() const {
+  if (!s_) return failed_precondition("Event: empty (use Session::submit)");
+  std::unique_lock<std::mutex> lock(s_->mu);
+  s_->cv.wait(lock, [&] { return s_->done; });
+  return s_->status;
+}
+
+Result<NamedTensors> Event::outputs() const {
+  TESSERA_RETURN_IF_ERROR(wait());
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->outputs;
+}
+
+void Event::then(std::function<void(const Status&)> f) const {
+  if (!s_) {
+    f(failed_precondition("Event: empty (use Session::submit)"));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    if (!s_->done) {
+      s_->callbacks.push_back(std::move(f));
+      return;
+    }
+  }
+  f(s_->status);
+}
+
+// ---------------------------------------------------------------- Session ---
+
+namespace {
+const std::vector<TensorInfo> kNone;
+Status empty_session() { return failed_precondition("Session: empty (use Model::session)"); }
+}  // namespace
+
+const std::vector<TensorInfo>& Session::inputs() const { return s_ ? s_->inputs : kNone; }
+const std::vector<TensorInfo>& Session::outputs() const { return s_ ? s_->outputs : kNone; }
+std::string Session::device() const { return s_ ? s_->device : ""; }
+int Session::veus() const { return s_ ? s_->veus : 0; }
+std::vector<int> Session::cores() const { return s_ ? s_->slots : std::vector<int>{}; }
+Executor Session::executor() const { return s_ ? s_->options.executor : Executor::kPlan; }
+
+Result<NamedTensors> Session::run(const NamedTensors& inputs) {
+  if (!s_) return empty_session();
+  const int64_t made = now_ns();
+  const uint64_t ticket = s_->take_ticket();
+  s_->await_turn(ticket);
+  Result<NamedTensors> out = s_->execute(inputs, static_cast<double>(now_ns() - made) / 1e6);
+  s_->end_turn();
+  return out;
+}
+
+Event Session::submit(const NamedTensors& inputs) {
+  auto ev = std::make_shared<EventState>();
+  if (!s_) {
+    ev->finish(empty_session(), {});
+    return Event(ev);
+  }
+  {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    s_->queue.push_back({s_->next_ticket++, inputs, ev, now_ns()});
+    if (!s_->worker.joinable()) s_->worker = std::thread([st = s_.get()] { st->worker_main(); });
+  }
+  s_->turn.notify_all();
+  return Event(ev);
+}
+
+Status Session::bind_output(const std::string& name, Tensor dst) {
+  if (!s_) return empty_session();
+  for (size_t i = 0; i < s_->outputs.size(); ++i) {
+    const TensorInfo& o = s_->outputs[i];
+    if (o.name != name) continue;
+    if (dst.defined() && (dst.dtype() != o.dtype || dst.shape() != o.shape))
+      return invalid_argument(str_cat("output '", name, "' is ", dtype_name(o.dtype), " ", shape_string(o.shape),
+                                      "; the memory bound is ", dtype_name(dst.dtype()), " ", shape_string(dst.shape())));
+    if (dst.defined() && dst.raw() == nullptr && dst.nbytes() > 0)
+      return invalid_argument(str_cat("output '", name, "': the memory bound has no bytes"));
+    // Between requests, so that no run sees half a binding.
+    const uint64_t ticket = s_->take_ticket();
+    s_->await_turn(ticket);
+    s_->bound[i] = dst;
+    // Written there by the Plan itself where the engine can; else copied.
+    if (s_->engine && (!dst.defined() || !s_->engine->bind_output(i, dst.raw()).ok()))
+      (void)s_->engine->bind_output(i, nullptr);
+    s_->end_turn();
+    return Status();
+  }
+  std::vector<std::string> names;
+  for (const TensorInfo& o : s_->outputs) names.push_back(o.name);
+  return not_found(str_cat("'", name, "' is not an output (outputs: ", str_join(names, ", "), ")"));
+}
+
+RunBreakdown Session::last_breakdown() const {
+  if (!s_) return {};
+  const uint64_t ticket = s_->take_ticket();
+  s_->await_turn(ticket);
+  RunBreakdown b = s_->last;
+  s_->end_turn();
+  return b;
+}
+
+Status Session::trace_next_run(const std::string& path) {
+  if (!s_) return empty_session();
+  if (!s_->engine || s_->engine->vdevice() == nullptr)
+    return failed_precondition("a trace needs the plan executor on the cpu device");
+  const uint64_t ticket = s_->take_ticket();
+  s_->await_turn(ticket);
+  s_->trace_path = path;
+  s_->end_turn();
+  return Status();
+}
+
+std::string Session::plan_json() const {
+  if (!s_) return "{}";
+  const Program* p = s_->engine ? &s_->engine->program() : s_->null_program.get();
+  if (p == nullptr || !p->plan) return "{}";
+  return plan_summary_json(*p->plan, s_->last.wait_ms);
+}
+
+}  // namespace tessera

@@ -1,0 +1,98 @@
+// What the public handles (tessera/runtime.h) share: the state behind
+// Runtime, Model, Session and Event. Internal to src/api.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compiler/program.h"
+#include "runtime/engine.h"
+#include "tessera/runtime.h"
+#include "topology/host_map.h"
+
+namespace tessera::detail {
+
+// The local Runtime: one per process, whatever connect("local") is called
+// how often, so that its sessions get disjoint cores.
+struct RuntimeState {
+  std::string uri;
+  std::mutex mu;
+  std::vector<int> holders;  // per PU slot: sessions running vEUs there
+  std::optional<HostMap> host_map;  // obtained at the first Plan (measured once, cached on disk)
+
+  // Slots for a session: `wanted` vEUs (0: every free slot, at least one)
+  // on the free slots first; where too few are free they are shared, and
+  // *shared says so. Explicit `cores` are taken as given (checked).
+  Result<std::vector<int>> acquire(int wanted, const std::vector<int>& cores, bool* shared);
+  void release(const std::vector<int>& slots);
+  // This host's map, obtained once; `file` overrides (not cached here).
+  Result<const HostMap*> map(const std::string& file, const CompileOptions& o, HostMap* scratch);
+};
+
+struct ModelState {
+  std::shared_ptr<RuntimeState> runtime;
+  std::string path;
+  bool executable = false;
+  CompileOptions options;
+  std::vector<TensorInfo> inputs, outputs;
+};
+
+struct EventState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+  NamedTensors outputs;
+  std::vector<std::function<void(const Status&)>> callbacks;
+  void finish(Status st, NamedTensors out);
+};
+
+struct SessionState {
+  std::shared_ptr<ModelState> model;
+  std::shared_ptr<RuntimeState> runtime;
+  SessionOptions options;
+  std::string device;
+  std::vector<int> slots;  // held in the Runtime (cpu)
+  std::vector<TensorInfo> inputs, outputs;
+  std::unique_ptr<Engine> engine;         // cpu
+  std::unique_ptr<Program> null_program;  // null: compiled, never run
+  int veus = 1;
+
+  // Requests run one at a time, in the order they were made: a ticket
+  // each; run() executes on its caller's thread when its turn comes,
+  // submit() on the session's worker.
+  std::mutex mu;
+  std::condition_variable turn;
+  uint64_t next_ticket = 0, serving = 0;
+  struct Request {
+    uint64_t ticket;
+    NamedTensors inputs;
+    std::shared_ptr<EventState> event;
+    int64_t made_ns;
+  };
+  std::deque<Request> queue;
+  std::thread worker;
+  bool stopping = false;
+
+  // Guarded by the turn (only the request being served touches them).
+  std::vector<Tensor> bound;                // per output: caller memory, or undefined
+  std::vector<const void*> bound_inputs;    // per input: the caller memory bound last run
+  RunBreakdown last;
+  std::string trace_path;
+
+  ~SessionState();
+  // Runs one request (its turn held): copy in, compute, copy out.
+  Result<NamedTensors> execute(const NamedTensors& inputs, double queue_ms);
+  uint64_t take_ticket();
+  void await_turn(uint64_t ticket);
+  void end_turn();
+  void worker_main();
+};
+
+}  // namespace tessera::detail
