@@ -159,6 +159,9 @@ struct RunBreakdown {
   double compute_ms = 0;   // the Plan (or executor) running
   double copy_out_ms = 0;  // outputs out (0 where bound with bind_output)
   std::vector<double> wait_ms = {};  // plan executor: per vEU, time spent waiting
+  // Bytes copied: inputs the Plan could not read where they lay (memory
+  // not aligned to the dtype, say), outputs not bound with bind_output.
+  uint64_t copy_in_bytes = 0, copy_out_bytes = 0;
 };
 
 namespace detail {

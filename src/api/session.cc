@@ -68,9 +68,10 @@ void SessionState::worker_main() {
     }
     const double queued = static_cast<double>(now_ns() - r.made_ns) / 1e6;
     Result<NamedTensors> out = execute(r.inputs, queued);
-    end_turn();
+    // Finished (its callbacks called) before the next request starts.
     if (out.ok()) r.event->finish(Status(), std::move(*out));
     else r.event->finish(out.status(), {});
+    end_turn();
   }
 }
 
@@ -86,6 +87,7 @@ Result<NamedTensors> SessionState::execute(const NamedTensors& given, double que
     }
   }
   const int64_t t0 = now_ns();
+  uint64_t copied_in = 0, copied_out = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorInfo& in = inputs[i];
     const Tensor* t = given.find(in.name);
@@ -102,7 +104,10 @@ Result<NamedTensors> SessionState::execute(const NamedTensors& given, double que
       bound_inputs[i] = engine->bind_input(i, at).ok() ? at : nullptr;
       if (bound_inputs[i] == nullptr) (void)engine->bind_input(i, nullptr);
     }
-    if (bound_inputs[i] == nullptr) TESSERA_RETURN_IF_ERROR(engine->set_input(in.name, *t));
+    if (bound_inputs[i] == nullptr) {
+      TESSERA_RETURN_IF_ERROR(engine->set_input(in.name, *t));
+      copied_in += t->nbytes();
+    }
   }
   const int64_t t1 = now_ns();
   std::vector<std::pair<int64_t, int64_t>> spans;
@@ -127,7 +132,10 @@ Result<NamedTensors> SessionState::execute(const NamedTensors& given, double que
       std::memset(t.raw(), 0, t.nbytes());  // the null device computes nothing
     } else {
       const void* src = engine->output_data(i);
-      if (src != t.raw() && t.nbytes() > 0) std::memcpy(t.raw(), src, t.nbytes());
+      if (src != t.raw() && t.nbytes() > 0) {
+        std::memcpy(t.raw(), src, t.nbytes());
+        copied_out += t.nbytes();
+      }
     }
     out.set(o.name, std::move(t));
   }
@@ -136,6 +144,8 @@ Result<NamedTensors> SessionState::execute(const NamedTensors& given, double que
   last.queue_ms = queue_ms;
   last.compute_ms = static_cast<double>(t2 - t1) / 1e6;
   last.copy_out_ms = static_cast<double>(t3 - t2) / 1e6;
+  last.copy_in_bytes = copied_in;
+  last.copy_out_bytes = copied_out;
   last.wait_ms.clear();
   if (engine && engine->vdevice())
     for (int64_t w : engine->vdevice()->wait_ns()) last.wait_ms.push_back(static_cast<double>(w) / 1e6);

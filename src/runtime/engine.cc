@@ -129,6 +129,7 @@ void Engine::run_two_layer() {
 }
 
 Status Engine::run() {
+  cpu_kernels_thread_init();  // the calling thread runs rTasks too
   if (vdevice_) vdevice_->run(*program_->plan, args_.steps);
   else if (pool_) run_two_layer();
   else run_sequential();

@@ -102,7 +102,9 @@ const RKernel* cpu_kernel_find(std::string_view op);
 Status cpu_evaluate(const Node& node, std::vector<Tensor>* outputs);
 
 // Must run on every thread that runs rTasks: makes the math library
-// single-threaded there (parallelism comes from rTasks, not from inside).
+// single-threaded there (parallelism comes from rTasks, not from inside;
+// left multi-threaded, it also sums in another order). Once per thread:
+// later calls only read a thread-local flag.
 void cpu_kernels_thread_init();
 
 // The instruction set the kernels were built for (simd.h): "avx512",

@@ -50,7 +50,11 @@ int64_t choose_tasks(int64_t work, int64_t grain, const KernelParams& params) {
   return std::clamp<int64_t>(n, 1, std::min(work, kMaxDefaultTasks));
 }
 
-void cpu_kernels_thread_init() { omp_set_num_threads(1); }
+void cpu_kernels_thread_init() {
+  thread_local bool done = false;
+  if (!done) omp_set_num_threads(1);
+  done = true;
+}
 
 Status cpu_evaluate(const Node& node, std::vector<Tensor>* outputs) {
   const RKernel* k = cpu_kernel_find(node.op_type);

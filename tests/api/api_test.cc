@@ -1,0 +1,356 @@
+// The public API (include/tessera/) as a program uses it: connecting,
+// compiling, sessions on disjoint cores, run and submit, outputs into
+// caller memory, inputs read where they lie, the null device, and the
+// errors that name the input, output, file or URI at fault.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "base/strings.h"
+#include "tessera/tessera.h"
+#include "tests/common/zoo_util.h"
+#include "topology/cpu_topology.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Everything the tests measure (the host map) goes to a directory of
+// their own; rTask costs are estimated, Plans not timed: nothing depends
+// on this host's speed.
+class Api : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = (fs::temp_directory_path() / str_cat("tessera_api_", ::getpid())).string();
+    fs::create_directories(dir_);
+    ::setenv("TESSERA_CACHE", dir_.c_str(), 1);
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  static CompileOptions quick() {
+    CompileOptions o;
+    o.profile = false;
+    o.measure = false;
+    return o;
+  }
+  static Model compile(const std::string& name, CompileOptions o = quick()) {
+    Result<Runtime> rt = connect();
+    EXPECT_TRUE(rt.ok());
+    Result<Model> m = rt->compile(testing_util::zoo(name + ".onnx"), o);
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    return m.ok() ? *m : Model();
+  }
+  static NamedTensors inputs(const std::string& name) {
+    Result<NamedTensors> in = load_npz(testing_util::zoo(name + ".inputs.npz"));
+    EXPECT_TRUE(in.ok()) << in.status().to_string();
+    return in.ok() ? *in : NamedTensors();
+  }
+  static double rel_l2(const Tensor& a, const Tensor& b) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const double d = a.value_as_double(i) - b.value_as_double(i);
+      num += d * d;
+      den += b.value_as_double(i) * b.value_as_double(i);
+    }
+    return std::sqrt(num / std::max(den, 1e-30));
+  }
+  static bool same_bytes(const Tensor& a, const Tensor& b) {
+    return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+  }
+  static std::string dir_;
+};
+std::string Api::dir_;
+
+TEST_F(Api, ConnectLocalAndRefuseOthersByName) {
+  Result<Runtime> a = connect(), b = connect("local");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->uri(), "local");
+  Result<Runtime> d = connect("unix:///run/tesserad.sock");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(d.status().message().find("unix:///run/tesserad.sock"), std::string::npos);
+  Result<Runtime> bad = connect("gpu0");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("gpu0"), std::string::npos);
+}
+
+TEST_F(Api, DevicesListTheCpuByCoreAndTheNullDevice) {
+  std::vector<DeviceInfo> ds = connect()->devices();
+  ASSERT_EQ(ds.size(), 2u);
+  EXPECT_EQ(ds[0].kind, "cpu");
+  EXPECT_EQ(ds[0].veus, std::max(1, cpu_topology().cores));
+  EXPECT_GT(ds[0].memory_bytes, 0u);
+  EXPECT_EQ(ds[1].kind, "null");
+}
+
+TEST_F(Api, RunMatchesTheReferenceInModelOrder) {
+  Model m = compile("mlp");
+  ASSERT_EQ(m.inputs().size(), 1u);
+  EXPECT_EQ(m.inputs()[0].name, "input");
+  EXPECT_EQ(m.inputs()[0].shape, std::vector<int64_t>({16, 784}));
+  Result<Session> s = m.session({.veus = 2});
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  Result<NamedTensors> out = s->run(inputs("mlp"));
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  Result<NamedTensors> want = load_npz(testing_util::zoo("mlp.outputs.npz"));
+  ASSERT_TRUE(want.ok());
+  ASSERT_EQ(out->size(), m.outputs().size());
+  size_t k = 0;
+  for (const auto& [name, t] : *out) {
+    EXPECT_EQ(name, m.outputs()[k++].name);
+    ASSERT_NE(want->find(name), nullptr) << name;
+    EXPECT_LE(rel_l2(t, *want->find(name)), 1e-4) << name;
+  }
+  RunBreakdown b = s->last_breakdown();
+  EXPECT_GT(b.compute_ms, 0);
+  EXPECT_GE(b.copy_in_ms, 0);
+}
+
+TEST_F(Api, ExecutorsAgree) {
+  Model m = compile("resnet18");
+  NamedTensors in = inputs("resnet18");
+  Result<NamedTensors> ref = m.session({.veus = 1, .executor = Executor::kSequential})->run(in);
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  for (Executor e : {Executor::kTwoLayer, Executor::kPlan}) {
+    Result<Session> s = m.session({.veus = 2, .executor = e});
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    Result<NamedTensors> out = s->run(in);
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    for (const auto& [name, t] : *out) EXPECT_LE(rel_l2(t, *ref->find(name)), 1e-5) << executor_name(e);
+  }
+}
+
+TEST_F(Api, BadInputsAreNamed) {
+  Model m = compile("mlp");
+  Result<Session> s = m.session({.veus = 1});
+  ASSERT_TRUE(s.ok());
+  NamedTensors good = inputs("mlp");
+  auto fails = [&](const NamedTensors& in, const std::vector<std::string>& needles) {
+    Result<NamedTensors> out = s->run(in);
+    ASSERT_FALSE(out.ok());
+    for (const std::string& n : needles)
+      EXPECT_NE(out.status().message().find(n), std::string::npos) << out.status().message() << " lacks " << n;
+  };
+  fails({}, {"input 'input'", "not given"});
+  NamedTensors extra = good;
+  extra.set("bogus", Tensor(DType::kFloat32, {1}));
+  fails(extra, {"'bogus'", "not an input", "inputs: input"});
+  fails({{"input", Tensor(DType::kInt64, {16, 784})}}, {"input 'input'", "float32", "int64"});
+  fails({{"input", Tensor(DType::kFloat32, {8, 784})}}, {"input 'input'", "16x784", "8x784"});
+  // The session still runs after the errors.
+  EXPECT_TRUE(s->run(good).ok());
+}
+
+TEST_F(Api, CompileErrorsNameTheFileAndTheInput) {
+  Result<Runtime> rt = connect();
+  Result<Model> missing = rt->compile("/nonexistent/model.onnx", quick());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/model.onnx"), std::string::npos);
+  // bert_tiny's inputs have dynamic dims: unbound, the error names the
+  // input and shows how to bind it; bound, it compiles.
+  Result<Model> dynamic = rt->compile(testing_util::zoo("bert_tiny.onnx"), quick());
+  ASSERT_FALSE(dynamic.ok());
+  EXPECT_NE(dynamic.status().message().find("input 'input_ids'"), std::string::npos) << dynamic.status().message();
+  EXPECT_EQ(dynamic.status().message().find("--shape"), std::string::npos) << "library errors name no CLI flag";
+  CompileOptions o = quick();
+  o.shapes = {{"input_ids", {1, 16}}, {"attention_mask", {1, 16}}};
+  Result<Model> bound = rt->compile(testing_util::zoo("bert_tiny.onnx"), o);
+  ASSERT_TRUE(bound.ok()) << bound.status().to_string();
+  EXPECT_EQ(bound->inputs()[0].shape, std::vector<int64_t>({1, 16}));
+  o.shapes["nope"] = {1};
+  Result<Model> wrong = rt->compile(testing_util::zoo("bert_tiny.onnx"), o);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("'nope'"), std::string::npos);
+  Result<Session> dev = bound->session({.device = "tpu"});
+  ASSERT_FALSE(dev.ok());
+  EXPECT_NE(dev.status().message().find("'tpu'"), std::string::npos);
+}
+
+// bind_output: the Plan writes the output into the caller's memory itself;
+// the Tensor that comes back borrows that memory.
+TEST_F(Api, BoundOutputIsWrittenInPlace) {
+  Model m = compile("resnet18");
+  NamedTensors in = inputs("resnet18");
+  Result<Session> s = m.session({.veus = 2});
+  ASSERT_TRUE(s.ok());
+  Result<NamedTensors> plain = s->run(in);
+  ASSERT_TRUE(plain.ok());
+  const TensorInfo& o = m.outputs()[0];
+  std::vector<float> buf(static_cast<size_t>(Tensor(o.dtype, o.shape).numel()), -7.f);
+  ASSERT_TRUE(s->bind_output(o.name, Tensor::wrap(o.dtype, o.shape, buf.data())).ok());
+  Result<NamedTensors> out = s->run(in);
+  ASSERT_TRUE(out.ok());
+  const Tensor* t = out->find(o.name);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->raw(), buf.data());
+  EXPECT_TRUE(same_bytes(*t, *plain->find(o.name)));
+  EXPECT_EQ(s->last_breakdown().copy_out_bytes, 0u);
+  // Wrong shape or name: refused, named.
+  Status bad = s->bind_output(o.name, Tensor(o.dtype, {3}));
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find(o.name), std::string::npos);
+  EXPECT_EQ(s->bind_output("nope", Tensor()).code(), StatusCode::kNotFound);
+  // Unbound: fresh tensors again.
+  ASSERT_TRUE(s->bind_output(o.name, Tensor()).ok());
+  Result<NamedTensors> again = s->run(in);
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(again->find(o.name)->raw(), buf.data());
+  EXPECT_TRUE(same_bytes(*again->find(o.name), *plain->find(o.name)));
+}
+
+// Inputs are read where they lie: a run after the caller changed its
+// buffer in place sees the new values, and a run on another buffer sees
+// that one.
+TEST_F(Api, InputsAreReadWhereTheyLie) {
+  Model m = compile("mlp");
+  Result<Session> s = m.session({.veus = 2});
+  ASSERT_TRUE(s.ok());
+  NamedTensors a = inputs("mlp");
+  NamedTensors b;
+  b.set("input", a.find("input")->clone());
+  for (int64_t i = 0; i < b.find("input")->numel(); ++i) b.find("input")->data<float>()[i] *= 0.5f;
+  Result<NamedTensors> ra = s->run(a);
+  EXPECT_EQ(s->last_breakdown().copy_in_bytes, 0u);
+  EXPECT_EQ(s->last_breakdown().copy_out_bytes, ra->find("output")->nbytes());
+  Result<NamedTensors> rb = s->run(b);
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  Tensor ra_copy = ra->find("output")->clone();
+  EXPECT_FALSE(same_bytes(ra_copy, *rb->find("output")));
+  std::memcpy(a.find("input")->raw(), b.find("input")->raw(), a.find("input")->nbytes());
+  Result<NamedTensors> ra2 = s->run(a);
+  ASSERT_TRUE(ra2.ok());
+  EXPECT_TRUE(same_bytes(*ra2->find("output"), *rb->find("output")));
+  // Memory not aligned to the dtype is copied in, with the same result.
+  std::vector<char> raw(b.find("input")->nbytes() + 1);
+  std::memcpy(raw.data() + 1, b.find("input")->raw(), b.find("input")->nbytes());
+  NamedTensors odd;
+  odd.set("input", Tensor::wrap(DType::kFloat32, {16, 784}, raw.data() + 1));
+  Result<NamedTensors> ro = s->run(odd);
+  ASSERT_TRUE(ro.ok());
+  EXPECT_EQ(s->last_breakdown().copy_in_bytes, b.find("input")->nbytes());
+  EXPECT_TRUE(same_bytes(*ro->find("output"), *rb->find("output")));
+}
+
+TEST_F(Api, SubmitRunsInOrderAndCallsBack) {
+  Model m = compile("mlp");
+  Result<Session> s = m.session({.veus = 2});
+  ASSERT_TRUE(s.ok());
+  NamedTensors in = inputs("mlp");
+  Result<NamedTensors> ref = s->run(in);
+  ASSERT_TRUE(ref.ok());
+  Tensor want = ref->find("output")->clone();
+  std::vector<Event> events;
+  std::atomic<int> called{0};
+  for (int i = 0; i < 8; ++i) {
+    events.push_back(s->submit(in));
+    events.back().then([&](const Status& st) { called += st.ok(); });
+  }
+  Result<NamedTensors> sync = s->run(in);  // served after the eight
+  ASSERT_TRUE(sync.ok());
+  for (Event& e : events) {
+    EXPECT_TRUE(e.poll());  // the run after them has finished
+    Result<NamedTensors> out = e.outputs();
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    EXPECT_TRUE(same_bytes(*out->find("output"), want));
+  }
+  EXPECT_EQ(called.load(), 8);
+  // A failing request fails its own Event only.
+  Event bad = s->submit({});
+  EXPECT_FALSE(bad.wait().ok());
+  EXPECT_TRUE(s->submit(in).wait().ok());
+  EXPECT_FALSE(Event().wait().ok());
+}
+
+TEST_F(Api, NullDeviceRunsThePipelineWithoutData) {
+  Model m = compile("resnet18");
+  Result<Session> s = m.session({.device = "null", .veus = 2});
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_EQ(s->device(), "null");
+  EXPECT_TRUE(s->cores().empty());
+  Result<NamedTensors> out = s->run(inputs("resnet18"));
+  ASSERT_TRUE(out.ok());
+  for (const auto& [name, t] : *out) {
+    EXPECT_EQ(t.shape(), m.outputs()[0].shape);
+    for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(t.data<float>()[i], 0.f);
+  }
+  EXPECT_NE(s->plan_json().find("\"veus\""), std::string::npos);
+  EXPECT_FALSE(s->run({}).ok()) << "inputs are still checked";
+}
+
+// Sessions of one process get cores of their own while free ones remain;
+// two of them run at the same time, each bitwise as alone.
+TEST_F(Api, SessionsOnDisjointCoresRunAtOnce) {
+  if (cpu_topology().cores < 2) GTEST_SKIP() << "one core: no two disjoint core sets";
+  Model m = compile("resnet18");
+  Model n = compile("mlp");
+  NamedTensors in_m = inputs("resnet18"), in_n = inputs("mlp");
+  Tensor alone_m, alone_n;
+  {
+    Result<Session> s = m.session({.veus = 1});
+    ASSERT_TRUE(s.ok());
+    alone_m = s->run(in_m)->find("output")->clone();
+    Result<Session> t = n.session({.veus = 1});
+    alone_n = t->run(in_n)->find("output")->clone();
+  }
+  Result<Session> a = m.session({.veus = 1});
+  Result<Session> b = n.session({.veus = 1});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->cores().size(), 1u);
+  ASSERT_EQ(b->cores().size(), 1u);
+  EXPECT_NE(a->cores()[0], b->cores()[0]);
+  std::vector<DeviceInfo> ds = connect()->devices();
+  EXPECT_EQ(ds[0].free_veus, ds[0].veus - 2);
+  std::atomic<int> mismatches{0};
+  std::thread ta([&] {
+    for (int i = 0; i < 5; ++i) mismatches += !same_bytes(*a->run(in_m)->find("output"), alone_m);
+  });
+  std::thread tb([&] {
+    for (int i = 0; i < 50; ++i) mismatches += !same_bytes(*b->run(in_n)->find("output"), alone_n);
+  });
+  ta.join();
+  tb.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+TEST_F(Api, SavedExecutableReloadsAndKeepsItsVeus) {
+  Model m = compile("mlp");
+  const std::string path = dir_ + "/mlp.tsx";
+  ASSERT_TRUE(m.save(path, 2).ok());
+  Result<Model> x = connect()->compile(path);
+  ASSERT_TRUE(x.ok()) << x.status().to_string();
+  EXPECT_TRUE(x->is_executable());
+  NamedTensors in = inputs("mlp");
+  Result<NamedTensors> a = m.session({.veus = 2})->run(in);
+  Result<NamedTensors> b = x->session()->run(in);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_LE(rel_l2(*b->find("output"), *a->find("output")), 1e-6);
+  Result<Session> wrong = x->session({.veus = 3});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("compiled for"), std::string::npos);
+  Result<Session> two_layer = x->session({.executor = Executor::kTwoLayer});
+  EXPECT_FALSE(two_layer.ok());
+}
+
+TEST_F(Api, NpzRoundTripKeepsOrder) {
+  NamedTensors t;
+  t.set("z", Tensor::from_floats({1, 2, 3}, {3}));
+  t.set("a", Tensor::from_int64s({4, 5}, {2, 1}));
+  const std::string path = dir_ + "/t.npz";
+  ASSERT_TRUE(save_npz(path, t).ok());
+  Result<NamedTensors> back = load_npz(path);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ(back->begin()->first, "z");
+  EXPECT_TRUE(same_bytes(*back->find("a"), *t.find("a")));
+  EXPECT_FALSE(load_npz(dir_ + "/none.npz").ok());
+}
+
+}  // namespace
+}  // namespace tessera
