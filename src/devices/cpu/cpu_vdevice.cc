@@ -40,6 +40,7 @@ CpuVDevice::CpuVDevice(int veus, size_t scratch_bytes, bool pin, std::vector<int
       pin_(pin),
       counters_(new Counter[static_cast<size_t>(veus)]),
       base_(static_cast<size_t>(veus), 0),
+      next_base_(static_cast<size_t>(veus), 1),  // above the counters' 0: each run's final count is new
       wait_ns_(static_cast<size_t>(veus), 0) {
   TESSERA_CHECK(veus >= 1);
   scratch_stride_ = (scratch_bytes + 63) / 64 * 64;
@@ -132,13 +133,9 @@ void CpuVDevice::execute(int u) {
 void CpuVDevice::run(const Plan& plan, const std::vector<StepArgs>& steps) {
   TESSERA_CHECK(plan.veus == veus_);
   pin_caller();
-  if (&plan != last_plan_) {  // a new plan: restart the counter epochs
-    for (int u = 0; u < veus_; ++u) counters_[u].value.store(0, std::memory_order_relaxed);
-    run_no_ = 0;
-    last_plan_ = &plan;
-  }
-  if (trace_ != nullptr && traced_plan_ != &plan) {
-    // Map (vEU, position) to the placement index, once per plan.
+  if (trace_ != nullptr) {
+    // Map (vEU, position) to the placement index (each traced run: the
+    // plan may be another than last time).
     trace_offset_.assign(static_cast<size_t>(veus_) + 1, 0);
     for (const TaskPlacement& t : plan.placements) ++trace_offset_[static_cast<size_t>(t.veu) + 1];
     for (int u = 0; u < veus_; ++u) trace_offset_[u + 1] += trace_offset_[u];
@@ -147,10 +144,13 @@ void CpuVDevice::run(const Plan& plan, const std::vector<StepArgs>& steps) {
       const TaskPlacement& t = plan.placements[i];
       trace_index_[static_cast<size_t>(trace_offset_[t.veu] + t.index)] = static_cast<int32_t>(i);
     }
-    traced_plan_ = &plan;
   }
-  ++run_no_;
-  for (int u = 0; u < veus_; ++u) base_[u] = run_no_ * static_cast<uint64_t>(plan.tasks_per_veu[u] + 1);
+  // Each vEU's counts start above everything it published before, whatever
+  // Plan that was: no earlier value can satisfy a wait of this run.
+  for (int u = 0; u < veus_; ++u) {
+    base_[u] = next_base_[u];
+    next_base_[u] = base_[u] + static_cast<uint64_t>(plan.tasks_per_veu[u]) + 1;
+  }
   plan_ = &plan;
   steps_ = &steps;
   wake_.publish();

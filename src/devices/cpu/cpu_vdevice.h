@@ -18,9 +18,11 @@
 // holds its final value. No allocation, lock or system call on this path
 // (a spinning wait yields the CPU only when there are more vEUs than cores).
 //
-// Counters are never reset: run r uses base_u = r * (n_u + 1), where n_u is
-// vEU u's rTask count, so values only grow and a stale value from an
-// earlier run can never satisfy a wait. Each counter has its own cache line.
+// Counters are never reset: each run's base_u is one above vEU u's final
+// count in the run before (base_u + n_u, n_u its rTask count under that
+// run's Plan), so values only grow and a stale value from an earlier run,
+// of this Plan or another, can never satisfy a wait; nothing is keyed by
+// a Plan's address. Each counter has its own cache line.
 //
 // Between runs workers spin ~50 µs, then park on the generation word.
 //
@@ -92,17 +94,15 @@ class CpuVDevice {
   // The current run, written before wake_.publish().
   const Plan* plan_ = nullptr;
   const std::vector<StepArgs>* steps_ = nullptr;
-  uint64_t run_no_ = 0;
-  std::vector<uint64_t> base_;  // per vEU, this run
+  std::vector<uint64_t> base_;       // per vEU, this run
+  std::vector<uint64_t> next_base_;  // per vEU, the next run: above its final count this run
   std::vector<int64_t> wait_ns_;
   std::vector<std::pair<int64_t, int64_t>>* trace_ = nullptr;
   std::vector<int64_t> trace_offset_;  // per vEU: first placement index, for tracing
   std::vector<int32_t> trace_index_;   // placement index of each (vEU, position)
-  const Plan* traced_plan_ = nullptr;
 
   SpinPark wake_;  // one publish per run (base/spin_park.h)
   std::atomic<bool> stop_{false};
-  const Plan* last_plan_ = nullptr;
 };
 
 }  // namespace tessera

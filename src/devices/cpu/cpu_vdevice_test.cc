@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <atomic>
+#include <chrono>
+#include <functional>
 #include <thread>
 
 namespace tessera {
@@ -39,6 +42,57 @@ TEST(CpuVDevice, PinsEachCallingThreadToTheFirstPu) {
       th.join();
     }
   }
+}
+
+// One rTask per call of `f`, whatever the task index.
+class FnOp : public ROp {
+ public:
+  FnOp(int64_t tasks, std::function<void(int64_t)> f) : f_(std::move(f)) { tasks_ = tasks; }
+  void run(int64_t task, const TaskArgs&) const override { f_(task); }
+
+ private:
+  std::function<void(int64_t)> f_;
+};
+
+// vEU 1 runs `writes` rTasks, the last of which publishes the run number
+// after a pause; vEU 0 waits for all of them, then reads it.
+Plan handoff_plan(int64_t writes) {
+  Plan p;
+  p.veus = 2;
+  p.program.resize(2);
+  for (int64_t t = 0; t < writes; ++t) p.program[1].push_back({Instr::Kind::kRun, 1, t});
+  p.program[0].push_back({Instr::Kind::kWait, 1, writes});
+  p.program[0].push_back({Instr::Kind::kRun, 0, 0});
+  p.tasks_per_veu = {1, writes};
+  return p;
+}
+
+// A Plan replaced by another in the same object (the same address), with
+// fewer rTasks on the writing vEU: every run's wait still waits for this
+// run's writes, not for counts an earlier Plan left behind.
+TEST(CpuVDevice, AnotherPlanAtTheSameAddressWaitsForItsOwnRun) {
+  std::atomic<int> published{0};
+  int run_no = 0, seen = -1, wrong = 0;
+  int64_t writes = 0;
+  FnOp writer(8, [&](int64_t t) {
+    if (t + 1 < writes) return;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(300);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    published.store(run_no, std::memory_order_relaxed);
+  });
+  FnOp reader(1, [&](int64_t) { seen = published.load(std::memory_order_relaxed); });
+  const std::vector<StepArgs> steps = {{&reader, nullptr, nullptr}, {&writer, nullptr, nullptr}};
+  CpuVDevice device(2, 64, false);
+  Plan plan;
+  for (int64_t w : {8, 8, 8, 1, 1, 3, 1}) {
+    writes = w;
+    plan = handoff_plan(w);
+    ++run_no;
+    device.run(plan, steps);
+    wrong += seen != run_no;
+  }
+  EXPECT_EQ(wrong, 0);
 }
 
 }  // namespace
