@@ -12,6 +12,7 @@ int ops_main(int argc, char** argv);
 int plan_main(int argc, char** argv);
 int profile_main(int argc, char** argv);
 int topo_main(int argc, char** argv);
+int devices_main(int argc, char** argv);
 // A progress bar on stderr when it is a terminal.
 void print_progress(size_t done, size_t total);
 

@@ -21,6 +21,7 @@ void print_help() {
       "  plan MODEL           compile into a Plan (or read an Executable's) and show it (--svg)\n"
       "  profile MODEL.onnx   measure every op's rTask cost (cached for later compiles)\n"
       "  topo                 show the host map: PUs, measured costs between them, what the planner concludes\n"
+      "  devices              list the devices sessions run on (cpu, null)\n"
       "  ops                  list supported ops and their rKernels\n\n"
       "options:\n"
       "  --version            print the version\n"
@@ -50,7 +51,8 @@ int main(int argc, char** argv) {
   if (cmd == "plan") return tessera::tools::plan_main(argc - 2, argv + 2);
   if (cmd == "profile") return tessera::tools::profile_main(argc - 2, argv + 2);
   if (cmd == "topo") return tessera::tools::topo_main(argc - 2, argv + 2);
-  std::fprintf(stderr, "tessera: error: unknown command '%s' (commands: run, compile, inspect, plan, profile, topo, ops; see tessera --help)\n",
+  if (cmd == "devices") return tessera::tools::devices_main(argc - 2, argv + 2);
+  std::fprintf(stderr, "tessera: error: unknown command '%s' (commands: run, compile, inspect, plan, profile, topo, devices, ops; see tessera --help)\n",
                cmd.c_str());
   return 2;
 }

@@ -38,6 +38,8 @@ const cli::Command kRun = {
         {"--threads", "N", "vEUs / worker threads, including the caller (default: all cores); policy auto may\n"
                            "                          keep a Plan on fewer when it ran faster (see --no-measure)"},
         {"--executor", "NAME", "plan | two-layer | sequential (default plan)"},
+        {"--device", "NAME", "cpu (default) | null: import, compile, schedule and load as for the cpu, check the\n"
+                             "                          inputs, compute nothing (outputs zero-filled; see tessera devices)"},
         {"--policy", "NAME", "plan executor's scheduling policy: auto | wavefront | critical-path (default auto:\n"
                              "                          both predicted, the best candidates timed; the choice is cached)"},
         {"--no-pin", "", "plan executor: leave threads unpinned (default: vEU i on core i, the caller on core 0)"},
@@ -203,6 +205,11 @@ int run_main(int argc, char** argv) {
   so.executor = Executor::kPlan;
   so.threads = static_cast<int>(*threads);
   so.pin = !a.has("--no-pin");
+  const std::string device = a.get("--device", "cpu");
+  if (device != "cpu" && device != "null")
+    return cli::usage_error(kRun, str_cat("no device '", device, "' (devices: cpu, null; see tessera devices)"));
+  so.null_device = device == "null";
+  if (so.null_device && a.has("--trace")) return cli::usage_error(kRun, "--trace needs the cpu device");
   if (a.has("--executor") && !executor_parse(a.get("--executor"), &so.executor))
     return cli::usage_error(kRun, str_cat("--executor must be plan, two-layer or sequential, got '",
                                           a.get("--executor"), "'"));
@@ -295,6 +302,10 @@ int run_main(int argc, char** argv) {
     if (Status st = check_given(a, given, (*graph)->inputs(), co.input_shapes); !st.ok()) return cli::fail(st);
     if (so.executor == Executor::kPlan)
       if (Status st = cli::prepare_plan(a, so.pin, &host_map, &co); !st.ok()) return cli::fail(st);
+    if (so.null_device) {  // nothing runs there: costs estimated, no Plan timed
+      co.profile = false;
+      co.plan_runner = {};
+    }
     auto compiled = compile_graph(std::move(*graph), co);
     if (!compiled.ok()) return cli::fail(compiled.status().with_context(model));
     program = std::move(*compiled);
@@ -410,7 +421,10 @@ int run_main(int argc, char** argv) {
       how += str_cat("; ", plan->veus, " of ", plan->requested_veus, " vEUs: fastest when the candidates were timed");
     how += ")";
   }
-  log_info("executor ", how, ", ", session.threads(), " thread(s); latency over ", *iters,
+  if (so.null_device)
+    log_info("device null: the model was imported, compiled, scheduled and loaded and its inputs checked; nothing "
+             "was computed, outputs are zero-filled");
+  log_info("executor ", how, so.null_device ? " on the null device" : "", ", ", session.threads(), " thread(s); latency over ", *iters,
            " runs: median ", str_cat(std::round(lmed * 1000) / 1000), " ms (min ", str_cat(std::round(lmin * 1000) / 1000),
            ", p90 ", str_cat(std::round(lp90 * 1000) / 1000), ", max ", str_cat(std::round(lmax * 1000) / 1000), ")");
   for (size_t i = 0; i < session.outputs().size(); ++i) {
@@ -441,10 +455,10 @@ int run_main(int argc, char** argv) {
     std::string plan_json;
     if (const auto& plan = session.program().plan) plan_json = ",\"plan\":" + plan_summary_json(*plan, runs_wait_ms(runs));
     std::printf(
-        "{\"model\":\"%s\",\"executor\":\"%s\",\"threads\":%d,\"iters\":%lld,"
+        "{\"model\":\"%s\",\"device\":\"%s\",\"executor\":\"%s\",\"threads\":%d,\"iters\":%lld,"
         "\"latency_ms\":{\"min\":%.6f,\"median\":%.6f,\"p90\":%.6f,\"max\":%.6f}%s,\"outputs\":[%s],"
         "\"runs\":[%s]}\n",
-        json_escape(model).c_str(), std::string(executor_name(session.executor())).c_str(), session.threads(),
+        json_escape(model).c_str(), device.c_str(), std::string(executor_name(session.executor())).c_str(), session.threads(),
         static_cast<long long>(*iters), lmin, lmed, lp90, lmax, plan_json.c_str(), outputs_json.c_str(),
         runs_json.c_str());
   }

@@ -161,6 +161,7 @@ Result<std::unique_ptr<Program>> compile_for(ModelState& m, detail::RuntimeState
     const HostMap& hm = *c.host_map;
     const double rate = hm.origin == "measured" || hm.origin == "cache" ? hm.pus[0].fma_gflops : 0;
     if (m.options.measure && so.device == "cpu") c.plan_runner = cpu_plan_runner(so.pin, rate, slots);
+    if (so.device == "null") c.profile = false;  // costs of a device that computes nothing: estimated
   } else {
     c.profile = false;  // the profile costs a Plan's rTasks
     c.variants = false;
@@ -304,16 +305,13 @@ Result<Session> Model::session(const SessionOptions& so) {
   st->inputs = infos(program->graph->inputs());
   st->outputs = infos(program->graph->outputs());
   st->veus = program->plan && so.executor == Executor::kPlan ? program->plan->veus : veus;
-  if (so.device == "null") {
-    st->null_program = std::move(program);
-  } else {
-    EngineOptions eo;
-    eo.executor = so.executor;
-    eo.threads = veus;
-    eo.pin = so.pin;
-    eo.slots = st->slots;
-    TESSERA_ASSIGN_OR_RETURN(st->engine, Engine::create(std::move(program), eo));
-  }
+  EngineOptions eo;
+  eo.executor = so.executor;
+  eo.threads = veus;
+  eo.pin = so.pin;
+  eo.slots = st->slots;
+  eo.null_device = so.device == "null";
+  TESSERA_ASSIGN_OR_RETURN(st->engine, Engine::create(std::move(program), eo));
   st->bound.assign(st->outputs.size(), Tensor());
   st->bound_inputs.assign(st->inputs.size(), nullptr);
   return Session(st);

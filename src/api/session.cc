@@ -97,7 +97,6 @@ Result<NamedTensors> SessionState::execute(const NamedTensors& given, double que
     if (t->shape() != in.shape)
       return invalid_argument(str_cat("input '", in.name, "' has shape ", shape_string(in.shape), ", got ",
                                       shape_string(t->shape())));
-    if (!engine) continue;
     // Read where it lies when the engine can (no copy); else copied in.
     const void* at = t->raw();
     if (at != bound_inputs[i]) {
@@ -111,12 +110,12 @@ Result<NamedTensors> SessionState::execute(const NamedTensors& given, double que
   }
   const int64_t t1 = now_ns();
   std::vector<std::pair<int64_t, int64_t>> spans;
-  const bool tracing = engine && !trace_path.empty() && engine->vdevice() != nullptr;
+  const bool tracing = !trace_path.empty() && engine->vdevice() != nullptr;
   if (tracing) {
     spans.resize(engine->program().plan->placements.size());
     engine->vdevice()->set_trace(&spans);
   }
-  if (engine) TESSERA_RETURN_IF_ERROR(engine->run());
+  TESSERA_RETURN_IF_ERROR(engine->run());
   if (tracing) {
     engine->vdevice()->set_trace(nullptr);
     const std::string path = std::move(trace_path);
@@ -128,14 +127,10 @@ Result<NamedTensors> SessionState::execute(const NamedTensors& given, double que
   for (size_t i = 0; i < outputs.size(); ++i) {
     const TensorInfo& o = outputs[i];
     Tensor t = bound[i].defined() ? bound[i] : Tensor(o.dtype, o.shape);
-    if (engine == nullptr) {
-      std::memset(t.raw(), 0, t.nbytes());  // the null device computes nothing
-    } else {
-      const void* src = engine->output_data(i);
-      if (src != t.raw() && t.nbytes() > 0) {
-        std::memcpy(t.raw(), src, t.nbytes());
-        copied_out += t.nbytes();
-      }
+    const void* src = engine->output_data(i);
+    if (src != t.raw() && t.nbytes() > 0) {
+      std::memcpy(t.raw(), src, t.nbytes());
+      copied_out += t.nbytes();
     }
     out.set(o.name, std::move(t));
   }
@@ -147,7 +142,7 @@ Result<NamedTensors> SessionState::execute(const NamedTensors& given, double que
   last.copy_in_bytes = copied_in;
   last.copy_out_bytes = copied_out;
   last.wait_ms.clear();
-  if (engine && engine->vdevice())
+  if (engine->vdevice())
     for (int64_t w : engine->vdevice()->wait_ns()) last.wait_ms.push_back(static_cast<double>(w) / 1e6);
   return out;
 }
@@ -244,7 +239,7 @@ Status Session::bind_output(const std::string& name, Tensor dst) {
     s_->await_turn(ticket);
     s_->bound[i] = dst;
     // Written there by the Plan itself where the engine can; else copied.
-    if (s_->engine && (!dst.defined() || !s_->engine->bind_output(i, dst.raw()).ok()))
+    if (!dst.defined() || !s_->engine->bind_output(i, dst.raw()).ok())
       (void)s_->engine->bind_output(i, nullptr);
     s_->end_turn();
     return Status();
@@ -265,7 +260,7 @@ RunBreakdown Session::last_breakdown() const {
 
 Status Session::trace_next_run(const std::string& path) {
   if (!s_) return empty_session();
-  if (!s_->engine || s_->engine->vdevice() == nullptr)
+  if (s_->engine->vdevice() == nullptr)
     return failed_precondition("a trace needs the plan executor on the cpu device");
   const uint64_t ticket = s_->take_ticket();
   s_->await_turn(ticket);
@@ -276,9 +271,8 @@ Status Session::trace_next_run(const std::string& path) {
 
 std::string Session::plan_json() const {
   if (!s_) return "{}";
-  const Program* p = s_->engine ? &s_->engine->program() : s_->null_program.get();
-  if (p == nullptr || !p->plan) return "{}";
-  return plan_summary_json(*p->plan, s_->last.wait_ms);
+  const Program& p = s_->engine->program();
+  return p.plan ? plan_summary_json(*p.plan, s_->last.wait_ms) : "{}";
 }
 
 }  // namespace tessera

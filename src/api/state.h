@@ -60,8 +60,7 @@ struct SessionState {
   std::string device;
   std::vector<int> slots;  // held in the Runtime (cpu)
   std::vector<TensorInfo> inputs, outputs;
-  std::unique_ptr<Engine> engine;         // cpu
-  std::unique_ptr<Program> null_program;  // null: compiled, never run
+  std::unique_ptr<Engine> engine;  // null device: loaded, never run
   int veus = 1;
 
   // Requests run one at a time, in the order they were made: a ticket

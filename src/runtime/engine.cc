@@ -56,7 +56,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Program> program,
     threads = program->plan->veus;
   }
   if (threads > 1024) return invalid_argument(str_cat("--threads ", threads, " is too many"));
-  if (threads > hw)
+  if (threads > hw && !options.null_device)
     log_warning("running ", threads, " threads on ", hw, " hardware threads (", cpu_topology().summary,
                 "); expect slowdowns");
   std::unique_ptr<Engine> s(new Engine(std::move(program), options, threads));
@@ -72,6 +72,7 @@ Engine::Engine(std::unique_ptr<Program> program, const EngineOptions& options, i
   arena_args_ = resolve_args(*program_, arena_);
   bound_out_.assign(program_->output_slots.size(), nullptr);
   cpu_kernels_thread_init();
+  if (options_.null_device) return;
   if (options_.executor == Executor::kTwoLayer && threads_ > 1)
     pool_ = std::make_unique<ThreadPool>(threads_, [](int) { cpu_kernels_thread_init(); });
   if (options_.executor == Executor::kPlan)
@@ -129,6 +130,13 @@ void Engine::run_two_layer() {
 }
 
 Status Engine::run() {
+  if (options_.null_device) {
+    for (size_t i = 0; i < program_->output_slots.size(); ++i) {
+      const Slot& s = program_->slots[program_->output_slots[i]];
+      if (!s.constant && s.bytes > 0) std::memset(const_cast<void*>(output_data(i)), 0, s.bytes);
+    }
+    return Status();
+  }
   cpu_kernels_thread_init();  // the calling thread runs rTasks too
   if (vdevice_) vdevice_->run(*program_->plan, args_.steps);
   else if (pool_) run_two_layer();

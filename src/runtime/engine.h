@@ -58,6 +58,9 @@ struct EngineOptions {
   // Plan executor: the PU slots (topology order) vEU u runs on, slots[u];
   // empty: 0, 1, ...
   std::vector<int> slots = {};
+  // The null device: everything is loaded (arena, argument pointers) but
+  // no thread starts and run() computes nothing: it zero-fills the outputs.
+  bool null_device = false;
 };
 
 class Engine {

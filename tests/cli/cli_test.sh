@@ -193,5 +193,27 @@ p=json.load(sys.stdin)[\"plan\"]; assert p[\"chosen_by\"]==\"predicted\" and p[\
 check "compile --host-map records the choice" bash -c "$T compile $ZOO/mlp.onnx --veus 2 --host-map $TMP/map.json -o $TMP/mlp.tsx --quiet && $T plan $TMP/mlp.tsx | grep -q '^chosen     by timing'"
 expect_fail "run: host map for a tsx" 2 "--host-map applies when compiling" $T run $TMP/mlp.tsx --host-map $TMP/map.json
 
+# Devices: the cpu by core and the null device; every zoo model runs on
+# the null device, with its outputs zero-filled and its inputs still checked.
+check "devices" bash -c "$T devices | grep -qE '^cpu +cpu +[0-9]+' && $T devices | grep -qE '^null +null'"
+check "devices --json" bash -c "$T devices --json | $PY -c '
+import json,sys
+d={x[\"name\"]: x for x in json.load(sys.stdin)[\"devices\"]}
+assert d[\"cpu\"][\"veus\"]>=1 and d[\"cpu\"][\"memory_bytes\"]>0 and d[\"null\"][\"kind\"]==\"null\", d
+'"
+for m in "$ZOO"/*.onnx; do
+  n=$(basename "$m" .onnx)
+  check "run --device null: $n" bash -c "rm -rf $TMP/null && $T run $m --input $ZOO/$n.inputs.npz --device null --iters 2 \
+    --output-dir $TMP/null --json 2>/dev/null | $PY -c '
+import glob,json,sys
+import numpy as np
+j=json.load(sys.stdin); assert j[\"device\"]==\"null\", j
+files=glob.glob(\"$TMP/null/*.npy\"); assert files
+assert all(not np.load(f).any() for f in files), files
+'"
+done
+expect_fail "run --device null: inputs checked" 1 "has shape" bash -c "$PY -c 'import numpy as np; np.save(\"$TMP/bad.npy\", np.zeros((2, 2), np.float32))' && $T run $ZOO/mlp.onnx --input input=$TMP/bad.npy --device null"
+expect_fail "run --device: unknown" 2 "no device 'tpu'" $T run $ZOO/mlp.onnx --device tpu
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
