@@ -18,6 +18,7 @@
 #include "base/clock.h"
 #include "base/strings.h"
 #include "ir/ops/op_registry.h"
+#include "kernels/cpu/kernel.h"
 #include "onnx/importer.h"
 
 namespace tessera {

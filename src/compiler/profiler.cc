@@ -15,6 +15,7 @@
 #include "base/paths.h"
 #include "base/strings.h"
 #include "compiler/program.h"
+#include "kernels/cpu/kernel.h"
 #include "topology/cpu_topology.h"
 
 namespace tessera {

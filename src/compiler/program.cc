@@ -7,6 +7,7 @@
 #include "base/clock.h"
 #include "base/strings.h"
 #include "compiler/plan_choice.h"
+#include "kernels/cpu/kernel.h"
 #include "topology/host_map.h"
 #include "ir/ops/op_registry.h"
 #include "onnx/importer.h"

@@ -18,7 +18,7 @@
 #include "ir/graph.h"
 #include "compiler/plan.h"
 #include "compiler/profiler.h"
-#include "kernels/cpu/kernel.h"
+#include "kernels/rkernel.h"
 #include "passes/passes.h"
 #include "tessera/status.h"
 

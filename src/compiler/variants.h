@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "compiler/plan.h"
-#include "kernels/cpu/kernel.h"
+#include "kernels/rkernel.h"
 #include "tessera/status.h"
 
 namespace tessera {

@@ -5,6 +5,7 @@
 
 #include "base/log.h"
 #include "base/strings.h"
+#include "kernels/cpu/kernel.h"
 #include "topology/cpu_topology.h"
 
 namespace tessera {

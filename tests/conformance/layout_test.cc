@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/kernel.h"
 #include "tests/conformance/harness.h"
 
 namespace tessera::testing {

@@ -8,6 +8,7 @@
 #include "base/strings.h"
 #include "compiler/program.h"
 #include "ir/ops/op_registry.h"
+#include "kernels/cpu/kernel.h"
 #include "kernels/cpu/row_math.h"
 #include "kernels/cpu/rnn_cell.h"
 #include "tests/conformance/harness.h"

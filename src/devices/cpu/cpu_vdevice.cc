@@ -1,5 +1,6 @@
 #include "devices/cpu/cpu_vdevice.h"
 
+#include "kernels/cpu/kernel.h"
 #include "topology/cpu_topology.h"
 
 #include <immintrin.h>

@@ -38,7 +38,7 @@
 
 #include "base/spin_park.h"
 #include "compiler/plan.h"
-#include "kernels/cpu/kernel.h"
+#include "kernels/rkernel.h"
 
 namespace tessera {
 

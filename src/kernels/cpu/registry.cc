@@ -35,20 +35,6 @@ const RKernel* cpu_kernel_find(std::string_view op) {
   return nullptr;
 }
 
-void ROp::set_access_by_ranges(const Node& n) {
-  const int64_t count = n.outputs.empty() ? 0 : n.outputs[0]->shape.numel();
-  in_access_.clear();
-  for (const Value* v : n.inputs)
-    in_access_.push_back(v != nullptr && v->shape.numel() == count ? Access::kRange : Access::kWhole);
-  out_access_ = Access::kRange;
-}
-
-int64_t choose_tasks(int64_t work, int64_t grain, const KernelParams& params) {
-  if (work <= 1) return 1;
-  if (params.tasks > 0) return std::min(params.tasks, work);
-  int64_t n = (work + grain - 1) / std::max<int64_t>(grain, 1);
-  return std::clamp<int64_t>(n, 1, std::min(work, kMaxDefaultTasks));
-}
 
 void cpu_kernels_thread_init() {
   thread_local bool done = false;

@@ -1,0 +1,112 @@
+// The rKernel contract, the same for every backend.
+//
+// An rKernel implements one op on one backend. Given a node with bound
+// shapes it makes an rOperator (ROp): the node's work cut into `tasks()`
+// independent rTasks (tiles of the output: rows, channel blocks, spatial
+// blocks; time steps of a recurrent op are split by the compiler, not
+// here), each of which runs to completion with no synchronization inside.
+// The tiling is a parameter (KernelParams::tasks), so the compiler can ask
+// for several variants of the same op; a kernel honours it up to the
+// parallelism the op has. A backend's kernels live beside it
+// (kernels/cpu/kernel.h: the CPU's table and what only it needs).
+//
+//   auto op = kernel->make(node, KernelParams{.tasks = 8});
+//   TaskArgs args{inputs, outputs, scratch};
+//   for (int64_t i = 0; i < (*op)->tasks(); ++i) (*op)->run(i, args);
+//
+// Ownership: make() returns a unique_ptr the caller owns; an ROp keeps no
+// pointer into the Node after make() returns. Thread-safety: run() is const
+// and may be called for different tasks from different threads at once,
+// each with its own scratch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/graph.h"
+#include "tessera/status.h"
+
+namespace tessera {
+
+// Argument pointers of one rOperator, resolved once before any run: one per
+// node input (nullptr where an optional input is absent) and output.
+struct TaskArgs {
+  const void* const* in = nullptr;
+  void* const* out = nullptr;
+  void* scratch = nullptr;  // scratch_bytes() of this task's own memory
+};
+
+// How rTask t of an op's n rTasks touches a tensor, for the scheduler's
+// cost of data that crosses vEUs (compiler/plan.h).
+enum class Access : uint8_t {
+  kWhole,   // all of it
+  kSpread,  // about 1/n of it, spread through it
+  kRange,   // the t-th of n equal flat ranges of it, in order
+};
+
+class ROp {
+ public:
+  virtual ~ROp() = default;
+  int64_t tasks() const { return tasks_; }
+  size_t scratch_bytes() const { return scratch_bytes_; }
+  // How each rTask reads input i and writes the outputs (optional; by
+  // default every input is read whole and the outputs written in parts
+  // spread through them: the most an rTask can read from other vEUs).
+  Access input_access(size_t i) const { return i < in_access_.size() ? in_access_[i] : Access::kWhole; }
+  Access output_access() const { return out_access_; }
+  void set_access(std::vector<Access> inputs, Access output) {
+    in_access_ = std::move(inputs);
+    out_access_ = output;
+  }
+  // For rTasks that take the t-th of n flat ranges of the output: inputs
+  // with as many elements as the output are read by the same ranges, the
+  // others whole.
+  void set_access_by_ranges(const Node& n);
+  virtual void run(int64_t task, const TaskArgs& args) const = 0;
+  // The algorithm chosen for these shapes where the rKernel has several
+  // (a Conv: "winograd F(2,3)", "1x1 packed", "depthwise rows", ...; a MatMul:
+  // "gemm_rows" or "sgemm"), for `tessera profile` and traces; empty
+  // where there is one.
+  virtual std::string_view path() const { return {}; }
+
+ protected:
+  int64_t tasks_ = 1;
+  size_t scratch_bytes_ = 0;
+
+ private:
+  std::vector<Access> in_access_;
+  Access out_access_ = Access::kSpread;
+};
+
+struct KernelParams {
+  // Desired number of rTasks; 0 lets the kernel pick by its own grain.
+  int64_t tasks = 0;
+};
+
+struct RKernel {
+  std::string_view op;
+  std::string_view name;  // e.g. "conv.im2col_gemm"
+  std::string_view description;
+  Result<std::unique_ptr<ROp>> (*make)(const Node& node, const KernelParams& params);
+};
+
+// Number of tasks for `work` units when a task should do at least `grain`:
+// params.tasks if set (clamped to [1, work]), else ceil(work / grain) capped
+// at kMaxDefaultTasks.
+int64_t choose_tasks(int64_t work, int64_t grain, const KernelParams& params);
+inline constexpr int64_t kMaxDefaultTasks = 64;
+// The most rTasks an op may be asked for (KernelParams.tasks): far above
+// any useful tiling, and low enough that the kernels' tiling arithmetic
+// cannot overflow.
+inline constexpr int64_t kMaxRequestedTasks = int64_t{1} << 20;
+
+// The half-open range of `work` units that task i of n covers.
+inline void task_range(int64_t work, int64_t n, int64_t i, int64_t* begin, int64_t* end) {
+  *begin = work * i / n;
+  *end = work * (i + 1) / n;
+}
+
+}  // namespace tessera
