@@ -32,6 +32,21 @@ constexpr int kMaxVeus = 256;
 
 enum class Role : uint8_t { kRuntime = 0, kInput = 1, kConstant = 2 };
 
+// Enums the file stores by value (docs/formats/executable.md): renumbering
+// one changes what every file means, so each value is pinned here.
+static_assert(static_cast<int>(DType::kFloat32) == 1 && static_cast<int>(DType::kFloat16) == 2 &&
+              static_cast<int>(DType::kBFloat16) == 3 && static_cast<int>(DType::kInt64) == 4 &&
+              static_cast<int>(DType::kInt32) == 5 && static_cast<int>(DType::kInt8) == 6 &&
+              static_cast<int>(DType::kUInt8) == 7 && static_cast<int>(DType::kBool) == 8);
+static_assert(static_cast<int>(Instr::Kind::kRun) == 0 && static_cast<int>(Instr::Kind::kSignal) == 1 &&
+              static_cast<int>(Instr::Kind::kWait) == 2);
+static_assert(static_cast<int>(Policy::kWavefront) == 1 && static_cast<int>(Policy::kCriticalPath) == 2 &&
+              static_cast<int>(Policy::kRandom) == 3);
+static_assert(static_cast<int>(Attribute::Kind::kInt) == 0 && static_cast<int>(Attribute::Kind::kFloat) == 1 &&
+              static_cast<int>(Attribute::Kind::kString) == 2 && static_cast<int>(Attribute::Kind::kInts) == 3 &&
+              static_cast<int>(Attribute::Kind::kFloats) == 4 && static_cast<int>(Attribute::Kind::kStrings) == 5 &&
+              static_cast<int>(Attribute::Kind::kTensor) == 6);
+
 uint32_t crc32_of(const void* data, size_t size) {
   uLong c = crc32(0L, Z_NULL, 0);
   const auto* p = static_cast<const Bytef*>(data);
@@ -121,6 +136,7 @@ Status write_executable(const Program& p, const std::string& path) {
   }
   Writer w;
   w.str(str_cat("tessera ", PROJECT_VERSION_STRING));
+  w.str(kExecutableDevice);
   w.str(p.source);
   w.str(p.graph->name);
   w.i64(p.graph->opset);
@@ -342,24 +358,59 @@ class Loader {
   Loader(const char* base, size_t size, std::string name, std::shared_ptr<void> owner, const LoadOptions& options)
       : base_(base), size_(size), name_(std::move(name)), owner_(std::move(owner)), options_(options) {}
 
+  // The steps below, in order; each checks what it reads.
   Result<std::unique_ptr<Program>> run();
 
  private:
-  Status err(const std::string& what) const { return invalid_argument(str_cat(name_, ": ", what)); }
+  // What the file says, before it is trusted.
+  struct StoredStep {
+    std::string kernel;
+    int64_t requested = 0, tasks = 0;
+    double cost = 0;
+  };
+
+  // A file that is not an Executable at all, or of another version.
+  Status not_ours(const std::string& what) const { return invalid_argument(str_cat(name_, ": ", what)); }
+  // Bytes that contradict the format or each other: corruption.
+  Status err(const std::string& what) const { return data_loss(str_cat(name_, ": ", what)); }
   Status bad(const Reader& r) const { return err(str_cat("corrupt executable: ", r.what())); }
-  Status read_attribute(Reader& r, std::string* key, Attribute* a);
+
+  Status read_header();
+  Status read_values(Reader& r);
+  Status read_inputs_outputs(Reader& r);
+  Status read_steps(Reader& r);
+  Status read_step(Reader& r, uint64_t s);
+  Status infer_again();
+  Status make_ops();
+  Status read_plan(Reader& r, Plan* plan);
+  Status read_timeline(Reader& r, Plan* plan);
   Status read_choice(Reader& r, Plan* plan);
+  Status read_attribute(Reader& r, std::string* key, Attribute* a);
+  Status check_memory(const Plan& plan);
+  Result<Value*> value_at(uint64_t idx, const std::string& what) const {
+    if (idx >= vals_.size()) return err(str_cat(what, " names value ", idx, " of ", vals_.size()));
+    return vals_[idx];
+  }
 
   const char* base_;
   size_t size_;
   std::string name_;
   std::shared_ptr<void> owner_;
   LoadOptions options_;
+
+  const char* meta_ = nullptr;
+  uint64_t meta_bytes_ = 0;
+  const char* weights_ = nullptr;
+  uint64_t weights_bytes_ = 0;
+  std::unique_ptr<Program> p_;
+  std::vector<StoredValue> sv_;
+  std::vector<Value*> vals_;
+  std::vector<bool> produced_;
+  std::vector<StoredStep> ss_;
+  int64_t total_tasks_ = 0;
+  uint64_t arena_bytes_ = 0;
 };
 
-// The record of how the Plan was chosen: the vEUs asked for (at least the
-// Plan's), its measured median (0: chosen by prediction) and each
-// candidate timed.
 Status Loader::read_choice(Reader& r, Plan* plan) {
   const uint32_t requested = r.u32("requested vEUs");
   const double measured = r.f64("measured makespan");
@@ -437,52 +488,49 @@ Status Loader::read_attribute(Reader& r, std::string* key, Attribute* a) {
   return r.ok() ? Status() : bad(r);
 }
 
-Result<std::unique_ptr<Program>> Loader::run() {
-  const int64_t t0 = now_ns();
-  // --- header
-  if (size_ < kExecutableHeaderBytes) return err("not a Tessera executable (shorter than its 64-byte header)");
+Status Loader::read_header() {
+  if (size_ < kExecutableHeaderBytes) return not_ours("not a Tessera executable (shorter than its 64-byte header)");
   if (std::memcmp(base_, kExecutableMagic, sizeof kExecutableMagic) != 0)
-    return err("not a Tessera executable (bad magic)");
+    return not_ours("not a Tessera executable (bad magic)");
   Reader h(base_ + 8, kExecutableHeaderBytes - 8);
   uint32_t version = h.u32("version");
   uint32_t header_bytes = h.u32("header size");
   uint64_t file_bytes = h.u64("file size");
-  uint64_t meta_offset = h.u64("metadata offset"), meta_bytes = h.u64("metadata size");
-  uint64_t weights_offset = h.u64("weights offset"), weights_bytes = h.u64("weights size");
+  uint64_t meta_offset = h.u64("metadata offset");
+  meta_bytes_ = h.u64("metadata size");
+  uint64_t weights_offset = h.u64("weights offset");
+  weights_bytes_ = h.u64("weights size");
   uint32_t meta_crc = h.u32("metadata crc"), weights_crc = h.u32("weights crc");
   if (version != kExecutableVersion)
-    return err(str_cat("executable format version ", version, "; this Tessera reads version ", kExecutableVersion,
-                       " (compile the model again)"));
+    return not_ours(str_cat("executable format version ", version, "; this Tessera reads version ", kExecutableVersion,
+                            " (compile the model again)"));
   if (header_bytes != kExecutableHeaderBytes) return err(str_cat("header size ", header_bytes, ", expected 64"));
   if (file_bytes != size_)
     return err(str_cat("file is ", size_, " bytes but its header says ", file_bytes, " (truncated or extended)"));
-  if (meta_offset != kExecutableHeaderBytes || meta_bytes > size_ - meta_offset)
+  if (meta_offset != kExecutableHeaderBytes || meta_bytes_ > size_ - meta_offset)
     return err("metadata section lies outside the file");
-  if (weights_offset % 64 != 0 || weights_offset < meta_offset + meta_bytes || weights_offset > size_ ||
-      weights_bytes != size_ - weights_offset)
+  if (weights_offset % 64 != 0 || weights_offset < meta_offset + meta_bytes_ || weights_offset > size_ ||
+      weights_bytes_ != size_ - weights_offset)
     return err("weights section is misaligned or lies outside the file");
-  const char* meta = base_ + meta_offset;
-  const char* weights = base_ + weights_offset;
+  meta_ = base_ + meta_offset;
+  weights_ = base_ + weights_offset;
   if (options_.verify_checksums) {
-    if (crc32_of(meta, meta_bytes) != meta_crc) return err("metadata checksum mismatch (the file is corrupt)");
-    if (crc32_of(weights, weights_bytes) != weights_crc) return err("weights checksum mismatch (the file is corrupt)");
+    if (crc32_of(meta_, meta_bytes_) != meta_crc) return err("metadata checksum mismatch (the file is corrupt)");
+    if (crc32_of(weights_, weights_bytes_) != weights_crc) return err("weights checksum mismatch (the file is corrupt)");
   }
+  return Status();
+}
 
-  // --- metadata
-  Reader r(meta, meta_bytes);
-  auto p = std::make_unique<Program>();
-  p->graph = std::make_unique<Graph>();
-  Graph& g = *p->graph;
-  std::string producer = r.str("producer");
-  p->source = r.str("source");
-  g.name = r.str("graph name");
-  g.opset = r.i64("graph opset");
+// Values, then the graph's values made from them (constants borrowing the
+// weights section).
+Status Loader::read_values(Reader& r) {
+  Graph& g = *p_->graph;
   uint64_t nv = r.count("values", r.u32("value count"), 16);
   if (!r.ok()) return bad(r);
-  std::vector<StoredValue> sv(nv);
+  sv_.resize(nv);
   std::unordered_set<std::string> names;
   for (uint64_t i = 0; i < nv; ++i) {
-    StoredValue& v = sv[i];
+    StoredValue& v = sv_[i];
     v.name = r.str("value name");
     uint8_t dt = r.u8("value dtype"), role = r.u8("value role"), out = r.u8("value flags");
     r.u8("value reserved");
@@ -500,29 +548,29 @@ Result<std::unique_ptr<Program>> Loader::run() {
     v.is_output = out != 0;
     int64_t bytes = checked_bytes(v.shape, v.dtype);
     if (bytes < 0) return err(str_cat("value '", v.name, "' is larger than 4 GiB"));
-    if (v.role == Role::kConstant) {
-      if (v.a % 64 != 0 || v.a > weights_bytes || v.b > weights_bytes - v.a || v.b != static_cast<uint64_t>(bytes))
-        return err(str_cat("constant '", v.name, "': its data lies outside the weights section or does not match ",
-                           "its shape"));
-    }
+    if (v.role == Role::kConstant &&
+        (v.a % 64 != 0 || v.a > weights_bytes_ || v.b > weights_bytes_ - v.a || v.b != static_cast<uint64_t>(bytes)))
+      return err(str_cat("constant '", v.name, "': its data lies outside the weights section or does not match ",
+                         "its shape"));
   }
-  // Graph values, constants borrowing the weights.
-  std::vector<Value*> vals(nv, nullptr);
+  vals_.assign(nv, nullptr);
+  produced_.assign(nv, false);
   for (uint64_t i = 0; i < nv; ++i) {
-    const StoredValue& v = sv[i];
+    const StoredValue& v = sv_[i];
     if (v.role == Role::kConstant) {
-      vals[i] = g.add_constant(v.name, Tensor::view(v.dtype, v.shape, weights + v.a, owner_));
+      vals_[i] = g.add_constant(v.name, Tensor::view(v.dtype, v.shape, weights_ + v.a, owner_));
     } else if (v.role == Role::kInput) {
-      vals[i] = g.add_input(v.name, v.dtype, v.shape);
-      vals[i]->shape_known = true;
+      vals_[i] = g.add_input(v.name, v.dtype, v.shape);
+      vals_[i]->shape_known = true;
     } else {
-      vals[i] = g.add_value(v.name, v.dtype, v.shape);
+      vals_[i] = g.add_value(v.name, v.dtype, v.shape);
     }
   }
-  auto value_at = [&](uint64_t idx, const char* what) -> Result<Value*> {
-    if (idx >= nv) return err(str_cat(what, " names value ", idx, " of ", nv));
-    return vals[idx];
-  };
+  return Status();
+}
+
+Status Loader::read_inputs_outputs(Reader& r) {
+  Graph& g = *p_->graph;
   uint64_t ni = r.count("inputs", r.u32("input count"), 4);
   std::vector<uint32_t> input_ids(ni);
   for (uint32_t& x : input_ids) x = r.u32("input");
@@ -530,88 +578,91 @@ Result<std::unique_ptr<Program>> Loader::run() {
   std::vector<uint32_t> output_ids(no);
   for (uint32_t& x : output_ids) x = r.u32("output");
   if (!r.ok()) return bad(r);
-  {
-    size_t role_inputs = 0;
-    for (const StoredValue& v : sv) role_inputs += v.role == Role::kInput;
-    if (role_inputs != ni) return err("the input list does not match the values marked as inputs");
-    for (size_t k = 0; k < ni; ++k) {
-      TESSERA_ASSIGN_OR_RETURN(Value * v, value_at(input_ids[k], "an input"));
-      if (g.inputs()[k] != v) return err(str_cat("input ", k, " is listed out of order or twice"));
-    }
-    for (uint32_t x : output_ids) {
-      TESSERA_ASSIGN_OR_RETURN(Value * v, value_at(x, "an output"));
-      if (!sv[x].is_output || v->is_output) return err(str_cat("output '", v->name, "' is not marked or listed twice"));
-      g.mark_output(v);
-    }
-    for (uint64_t i = 0; i < nv; ++i)
-      if (sv[i].is_output && !vals[i]->is_output) return err(str_cat("value '", sv[i].name, "' is marked as an output but not listed"));
+  size_t role_inputs = 0;
+  for (const StoredValue& v : sv_) role_inputs += v.role == Role::kInput;
+  if (role_inputs != ni) return err("the input list does not match the values marked as inputs");
+  for (size_t k = 0; k < ni; ++k) {
+    TESSERA_ASSIGN_OR_RETURN(Value * v, value_at(input_ids[k], "an input"));
+    if (g.inputs()[k] != v) return err(str_cat("input ", k, " is listed out of order or twice"));
   }
+  for (uint32_t x : output_ids) {
+    TESSERA_ASSIGN_OR_RETURN(Value * v, value_at(x, "an output"));
+    if (!sv_[x].is_output || v->is_output) return err(str_cat("output '", v->name, "' is not marked or listed twice"));
+    g.mark_output(v);
+  }
+  for (size_t i = 0; i < sv_.size(); ++i)
+    if (sv_[i].is_output && !vals_[i]->is_output)
+      return err(str_cat("value '", sv_[i].name, "' is marked as an output but not listed"));
+  return Status();
+}
 
-  // Steps: nodes, their kernels and tilings.
+// Steps: nodes, their kernels and tilings.
+Status Loader::read_steps(Reader& r) {
   uint64_t ns = r.count("steps", r.u32("step count"), 40);
   if (!r.ok()) return bad(r);
-  struct StoredStep {
-    std::string kernel;
-    int64_t requested = 0, tasks = 0;
-    double cost = 0;
-  };
-  std::vector<StoredStep> ss(ns);
-  std::vector<bool> produced(nv, false);
-  for (uint64_t s = 0; s < ns; ++s) {
-    std::string op = r.str("op type");
-    std::string nname = r.str("node name");
-    int64_t opset = r.i64("node opset");
-    uint64_t nin = r.count("node inputs", r.u32("node input count"), 4);
-    std::vector<int32_t> ins(nin);
-    for (int32_t& x : ins) x = r.i32("node input");
-    uint64_t nout = r.count("node outputs", r.u32("node output count"), 4);
-    std::vector<uint32_t> outs(nout);
-    for (uint32_t& x : outs) x = r.u32("node output");
-    uint64_t na = r.count("attributes", r.u32("attribute count"), 5);
-    if (!r.ok()) return bad(r);
-    std::string where = str_cat("step ", s, " (", op, " '", nname, "')");
-    if (op_find(op) == nullptr) return err(str_cat(where, ": unknown op type"));
-    if (opset < kMinOpset || opset > kMaxOpset) return err(str_cat(where, ": opset ", opset, " is out of range"));
-    std::vector<Value*> in_vals;
-    for (int32_t x : ins) {
-      if (x == -1) {
-        in_vals.push_back(nullptr);
-        continue;
-      }
-      if (x < 0) return err(str_cat(where, ": input index ", x, " is invalid"));
-      TESSERA_ASSIGN_OR_RETURN(Value * v, value_at(static_cast<uint64_t>(x), where.c_str()));
-      in_vals.push_back(v);
-    }
-    std::vector<Value*> out_vals;
-    for (uint32_t x : outs) {
-      TESSERA_ASSIGN_OR_RETURN(Value * v, value_at(x, where.c_str()));
-      if (sv[x].role != Role::kRuntime || produced[x])
-        return err(str_cat(where, ": output '", v->name, "' is an input, a constant or produced twice"));
-      produced[x] = true;
-      out_vals.push_back(v);
-    }
-    Node* n = g.add_node_producing(op, nname, in_vals, out_vals);
-    n->opset = opset;
-    for (uint64_t k = 0; k < na; ++k) {
-      std::string key;
-      Attribute a;
-      TESSERA_RETURN_IF_ERROR(read_attribute(r, &key, &a));
-      if (!n->attrs.emplace(key, std::move(a)).second) return err(str_cat(where, ": attribute '", key, "' is repeated"));
-    }
-    ss[s].kernel = r.str("kernel name");
-    ss[s].requested = r.i64("kernel tasks requested");
-    ss[s].tasks = r.i64("kernel tasks");
-    ss[s].cost = r.f64("task cost");
-    if (!r.ok()) return bad(r);
-    if (!std::isfinite(ss[s].cost) || ss[s].cost < 0) return err(str_cat(where, ": task cost is not a finite time"));
-  }
-  for (uint64_t i = 0; i < nv; ++i)
-    if (sv[i].role == Role::kRuntime && !produced[i] && (sv[i].is_output || g.use_count(vals[i]) > 0))
-      return err(str_cat("value '", sv[i].name, "' is read but never produced"));
-  TESSERA_RETURN_IF_ERROR(verify_graph(g).with_context(name_));
+  ss_.resize(ns);
+  for (uint64_t s = 0; s < ns; ++s) TESSERA_RETURN_IF_ERROR(read_step(r, s));
+  Graph& g = *p_->graph;
+  for (size_t i = 0; i < sv_.size(); ++i)
+    if (sv_[i].role == Role::kRuntime && !produced_[i] && (sv_[i].is_output || g.use_count(vals_[i]) > 0))
+      return err(str_cat("value '", sv_[i].name, "' is read but never produced"));
+  Status st = verify_graph(g);
+  return st.ok() ? st : err(st.message());
+}
 
-  // Shapes and dtypes: inferred again from the graph, never trusted.
-  for (auto& np : g.nodes()) {
+Status Loader::read_step(Reader& r, uint64_t s) {
+  std::string op = r.str("op type");
+  std::string nname = r.str("node name");
+  int64_t opset = r.i64("node opset");
+  uint64_t nin = r.count("node inputs", r.u32("node input count"), 4);
+  std::vector<int32_t> ins(nin);
+  for (int32_t& x : ins) x = r.i32("node input");
+  uint64_t nout = r.count("node outputs", r.u32("node output count"), 4);
+  std::vector<uint32_t> outs(nout);
+  for (uint32_t& x : outs) x = r.u32("node output");
+  uint64_t na = r.count("attributes", r.u32("attribute count"), 5);
+  if (!r.ok()) return bad(r);
+  std::string where = str_cat("step ", s, " (", op, " '", nname, "')");
+  if (op_find(op) == nullptr) return err(str_cat(where, ": unknown op type"));
+  if (opset < kMinOpset || opset > kMaxOpset) return err(str_cat(where, ": opset ", opset, " is out of range"));
+  std::vector<Value*> in_vals;
+  for (int32_t x : ins) {
+    if (x == -1) {
+      in_vals.push_back(nullptr);
+      continue;
+    }
+    if (x < 0) return err(str_cat(where, ": input index ", x, " is invalid"));
+    TESSERA_ASSIGN_OR_RETURN(Value * v, value_at(static_cast<uint64_t>(x), where));
+    in_vals.push_back(v);
+  }
+  std::vector<Value*> out_vals;
+  for (uint32_t x : outs) {
+    TESSERA_ASSIGN_OR_RETURN(Value * v, value_at(x, where));
+    if (sv_[x].role != Role::kRuntime || produced_[x])
+      return err(str_cat(where, ": output '", v->name, "' is an input, a constant or produced twice"));
+    produced_[x] = true;
+    out_vals.push_back(v);
+  }
+  Node* n = p_->graph->add_node_producing(op, nname, in_vals, out_vals);
+  n->opset = opset;
+  for (uint64_t k = 0; k < na; ++k) {
+    std::string key;
+    Attribute a;
+    TESSERA_RETURN_IF_ERROR(read_attribute(r, &key, &a));
+    if (!n->attrs.emplace(key, std::move(a)).second) return err(str_cat(where, ": attribute '", key, "' is repeated"));
+  }
+  ss_[s].kernel = r.str("kernel name");
+  ss_[s].requested = r.i64("kernel tasks requested");
+  ss_[s].tasks = r.i64("kernel tasks");
+  ss_[s].cost = r.f64("task cost");
+  if (!r.ok()) return bad(r);
+  if (!std::isfinite(ss_[s].cost) || ss_[s].cost < 0) return err(str_cat(where, ": task cost is not a finite time"));
+  return Status();
+}
+
+// Shapes and dtypes: inferred again from the graph, never trusted.
+Status Loader::infer_again() {
+  for (auto& np : p_->graph->nodes()) {
     Node& n = *np;
     std::vector<std::pair<DType, Shape>> stored;
     for (Value* o : n.outputs) {
@@ -628,68 +679,73 @@ Result<std::unique_ptr<Program>> Loader::run() {
                            o->shape.to_string()));
     }
   }
+  return Status();
+}
 
-  // Kernels: only this build's, with the rTask counts they reproduce.
-  int64_t total_tasks = 0;
-  p->task_cost_us.resize(ns);
-  for (uint64_t s = 0; s < ns; ++s) {
-    const Node& n = *g.nodes()[s];
+// Kernels: only this build's, with the rTask counts they reproduce.
+Status Loader::make_ops() {
+  Program& p = *p_;
+  p.task_cost_us.resize(ss_.size());
+  for (size_t s = 0; s < ss_.size(); ++s) {
+    const Node& n = *p.graph->nodes()[s];
     const RKernel* k = nullptr;
     for (const RKernel& c : cpu_kernels())
-      if (c.name == ss[s].kernel && c.op == n.op_type) k = &c;
+      if (c.name == ss_[s].kernel && c.op == n.op_type) k = &c;
     if (k == nullptr)
-      return err(str_cat(n.label(), ": rKernel '", ss[s].kernel, "' is not one this build has for ", n.op_type));
+      return err(str_cat(n.label(), ": rKernel '", ss_[s].kernel, "' is not one this build has for ", n.op_type));
     Step st;
     st.node = &n;
     st.kernel = k;
-    st.params.tasks = ss[s].requested;
-    if (ss[s].requested < 0) return err(str_cat(n.label(), ": negative rTask count requested"));
-    if (ss[s].requested > kMaxRequestedTasks)
-      return err(str_cat(n.label(), ": ", ss[s].requested, " rTasks requested, above the limit of ", kMaxRequestedTasks));
+    st.params.tasks = ss_[s].requested;
+    if (ss_[s].requested < 0) return err(str_cat(n.label(), ": negative rTask count requested"));
+    if (ss_[s].requested > kMaxRequestedTasks)
+      return err(str_cat(n.label(), ": ", ss_[s].requested, " rTasks requested, above the limit of ", kMaxRequestedTasks));
     auto op = k->make(n, st.params);
     if (!op.ok()) return err(str_cat(n.label(), ": ", op.status().message()));
     st.op = std::move(*op);
-    if (st.op->tasks() != ss[s].tasks)
-      return err(str_cat(n.label(), ": stored with ", ss[s].tasks, " rTasks, but its rKernel makes ", st.op->tasks()));
-    total_tasks += st.op->tasks();
-    p->max_scratch_bytes = std::max(p->max_scratch_bytes, st.op->scratch_bytes());
-    p->task_cost_us[s] = ss[s].cost;
-    p->steps.push_back(std::move(st));
+    if (st.op->tasks() != ss_[s].tasks)
+      return err(str_cat(n.label(), ": stored with ", ss_[s].tasks, " rTasks, but its rKernel makes ", st.op->tasks()));
+    total_tasks_ += st.op->tasks();
+    p.max_scratch_bytes = std::max(p.max_scratch_bytes, st.op->scratch_bytes());
+    p.task_cost_us[s] = ss_[s].cost;
+    p.steps.push_back(std::move(st));
   }
-  p->stats.rtasks = total_tasks;
-  p->stats.nodes_imported = static_cast<int>(ns);
-  auto aliases = value_aliases(g);
+  p.stats.rtasks = total_tasks_;
+  p.stats.nodes_imported = static_cast<int>(ss_.size());
+  auto aliases = value_aliases(*p.graph);
   if (!aliases.ok()) return err(aliases.status().message());
-  p->aliases = std::move(*aliases);
+  p.aliases = std::move(*aliases);
+  return Status();
+}
 
-  // Memory plan header and the Plan.
-  uint64_t arena_bytes = r.u64("arena size");
+// The memory plan's sizes and the Plan: per vEU its instruction list.
+Status Loader::read_plan(Reader& r, Plan* plan) {
+  arena_bytes_ = r.u64("arena size");
   uint64_t max_scratch = r.u64("scratch size");
   uint8_t measured = r.u8("costs measured");
   uint32_t veus = r.u32("vEU count");
   uint8_t policy = r.u8("policy");
   double predicted = r.f64("predicted makespan");
   if (!r.ok()) return bad(r);
-  if (max_scratch != p->max_scratch_bytes)
-    return err(str_cat("scratch size ", max_scratch, " does not match the rKernels' ", p->max_scratch_bytes));
+  if (max_scratch != p_->max_scratch_bytes)
+    return err(str_cat("scratch size ", max_scratch, " does not match the rKernels' ", p_->max_scratch_bytes));
   if (measured > 1) return err("bad costs flag");
-  p->costs_measured = measured != 0;
+  p_->costs_measured = measured != 0;
   if (veus < 1 || veus > kMaxVeus) return err(str_cat("vEU count ", veus, " is out of range (1 to ", kMaxVeus, ")"));
   if (policy != static_cast<uint8_t>(Policy::kWavefront) && policy != static_cast<uint8_t>(Policy::kCriticalPath) &&
       policy != static_cast<uint8_t>(Policy::kRandom))
     return err(str_cat("unknown scheduling policy ", int(policy)));
   if (!std::isfinite(predicted) || predicted < 0) return err("predicted makespan is not a finite time");
-  Plan plan;
-  plan.veus = static_cast<int>(veus);
-  plan.policy = static_cast<Policy>(policy);
-  plan.predicted_us = predicted;
-  plan.program.resize(veus);
-  plan.tasks_per_veu.assign(veus, 0);
+  plan->veus = static_cast<int>(veus);
+  plan->policy = static_cast<Policy>(policy);
+  plan->predicted_us = predicted;
+  plan->program.resize(veus);
+  plan->tasks_per_veu.assign(veus, 0);
   int64_t runs = 0;
   for (uint32_t u = 0; u < veus; ++u) {
     uint64_t n = r.count("instructions", r.u64("instruction count"), 13);
     if (!r.ok()) return bad(r);
-    auto& prog = plan.program[u];
+    auto& prog = plan->program[u];
     prog.resize(n);
     for (Instr& in : prog) {
       uint8_t kind = r.u8("instruction");
@@ -698,20 +754,25 @@ Result<std::unique_ptr<Program>> Loader::run() {
       if (!r.ok()) return bad(r);
       if (kind > static_cast<uint8_t>(Instr::Kind::kWait)) return err(str_cat("vEU ", u, ": unknown instruction ", int(kind)));
       in.kind = static_cast<Instr::Kind>(kind);
-      if (in.kind == Instr::Kind::kRun) ++plan.tasks_per_veu[u];
-      if (in.kind == Instr::Kind::kWait) ++plan.waits;
-      if (in.kind == Instr::Kind::kSignal) ++plan.signals;
+      if (in.kind == Instr::Kind::kRun) ++plan->tasks_per_veu[u];
+      if (in.kind == Instr::Kind::kWait) ++plan->waits;
+      if (in.kind == Instr::Kind::kSignal) ++plan->signals;
     }
-    runs += plan.tasks_per_veu[u];
+    runs += plan->tasks_per_veu[u];
   }
-  if (runs != total_tasks)
-    return err(str_cat("the Plan runs ", runs, " rTasks but the rKernels make ", total_tasks));
-  TESSERA_RETURN_IF_ERROR(plan_derive_clocks(*p, &plan).with_context(name_));
+  if (runs != total_tasks_) return err(str_cat("the Plan runs ", runs, " rTasks but the rKernels make ", total_tasks_));
+  Status st = plan_derive_clocks(*p_, plan);
+  return st.ok() ? st : err(st.message());
+}
+
+// The predicted timeline: every rTask once, in range.
+Status Loader::read_timeline(Reader& r, Plan* plan) {
   uint64_t np = r.count("placements", r.u64("placement count"), 36);
   if (!r.ok()) return bad(r);
-  if (np != static_cast<uint64_t>(total_tasks)) return err("the predicted timeline does not list every rTask once");
-  plan.placements.resize(np);
-  for (TaskPlacement& t : plan.placements) {
+  if (np != static_cast<uint64_t>(total_tasks_)) return err("the predicted timeline does not list every rTask once");
+  plan->placements.resize(np);
+  const uint64_t ns = p_->steps.size();
+  for (TaskPlacement& t : plan->placements) {
     t.step = r.i32("placement");
     t.task = r.i64("placement");
     t.veu = r.i32("placement");
@@ -719,62 +780,92 @@ Result<std::unique_ptr<Program>> Loader::run() {
     t.start_us = r.f64("placement");
     t.end_us = r.f64("placement");
     if (!r.ok()) return bad(r);
-    if (t.step < 0 || static_cast<uint64_t>(t.step) >= ns || t.task < 0 || t.task >= p->steps[t.step].op->tasks() ||
-        t.veu < 0 || t.veu >= plan.veus || t.index < 0 || t.index >= plan.tasks_per_veu[t.veu] ||
+    if (t.step < 0 || static_cast<uint64_t>(t.step) >= ns || t.task < 0 || t.task >= p_->steps[t.step].op->tasks() ||
+        t.veu < 0 || t.veu >= plan->veus || t.index < 0 || t.index >= plan->tasks_per_veu[t.veu] ||
         !std::isfinite(t.start_us) || !std::isfinite(t.end_us) || t.start_us > t.end_us)
       return err("a predicted timeline entry is out of range");
   }
-  TESSERA_RETURN_IF_ERROR(read_choice(r, &plan));
-  if (r.left() != 0) return err(str_cat(r.left(), " unexpected bytes after the Plan"));
+  return Status();
+}
 
-  // Memory plan: every runtime value inside the arena, 64-byte aligned, and
-  // values that share bytes never live at once under this Plan.
+// Memory plan: every runtime value inside the arena, 64-byte aligned, and
+// values that share bytes never live at once under this Plan.
+Status Loader::check_memory(const Plan& plan) {
+  Program& p = *p_;
+  const Graph& g = *p.graph;
   std::unordered_map<const Value*, size_t> offset;
   uint64_t naive = 0;
-  for (uint64_t i = 0; i < nv; ++i) {
-    if (sv[i].role == Role::kConstant) continue;
-    bool used = sv[i].is_output || sv[i].role == Role::kInput || g.use_count(vals[i]) > 0 || produced[i];
+  for (size_t i = 0; i < sv_.size(); ++i) {
+    if (sv_[i].role == Role::kConstant) continue;
+    bool used = sv_[i].is_output || sv_[i].role == Role::kInput || g.use_count(vals_[i]) > 0 || produced_[i];
     if (!used) continue;
-    uint64_t bytes = value_bytes(vals[i]);
-    naive += value_slot_bytes(vals[i]);
-    if (sv[i].a % 64 != 0 || sv[i].a > arena_bytes || bytes > arena_bytes - sv[i].a)
-      return err(str_cat("value '", sv[i].name, "' lies outside the arena"));
-    offset[vals[i]] = sv[i].a;
+    uint64_t bytes = value_bytes(vals_[i]);
+    naive += value_slot_bytes(vals_[i]);
+    if (sv_[i].a % 64 != 0 || sv_[i].a > arena_bytes_ || bytes > arena_bytes_ - sv_[i].a)
+      return err(str_cat("value '", sv_[i].name, "' lies outside the arena"));
+    offset[vals_[i]] = sv_[i].a;
   }
-  if (arena_bytes > naive) return err(str_cat("arena of ", arena_bytes, " bytes is larger than all values together (with their page-offset slack)"));
-  p->memory.arena_bytes = arena_bytes;
-  p->memory.naive_bytes = naive;
-  p->memory.offset = offset;
+  if (arena_bytes_ > naive)
+    return err(str_cat("arena of ", arena_bytes_, " bytes is larger than all values together (with their page-offset slack)"));
+  p.memory.arena_bytes = arena_bytes_;
+  p.memory.naive_bytes = naive;
+  p.memory.offset = offset;
   // An in-place Concat part lies exactly at its slice of the output: the
   // Concat does not copy it.
-  for (const auto& [v, a] : p->aliases) {
+  for (const auto& [v, a] : p.aliases) {
     auto pv = offset.find(v), pb = offset.find(a.base);
     if (pv == offset.end() || pb == offset.end() || pv->second != pb->second + a.offset)
       return err(str_cat("value '", v->name, "' is written in place into '", a.base->name, "' but does not lie at byte ",
                          a.offset, " of it"));
   }
-  {
-    PlanLifetimes life(*p, plan);
-    const auto& lv = life.values();
-    std::vector<size_t> order(lv.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    for (const Value* v : lv)
-      if (!offset.count(v)) return err(str_cat("value '", v->name, "' has no place in the arena"));
-    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return offset[lv[x]] < offset[lv[y]]; });
-    for (size_t i = 0; i < order.size(); ++i) {
-      const Value* a = lv[order[i]];
-      uint64_t a_end = offset[a] + value_bytes(a);
-      for (size_t j = i + 1; j < order.size() && offset[lv[order[j]]] < a_end; ++j)
-        if (life.group(order[i]) != life.group(order[j]) && life.conflict(order[i], order[j]))
-          return err(str_cat("values '", a->name, "' and '", lv[order[j]]->name,
-                             "' share arena bytes but may be live at the same time under the Plan"));
-    }
+  PlanLifetimes life(p, plan);
+  const auto& lv = life.values();
+  std::vector<size_t> order(lv.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  for (const Value* v : lv)
+    if (!offset.count(v)) return err(str_cat("value '", v->name, "' has no place in the arena"));
+  std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return offset[lv[x]] < offset[lv[y]]; });
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Value* a = lv[order[i]];
+    uint64_t a_end = offset[a] + value_bytes(a);
+    for (size_t j = i + 1; j < order.size() && offset[lv[order[j]]] < a_end; ++j)
+      if (life.group(order[i]) != life.group(order[j]) && life.conflict(order[i], order[j]))
+        return err(str_cat("values '", a->name, "' and '", lv[order[j]]->name,
+                           "' share arena bytes but may be live at the same time under the Plan"));
   }
-  p->plan = std::move(plan);
-  assign_slots(*p);
-  (void)producer;
-  p->stats.compile_ms = static_cast<double>(now_ns() - t0) / 1e6;
-  return p;
+  return Status();
+}
+
+Result<std::unique_ptr<Program>> Loader::run() {
+  const int64_t t0 = now_ns();
+  TESSERA_RETURN_IF_ERROR(read_header());
+  Reader r(meta_, meta_bytes_);
+  p_ = std::make_unique<Program>();
+  p_->graph = std::make_unique<Graph>();
+  r.str("producer");  // informational
+  const std::string device = r.str("device kind");
+  p_->source = r.str("source");
+  p_->graph->name = r.str("graph name");
+  p_->graph->opset = r.i64("graph opset");
+  if (!r.ok()) return bad(r);
+  if (device != kExecutableDevice)
+    return failed_precondition(str_cat(name_, ": compiled for the '", device, "' device; this build runs Executables ",
+                                       "for '", kExecutableDevice, "'"));
+  TESSERA_RETURN_IF_ERROR(read_values(r));
+  TESSERA_RETURN_IF_ERROR(read_inputs_outputs(r));
+  TESSERA_RETURN_IF_ERROR(read_steps(r));
+  TESSERA_RETURN_IF_ERROR(infer_again());
+  TESSERA_RETURN_IF_ERROR(make_ops());
+  Plan plan;
+  TESSERA_RETURN_IF_ERROR(read_plan(r, &plan));
+  TESSERA_RETURN_IF_ERROR(read_timeline(r, &plan));
+  TESSERA_RETURN_IF_ERROR(read_choice(r, &plan));
+  if (r.left() != 0) return err(str_cat(r.left(), " unexpected bytes after the Plan"));
+  TESSERA_RETURN_IF_ERROR(check_memory(plan));
+  p_->plan = std::move(plan);
+  assign_slots(*p_);
+  p_->stats.compile_ms = static_cast<double>(now_ns() - t0) / 1e6;
+  return std::move(p_);
 }
 
 }  // namespace

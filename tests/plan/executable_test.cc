@@ -308,6 +308,30 @@ TEST_F(Damaged, VersionMagicAndChecksums) {
   std::string w = b;
   w[w.size() - 3] ^= 0x01;
   EXPECT_NE(load(w).message().find("weights checksum"), std::string::npos) << load(w).message();
+  // Another file or version: invalid; corrupt bytes in ours: data loss.
+  EXPECT_EQ(load(m).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(load(v).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(load(meta).code(), StatusCode::kDataLoss);
+  EXPECT_EQ(load(w).code(), StatusCode::kDataLoss);
+  EXPECT_EQ(load(b.substr(0, b.size() - 1)).code(), StatusCode::kDataLoss);
+}
+
+// The file names the device kind its rKernels and Plan are for (after the
+// producer string); another kind is refused, named.
+TEST_F(Damaged, DeviceKindIsRecordedAndChecked) {
+  std::string b = write_ok();
+  const size_t producer = kExecutableHeaderBytes;
+  uint32_t n = 0;
+  std::memcpy(&n, b.data() + producer, 4);
+  const size_t device = producer + 4 + n;
+  uint32_t len = 0;
+  std::memcpy(&len, b.data() + device, 4);
+  ASSERT_EQ(b.substr(device + 4, len), kExecutableDevice);
+  std::string g = b;
+  g.replace(device + 4, 3, "gpu");
+  Status st = load(g, false);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("compiled for the 'gpu' device"), std::string::npos) << st.message();
 }
 
 TEST_F(Damaged, EveryTruncationIsRefused) {
