@@ -8,7 +8,7 @@
 #include "base/strings.h"
 #include "base/log.h"
 #include "compiler/program.h"
-#include "runtime/plan_runner.h"
+#include "devices/cpu/plan_runner.h"
 #include "topology/host_map.h"
 
 namespace tessera::cli {

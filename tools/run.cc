@@ -14,7 +14,7 @@
 #include "ir/npy.h"
 #include "compiler/executable.h"
 #include "onnx/importer.h"
-#include "runtime/engine.h"
+#include "devices/cpu/engine.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "runtime/trace.h"

@@ -8,7 +8,7 @@
 #include "base/strings.h"
 #include "compiler/executable.h"
 #include "onnx/importer.h"
-#include "runtime/plan_runner.h"
+#include "devices/cpu/plan_runner.h"
 #include "topology/cpu_topology.h"
 
 #ifndef TESSERA_VERSION_STRING

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "compiler/program.h"
-#include "runtime/engine.h"
+#include "devices/cpu/engine.h"
 #include "tessera/runtime.h"
 #include "topology/host_map.h"
 

@@ -146,7 +146,7 @@ struct PlanTiming {
 // Runs a Program's Plan (with its memory plan and slots) on real vEUs:
 // `warmup` untimed runs, then `runs` timed ones, each rTask timed when
 // `trace`. Supplied by the runtime, which the compiler sits below
-// (runtime/plan_runner.h).
+// (devices/cpu/plan_runner.h).
 using PlanRunner = std::function<Result<PlanTiming>(const Program& p, int warmup, int runs, bool trace)>;
 
 // Recomputes a Plan's predicted timeline (placements' times, predicted_us)

@@ -12,7 +12,7 @@
 
 #include "ir/npy.h"
 #include "onnx/importer.h"
-#include "runtime/engine.h"
+#include "devices/cpu/engine.h"
 
 // These replacements pair malloc/aligned_alloc with free, which is correct;
 // GCC cannot see that through the replaced operators.

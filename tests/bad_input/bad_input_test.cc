@@ -10,7 +10,7 @@
 
 #include "compiler/program.h"
 #include "onnx/importer.h"
-#include "runtime/engine.h"
+#include "devices/cpu/engine.h"
 
 namespace tessera {
 namespace {

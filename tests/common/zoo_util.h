@@ -15,7 +15,7 @@
 
 #include "ir/npy.h"
 #include "onnx/importer.h"
-#include "runtime/engine.h"
+#include "devices/cpu/engine.h"
 
 namespace tessera::testing_util {
 

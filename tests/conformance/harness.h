@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "compiler/program.h"
-#include "runtime/engine.h"
+#include "devices/cpu/engine.h"
 
 namespace tessera::testing {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "compiler/executable.h"
-#include "runtime/engine.h"
+#include "devices/cpu/engine.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tessera::LoadOptions lo;

@@ -11,7 +11,7 @@
 #include <random>
 
 #include "base/strings.h"
-#include "runtime/engine.h"
+#include "devices/cpu/engine.h"
 #include "tests/common/zoo_util.h"
 
 namespace tessera {

@@ -22,7 +22,7 @@
 #include "ir/npy.h"
 #include "ir/ops/op_registry.h"
 #include "onnx/importer.h"
-#include "runtime/engine.h"
+#include "devices/cpu/engine.h"
 #include "tests/common/zoo_util.h"
 
 namespace tessera {

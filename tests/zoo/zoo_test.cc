@@ -10,7 +10,7 @@
 
 #include "ir/npy.h"
 #include "onnx/importer.h"
-#include "runtime/engine.h"
+#include "devices/cpu/engine.h"
 #include "tests/common/zoo_util.h"
 
 namespace tessera {

@@ -42,7 +42,7 @@
 
 namespace tessera {
 
-// Per-step arguments, resolved once by the Engine (runtime/engine.h).
+// Per-step arguments, resolved once by the Engine (devices/cpu/engine.h).
 struct StepArgs {
   const ROp* op;
   const void* const* in;

@@ -63,6 +63,20 @@ struct EngineOptions {
   bool null_device = false;
 };
 
+// How an Engine runs its Program's steps once: one implementation per
+// executor (sequential, two-layer, plan), chosen at Engine::create.
+// Thread-safety: run() from one thread at a time.
+class StepExecutor {
+ public:
+  virtual ~StepExecutor() = default;
+  virtual void run(const Program& p, const ResolvedArgs& args) = 0;
+  // (optional) The plan executor's vEUs; nullptr for the others.
+  virtual CpuVDevice* vdevice() { return nullptr; }
+};
+// The executor `options` names, for `threads` threads; the null device's
+// runs nothing.
+std::unique_ptr<StepExecutor> make_step_executor(const Program& p, const EngineOptions& options, int threads);
+
 class Engine {
  public:
   static Result<std::unique_ptr<Engine>> create(std::unique_ptr<Program> program, const EngineOptions& options);
@@ -99,19 +113,15 @@ class Engine {
   void poison_arena();
 
   // The plan executor's device (nullptr for the other executors).
-  CpuVDevice* vdevice() { return vdevice_.get(); }
+  CpuVDevice* vdevice() { return exec_->vdevice(); }
 
  private:
   Engine(std::unique_ptr<Program> program, const EngineOptions& options, int threads);
-  void run_sequential();
-  void run_two_layer();
 
   std::unique_ptr<Program> program_;
   EngineOptions options_;
   int threads_;
   void* arena_ = nullptr;
-  void* scratch_ = nullptr;
-  size_t scratch_stride_ = 0;
   Status bind(int slot, const Value* v, void* data);
 
   ResolvedArgs args_;      // per step: argument pointers resolved once
@@ -123,8 +133,7 @@ class Engine {
   };
   std::unordered_map<int, std::vector<ArgRef>> refs_;  // per bound slot: the pointers into it
   std::vector<const void*> bound_out_;  // per output: where bound, else nullptr
-  std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<CpuVDevice> vdevice_;
+  std::unique_ptr<StepExecutor> exec_;
 };
 
 }  // namespace tessera

@@ -1,4 +1,4 @@
-#include "runtime/engine.h"
+#include "devices/cpu/engine.h"
 
 #include <cstring>
 #include <thread>
@@ -47,6 +47,86 @@ ResolvedArgs resolve_args(const Program& p, void* arena) {
   return r;
 }
 
+namespace {
+
+// Per-thread scratch: `threads` blocks of the Program's largest rTask
+// scratch, 64-byte aligned.
+class Scratch {
+ public:
+  Scratch(const Program& p, int threads)
+      : stride_((p.max_scratch_bytes + 63) / 64 * 64), base_(aligned_alloc64(stride_ * static_cast<size_t>(threads))) {}
+  ~Scratch() { aligned_free64(base_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* at(int thread) const { return static_cast<char*>(base_) + stride_ * static_cast<size_t>(thread); }
+
+ private:
+  size_t stride_;
+  void* base_;
+};
+
+// Every rTask of every op in order, on the calling thread.
+class SequentialExecutor : public StepExecutor {
+ public:
+  explicit SequentialExecutor(const Program& p) : scratch_(p, 1) {}
+  void run(const Program& p, const ResolvedArgs& a) override {
+    for (size_t i = 0; i < p.steps.size(); ++i) {
+      const ROp& op = *p.steps[i].op;
+      TaskArgs args{a.in[i].data(), a.out[i].data(), scratch_.at(0)};
+      for (int64_t t = 0, n = op.tasks(); t < n; ++t) op.run(t, args);
+    }
+  }
+
+ private:
+  Scratch scratch_;
+};
+
+// Op by op; each op's rTasks spread over a pool of threads (the caller
+// among them).
+class TwoLayerExecutor : public StepExecutor {
+ public:
+  TwoLayerExecutor(const Program& p, int threads)
+      : scratch_(p, threads), pool_(threads, [](int) { cpu_kernels_thread_init(); }) {}
+  void run(const Program& p, const ResolvedArgs& a) override {
+    for (size_t i = 0; i < p.steps.size(); ++i) {
+      const ROp& op = *p.steps[i].op;
+      const void* const* in = a.in[i].data();
+      void* const* out = a.out[i].data();
+      pool_.parallel_for(op.tasks(), [&](int64_t task, int thread) { op.run(task, {in, out, scratch_.at(thread)}); });
+    }
+  }
+
+ private:
+  Scratch scratch_;
+  ThreadPool pool_;
+};
+
+// The Program's Plan on vEUs that only wait and signal.
+class PlanExecutor : public StepExecutor {
+ public:
+  PlanExecutor(const Program& p, const EngineOptions& o, int veus) : device_(veus, p.max_scratch_bytes, o.pin, o.slots) {}
+  void run(const Program& p, const ResolvedArgs& a) override { device_.run(*p.plan, a.steps); }
+  CpuVDevice* vdevice() override { return &device_; }
+
+ private:
+  CpuVDevice device_;
+};
+
+// The null device's: nothing runs (Engine::run zero-fills the outputs).
+class NullExecutor : public StepExecutor {
+ public:
+  void run(const Program&, const ResolvedArgs&) override {}
+};
+
+}  // namespace
+
+std::unique_ptr<StepExecutor> make_step_executor(const Program& p, const EngineOptions& o, int threads) {
+  if (o.null_device) return std::make_unique<NullExecutor>();
+  if (o.executor == Executor::kPlan) return std::make_unique<PlanExecutor>(p, o, threads);
+  if (o.executor == Executor::kTwoLayer && threads > 1) return std::make_unique<TwoLayerExecutor>(p, threads);
+  return std::make_unique<SequentialExecutor>(p);
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Program> program, const EngineOptions& options) {
   int hw = static_cast<int>(std::thread::hardware_concurrency());
   if (hw <= 0) hw = 1;
@@ -67,23 +147,16 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Program> program,
 Engine::Engine(std::unique_ptr<Program> program, const EngineOptions& options, int threads)
     : program_(std::move(program)), options_(options), threads_(threads) {
   arena_ = aligned_alloc64(program_->memory.arena_bytes);
-  scratch_stride_ = (program_->max_scratch_bytes + 63) / 64 * 64;
-  scratch_ = aligned_alloc64(scratch_stride_ * static_cast<size_t>(threads_));
   args_ = resolve_args(*program_, arena_);
   arena_args_ = resolve_args(*program_, arena_);
   bound_out_.assign(program_->output_slots.size(), nullptr);
   cpu_kernels_thread_init();
-  if (options_.null_device) return;
-  if (options_.executor == Executor::kTwoLayer && threads_ > 1)
-    pool_ = std::make_unique<ThreadPool>(threads_, [](int) { cpu_kernels_thread_init(); });
-  if (options_.executor == Executor::kPlan)
-    vdevice_ = std::make_unique<CpuVDevice>(threads_, program_->max_scratch_bytes, options_.pin, options_.slots);
+  exec_ = make_step_executor(*program_, options_, threads_);
 }
 
 Engine::~Engine() {
-  pool_.reset();
+  exec_.reset();  // its threads stop before the memory they use goes
   aligned_free64(arena_);
-  aligned_free64(scratch_);
 }
 
 void Engine::poison_arena() { std::memset(arena_, 0xFF, program_->memory.arena_bytes); }
@@ -107,29 +180,6 @@ Status Engine::set_input(const std::string& name, const Tensor& t) {
   return not_found(str_cat("the model has no input '", name, "' (inputs: ", str_join(names, ", "), ")"));
 }
 
-void Engine::run_sequential() {
-  void* scratch = scratch_;
-  for (size_t i = 0; i < program_->steps.size(); ++i) {
-    const ROp& op = *program_->steps[i].op;
-    TaskArgs args{args_.in[i].data(), args_.out[i].data(), scratch};
-    const int64_t n = op.tasks();
-    for (int64_t t = 0; t < n; ++t) op.run(t, args);
-  }
-}
-
-void Engine::run_two_layer() {
-  for (size_t i = 0; i < program_->steps.size(); ++i) {
-    const ROp& op = *program_->steps[i].op;
-    const void* const* in = args_.in[i].data();
-    void* const* out = args_.out[i].data();
-    auto body = [&](int64_t task, int thread) {
-      TaskArgs args{in, out, static_cast<char*>(scratch_) + scratch_stride_ * static_cast<size_t>(thread)};
-      op.run(task, args);
-    };
-    pool_->parallel_for(op.tasks(), body);
-  }
-}
-
 Status Engine::run() {
   if (options_.null_device) {
     for (size_t i = 0; i < program_->output_slots.size(); ++i) {
@@ -139,9 +189,7 @@ Status Engine::run() {
     return Status();
   }
   cpu_kernels_thread_init();  // the calling thread runs rTasks too
-  if (vdevice_) vdevice_->run(*program_->plan, args_.steps);
-  else if (pool_) run_two_layer();
-  else run_sequential();
+  exec_->run(*program_, args_);
   return Status();
 }
 

@@ -1,4 +1,4 @@
-#include "runtime/plan_runner.h"
+#include "devices/cpu/plan_runner.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,7 +9,7 @@
 #include "base/clock.h"
 #include "compiler/program.h"
 #include "devices/cpu/cpu_vdevice.h"
-#include "runtime/engine.h"
+#include "devices/cpu/engine.h"
 #include "topology/calibrate.h"
 
 namespace tessera {
