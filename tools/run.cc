@@ -361,7 +361,7 @@ int run_main(int argc, char** argv) {
   // outputs out; latency is the compute part (what the executors differ
   // in), and --json breaks every run down.
   for (int64_t i = 0; i < *warmup; ++i) {
-    Status st = session.run();
+    Status st = session.run().wait();
     if (!st.ok()) return cli::fail(st);
   }
   struct RunBreakdown {
@@ -378,7 +378,7 @@ int run_main(int argc, char** argv) {
       if (!st.ok()) return cli::fail(st);
     }
     int64_t t1 = now_ns();
-    Status st = session.run();
+    Status st = session.run().wait();
     if (!st.ok()) return cli::fail(st);
     int64_t t2 = now_ns();
     for (size_t k = 0; k < outs.size(); ++k) outs[k] = session.output(k);
@@ -396,7 +396,7 @@ int run_main(int argc, char** argv) {
     if (d == nullptr) return cli::usage_error(kRun, "--trace needs the plan executor");
     std::vector<std::pair<int64_t, int64_t>> spans(session.program().plan->placements.size());
     d->set_trace(&spans);
-    Status st = session.run();
+    Status st = session.run().wait();
     d->set_trace(nullptr);
     if (!st.ok()) return cli::fail(st);
     st = write_chrome_trace(trace_path, session.program(), spans);

@@ -1,14 +1,13 @@
 // Runtime and Model (tessera/runtime.h): connecting, compiling, placing a
 // model on a device.
 #include <algorithm>
-#include <fstream>
 
 #include "api/state.h"
 #include "base/log.h"
 #include "base/strings.h"
 #include "compiler/executable.h"
 #include "onnx/importer.h"
-#include "devices/cpu/plan_runner.h"
+#include "runtime/backends.h"
 #include "topology/cpu_topology.h"
 
 #ifndef TESSERA_VERSION_STRING
@@ -29,17 +28,6 @@ namespace {
 // vEUs of the cpu device: one per core (slots 0..cores-1 of the topology
 // order, which lists one PU per core first).
 int cpu_veus() { return std::max(1, cpu_topology().cores); }
-
-uint64_t memory_total_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  while (in >> key >> kb) {
-    if (key == "MemTotal:") return kb * 1024;
-    in.ignore(1 << 10, '\n');
-  }
-  return 0;
-}
 
 }  // namespace
 
@@ -144,12 +132,20 @@ CompileConfig config_of(const CompileOptions& o) {
   return c;
 }
 
-// Compiles `m` for a session: a Plan for `veus` vEUs on `slots` where the
-// executor is the plan executor.
-Result<std::unique_ptr<Program>> compile_for(ModelState& m, detail::RuntimeState& rt, const SessionOptions& so, int veus,
-                                             const std::vector<int>& slots) {
-  if (m.executable) return load_executable(m.path);
+// Compiles `m` for a session on `device`: a Plan for `veus` vEUs on
+// `slots` where the executor is the plan executor, with the device's
+// rKernels, cost model and plan runner.
+Result<std::unique_ptr<Program>> compile_for(ModelState& m, detail::RuntimeState& rt, const SessionOptions& so,
+                                             const Device& device, int veus, const std::vector<int>& slots) {
+  if (m.executable) {
+    LoadOptions lo;
+    lo.kernels = device.kernels();
+    lo.device = std::string(device.program_kind());
+    return load_executable(m.path, lo);
+  }
   CompileConfig c = config_of(m.options);
+  c.kernels = device.kernels();
+  c.profile = c.profile && device.profiles();
   HostMap file_map;
   if (so.executor == Executor::kPlan) {
     c.build_plan = true;
@@ -157,11 +153,9 @@ Result<std::unique_ptr<Program>> compile_for(ModelState& m, detail::RuntimeState
     c.schedule.policy = policy_of(so.policy);
     c.slots = slots;
     TESSERA_ASSIGN_OR_RETURN(c.host_map, rt.map(m.options.host_map, m.options, &file_map));
-    // A map from a file describes another host: its rates are no gauge here.
-    const HostMap& hm = *c.host_map;
-    const double rate = hm.origin == "measured" || hm.origin == "cache" ? hm.pus[0].fma_gflops : 0;
-    if (m.options.measure && so.device == "cpu") c.plan_runner = cpu_plan_runner(so.pin, rate, slots);
-    if (so.device == "null") c.profile = false;  // costs of a device that computes nothing: estimated
+    const HostMap* map = c.host_map;
+    c.costs = [&device, map](const std::vector<int>& s) { return device.costs(map, s); };
+    if (m.options.measure) c.plan_runner = device.plan_runner(map, slots, so.pin);
   } else {
     c.profile = false;  // the profile costs a Plan's rTasks
     c.variants = false;
@@ -204,16 +198,16 @@ const std::string& Runtime::uri() const {
 
 std::vector<DeviceInfo> Runtime::devices() const {
   std::vector<DeviceInfo> out;
-  const CpuTopology& t = cpu_topology();
-  const int veus = detail::cpu_veus();
-  int held = 0;
-  if (s_) {
-    std::lock_guard<std::mutex> lock(s_->mu);
-    for (int s = 0; s < veus && static_cast<size_t>(s) < s_->holders.size(); ++s) held += s_->holders[static_cast<size_t>(s)] > 0;
-  }
-  const uint64_t mem = detail::memory_total_bytes();
-  out.push_back({"cpu", "cpu", veus, veus - held, mem, t.summary, cpu_model_name()});
-  out.push_back({"null", "null", veus, veus, 0, "nowhere", "runs the whole pipeline without touching data"});
+  for (Backend* b : backends())
+    for (const std::shared_ptr<Device>& d : b->discover()) {
+      DeviceInfo info = d->info();
+      if (info.kind == "cpu" && s_) {  // less the cores this Runtime's sessions hold
+        std::lock_guard<std::mutex> lock(s_->mu);
+        for (int k = 0; k < info.veus && static_cast<size_t>(k) < s_->holders.size(); ++k)
+          info.free_veus -= s_->holders[static_cast<size_t>(k)] > 0;
+      }
+      out.push_back(std::move(info));
+    }
   return out;
 }
 
@@ -247,6 +241,26 @@ Result<Model> Runtime::compile(const std::string& path, const CompileOptions& op
 
 // ------------------------------------------------------------------ Model ---
 
+namespace {
+
+// The vEUs a session asks for: an Executable's own count (either the Plan's
+// or the one it was compiled for may be asked), 1 for the sequential
+// executor, else as given (0: every free one).
+Result<int> session_veus(const ModelState& m, const SessionOptions& so) {
+  if (so.executor == Executor::kSequential) return 1;
+  if (!m.executable) return so.veus;
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Program> p, load_executable(m.path));
+  const Plan& plan = *p->plan;
+  const int requested = std::max(plan.requested_veus, plan.veus);
+  if (so.veus != 0 && so.veus != plan.veus && so.veus != requested)
+    return invalid_argument(str_cat(m.path, " was compiled for ", requested, " vEUs",
+                                    requested != plan.veus ? str_cat(" (its Plan uses ", plan.veus, ")") : "",
+                                    "; compile it again for ", so.veus));
+  return plan.veus;
+}
+
+}  // namespace
+
 const std::string& Model::path() const {
   static const std::string none;
   return s_ ? s_->path : none;
@@ -263,8 +277,7 @@ bool Model::is_executable() const { return s_ && s_->executable; }
 
 Result<Session> Model::session(const SessionOptions& so) {
   if (!s_) return failed_precondition("Model: empty (use Runtime::compile)");
-  if (so.device != "cpu" && so.device != "null")
-    return not_found(str_cat("no device '", so.device, "' (devices: cpu, null)"));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Device> device, find_device(so.device));
   if (so.veus < 0 || so.veus > 1024) return invalid_argument(str_cat("SessionOptions: veus ", so.veus, " is out of range"));
   if (s_->executable && so.executor != Executor::kPlan)
     return invalid_argument(str_cat(s_->path, " is an Executable: it runs on the plan executor only"));
@@ -273,45 +286,30 @@ Result<Session> Model::session(const SessionOptions& so) {
   st->runtime = s_->runtime;
   st->options = so;
   st->device = so.device;
-  int veus = so.veus;
-  std::unique_ptr<Program> program;
-  if (s_->executable) {
-    TESSERA_ASSIGN_OR_RETURN(program, load_executable(s_->path));
-    const Plan& plan = *program->plan;
-    const int requested = std::max(plan.requested_veus, plan.veus);
-    if (veus != 0 && veus != plan.veus && veus != requested)
-      return invalid_argument(str_cat(s_->path, " was compiled for ", requested, " vEUs",
-                                      requested != plan.veus ? str_cat(" (its Plan uses ", plan.veus, ")") : "",
-                                      "; compile it again for ", veus));
-    veus = plan.veus;
-  }
-  if (so.executor == Executor::kSequential) veus = 1;
-  // Cores first, so that the Plan is chosen on the cores it will run on.
-  bool shared = false;
-  if (so.device == "cpu") {
+  st->device_ptr = device;
+  TESSERA_ASSIGN_OR_RETURN(int veus, session_veus(*s_, so));
+  // Cores first (the cpu's vDevice), so that the Plan is chosen on the
+  // cores it will run on.
+  if (device->info().kind == "cpu") {
+    bool shared = false;
     TESSERA_ASSIGN_OR_RETURN(st->slots, s_->runtime->acquire(veus, so.cores, &shared));
     veus = static_cast<int>(st->slots.size());
     if (shared)
       log_warning("this session shares cores with another session of this process (cores ", str_join(st->slots, ","),
                   "): both run slower");
   } else if (veus == 0) {
-    veus = detail::cpu_veus();
+    veus = device->info().veus;
   }
-  if (!program) {
-    auto compiled = compile_for(*s_, *s_->runtime, so, veus, st->slots);
-    if (!compiled.ok()) return compiled.status();  // st releases the cores
-    program = std::move(*compiled);
-  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Program> program, compile_for(*s_, *s_->runtime, so, *device, veus, st->slots));
   st->inputs = infos(program->graph->inputs());
   st->outputs = infos(program->graph->outputs());
   st->veus = program->plan && so.executor == Executor::kPlan ? program->plan->veus : veus;
-  EngineOptions eo;
-  eo.executor = so.executor;
-  eo.threads = veus;
-  eo.pin = so.pin;
-  eo.slots = st->slots;
-  eo.null_device = so.device == "null";
-  TESSERA_ASSIGN_OR_RETURN(st->engine, Engine::create(std::move(program), eo));
+  PlaceOptions po;
+  po.executor = so.executor;
+  po.veus = veus;
+  po.slots = st->slots;
+  po.pin = so.pin;
+  TESSERA_ASSIGN_OR_RETURN(st->loaded, device->load(std::move(program), po));
   st->bound.assign(st->outputs.size(), Tensor());
   st->bound_inputs.assign(st->inputs.size(), nullptr);
   return Session(st);
@@ -328,7 +326,8 @@ Status Model::save(const std::string& path, int veus) {
     const int n = veus > 0 ? veus : detail::cpu_veus();
     std::vector<int> slots(static_cast<size_t>(n));
     for (int u = 0; u < n; ++u) slots[static_cast<size_t>(u)] = u;
-    TESSERA_ASSIGN_OR_RETURN(p, compile_for(*s_, *s_->runtime, so, n, slots));
+    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Device> cpu, find_device("cpu"));
+    TESSERA_ASSIGN_OR_RETURN(p, compile_for(*s_, *s_->runtime, so, *cpu, n, slots));
   }
   return write_executable(*p, path);
 }

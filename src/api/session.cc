@@ -34,7 +34,7 @@ SessionState::~SessionState() {
   }
   turn.notify_all();
   if (worker.joinable()) worker.join();  // serves what was submitted first
-  engine.reset();
+  loaded.reset();
   if (runtime) runtime->release(slots);
 }
 
@@ -100,34 +100,34 @@ Result<NamedTensors> SessionState::execute(const NamedTensors& given, double que
     // Read where it lies when the engine can (no copy); else copied in.
     const void* at = t->raw();
     if (at != bound_inputs[i]) {
-      bound_inputs[i] = engine->bind_input(i, at).ok() ? at : nullptr;
-      if (bound_inputs[i] == nullptr) (void)engine->bind_input(i, nullptr);
+      bound_inputs[i] = loaded->bind_input(i, at).ok() ? at : nullptr;
+      if (bound_inputs[i] == nullptr) (void)loaded->bind_input(i, nullptr);
     }
     if (bound_inputs[i] == nullptr) {
-      TESSERA_RETURN_IF_ERROR(engine->set_input(in.name, *t));
+      TESSERA_RETURN_IF_ERROR(loaded->set_input(in.name, *t));
       copied_in += t->nbytes();
     }
   }
   const int64_t t1 = now_ns();
   std::vector<std::pair<int64_t, int64_t>> spans;
-  const bool tracing = !trace_path.empty() && engine->vdevice() != nullptr;
+  const bool tracing = !trace_path.empty() && loaded->program().plan;
   if (tracing) {
-    spans.resize(engine->program().plan->placements.size());
-    engine->vdevice()->set_trace(&spans);
+    spans.resize(loaded->program().plan->placements.size());
+    TESSERA_RETURN_IF_ERROR(loaded->set_trace(&spans));
   }
-  TESSERA_RETURN_IF_ERROR(engine->run());
+  TESSERA_RETURN_IF_ERROR(loaded->run().wait());
   if (tracing) {
-    engine->vdevice()->set_trace(nullptr);
+    (void)loaded->set_trace(nullptr);
     const std::string path = std::move(trace_path);
     trace_path.clear();
-    TESSERA_RETURN_IF_ERROR(write_chrome_trace(path, engine->program(), spans));
+    TESSERA_RETURN_IF_ERROR(write_chrome_trace(path, loaded->program(), spans));
   }
   const int64_t t2 = now_ns();
   NamedTensors out;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const TensorInfo& o = outputs[i];
     Tensor t = bound[i].defined() ? bound[i] : Tensor(o.dtype, o.shape);
-    const void* src = engine->output_data(i);
+    const void* src = loaded->output_data(i);
     if (src != t.raw() && t.nbytes() > 0) {
       std::memcpy(t.raw(), src, t.nbytes());
       copied_out += t.nbytes();
@@ -141,9 +141,7 @@ Result<NamedTensors> SessionState::execute(const NamedTensors& given, double que
   last.copy_out_ms = static_cast<double>(t3 - t2) / 1e6;
   last.copy_in_bytes = copied_in;
   last.copy_out_bytes = copied_out;
-  last.wait_ms.clear();
-  if (engine->vdevice())
-    for (int64_t w : engine->vdevice()->wait_ns()) last.wait_ms.push_back(static_cast<double>(w) / 1e6);
+  last.wait_ms = loaded->wait_ms();
   return out;
 }
 
@@ -239,8 +237,8 @@ Status Session::bind_output(const std::string& name, Tensor dst) {
     s_->await_turn(ticket);
     s_->bound[i] = dst;
     // Written there by the Plan itself where the engine can; else copied.
-    if (!dst.defined() || !s_->engine->bind_output(i, dst.raw()).ok())
-      (void)s_->engine->bind_output(i, nullptr);
+    if (!dst.defined() || !s_->loaded->bind_output(i, dst.raw()).ok())
+      (void)s_->loaded->bind_output(i, nullptr);
     s_->end_turn();
     return Status();
   }
@@ -260,7 +258,7 @@ RunBreakdown Session::last_breakdown() const {
 
 Status Session::trace_next_run(const std::string& path) {
   if (!s_) return empty_session();
-  if (s_->engine->vdevice() == nullptr)
+  if (!s_->loaded->program().plan || s_->options.executor != Executor::kPlan || s_->device != "cpu")
     return failed_precondition("a trace needs the plan executor on the cpu device");
   const uint64_t ticket = s_->take_ticket();
   s_->await_turn(ticket);
@@ -271,7 +269,7 @@ Status Session::trace_next_run(const std::string& path) {
 
 std::string Session::plan_json() const {
   if (!s_) return "{}";
-  const Program& p = s_->engine->program();
+  const Program& p = s_->loaded->program();
   return p.plan ? plan_summary_json(*p.plan, s_->last.wait_ms) : "{}";
 }
 

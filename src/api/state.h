@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "compiler/program.h"
-#include "devices/cpu/engine.h"
+#include "devices/device.h"
 #include "tessera/runtime.h"
 #include "topology/host_map.h"
 
@@ -60,7 +60,8 @@ struct SessionState {
   std::string device;
   std::vector<int> slots;  // held in the Runtime (cpu)
   std::vector<TensorInfo> inputs, outputs;
-  std::unique_ptr<Engine> engine;  // null device: loaded, never run
+  std::shared_ptr<Device> device_ptr;
+  std::unique_ptr<LoadedProgram> loaded;
   int veus = 1;
 
   // Requests run one at a time, in the order they were made: a ticket

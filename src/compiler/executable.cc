@@ -689,7 +689,7 @@ Status Loader::make_ops() {
   for (size_t s = 0; s < ss_.size(); ++s) {
     const Node& n = *p.graph->nodes()[s];
     const RKernel* k = nullptr;
-    for (const RKernel& c : cpu_kernels())
+    for (const RKernel& c : kernels_or_cpu(options_.kernels))
       if (c.name == ss_[s].kernel && c.op == n.op_type) k = &c;
     if (k == nullptr)
       return err(str_cat(n.label(), ": rKernel '", ss_[s].kernel, "' is not one this build has for ", n.op_type));
@@ -848,9 +848,9 @@ Result<std::unique_ptr<Program>> Loader::run() {
   p_->graph->name = r.str("graph name");
   p_->graph->opset = r.i64("graph opset");
   if (!r.ok()) return bad(r);
-  if (device != kExecutableDevice)
-    return failed_precondition(str_cat(name_, ": compiled for the '", device, "' device; this build runs Executables ",
-                                       "for '", kExecutableDevice, "'"));
+  if (device != options_.device)
+    return failed_precondition(str_cat(name_, ": compiled for the '", device, "' device, loaded for '",
+                                       options_.device, "'"));
   TESSERA_RETURN_IF_ERROR(read_values(r));
   TESSERA_RETURN_IF_ERROR(read_inputs_outputs(r));
   TESSERA_RETURN_IF_ERROR(read_steps(r));

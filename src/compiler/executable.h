@@ -40,6 +40,10 @@ struct LoadOptions {
   // Check the metadata and weight CRC-32s. The fuzzer turns this off to
   // reach the structural checks behind them.
   bool verify_checksums = true;
+  // The rKernels of the device loading it (empty: the CPU's) and the
+  // device kind they are for, which the file must name.
+  KernelTable kernels = {};
+  std::string device = kExecutableDevice;
 };
 
 // Maps `path` and builds a Program whose constants point into the mapping.

@@ -189,7 +189,10 @@ class Planner {
     c.veus = veus;
     c.policy = policy;
     c.round = ratios ? 2 : 1;
-    c.veu_costs = o_.host_map ? VeuCosts::from_host_map(*o_.host_map, veu_slots(o_.slots, veus)) : VeuCosts::uniform(veus);
+    const std::vector<int> slots = veu_slots(o_.slots, veus);
+    c.veu_costs = o_.costs      ? o_.costs(slots)
+                  : o_.host_map ? VeuCosts::from_host_map(*o_.host_map, slots)
+                                : VeuCosts::uniform(veus);
     ScheduleOptions so = o_.schedule;
     so.veus = veus;
     so.policy = policy;

@@ -20,19 +20,23 @@ int Program::slot_of(const Value* v) const {
   return -1;
 }
 
-std::vector<std::string> supported_ops() {
+KernelTable kernels_or_cpu(KernelTable kernels) { return kernels.empty() ? cpu_kernels() : kernels; }
+
+std::vector<std::string> supported_ops(KernelTable kernels) {
   std::vector<std::string> out;
   for (const std::string& op : op_names())
-    if (cpu_kernel_find(op) != nullptr && op.rfind("Tessera", 0) != 0) out.push_back(op);  // not internal ops
+    if (kernel_find(kernels_or_cpu(kernels), op) != nullptr && op.rfind("Tessera", 0) != 0)
+      out.push_back(op);  // not internal ops
   return out;
 }
 
-Status check_supported(const Graph& g) {
+Status check_supported(const Graph& g, KernelTable kernels) {
   for (auto& n : g.nodes()) {
     bool internal = n->op_type.rfind("Tessera", 0) == 0;  // made by lowering, never read from files
-    if (!internal && op_find(n->op_type) != nullptr && cpu_kernel_find(n->op_type) != nullptr) continue;
+    if (!internal && op_find(n->op_type) != nullptr && kernel_find(kernels_or_cpu(kernels), n->op_type) != nullptr)
+      continue;
     return unimplemented(str_cat("op ", n->op_type, " (node '", n->name, "') is not supported; supported ops: ",
-                                 str_join(supported_ops(), ", ")));
+                                 str_join(supported_ops(kernels), ", ")));
   }
   return Status();
 }
@@ -85,7 +89,8 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   int64_t t0 = now_ns();
   auto p = std::make_unique<Program>();
   p->stats.nodes_imported = static_cast<int>(g->nodes().size());
-  TESSERA_RETURN_IF_ERROR(check_supported(*g));
+  const KernelTable kernels = kernels_or_cpu(options.kernels);
+  TESSERA_RETURN_IF_ERROR(check_supported(*g, kernels));
   BindOptions bind;
   bind.input_shapes = options.input_shapes;
   bind.fold_constants = options.fold_constants;
@@ -116,7 +121,9 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   for (auto& n : g->nodes()) {
     Step s;
     s.node = n.get();
-    s.kernel = cpu_kernel_find(n->op_type);
+    s.kernel = kernel_find(kernels, n->op_type);
+    if (s.kernel == nullptr)  // made by a pass for an op the device lacks
+      return unimplemented(str_cat(n->label(), ": the device has no rKernel for ", n->op_type));
     p->steps.push_back(std::move(s));
   }
   p->graph = std::move(g);

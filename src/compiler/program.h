@@ -8,6 +8,7 @@
 // Engine borrows it. Thread-safety: immutable after compile; safe to share.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -25,7 +26,10 @@
 namespace tessera {
 
 struct CompileConfig {
-  std::map<std::string, Shape> input_shapes;  // --shape overrides
+  // The rKernels of the device the Program is for (devices/device.h: the
+  // compiler asks the device, then chooses); empty: the CPU's.
+  KernelTable kernels = {};
+  std::map<std::string, Shape> input_shapes;  // bound dynamic dims
   int64_t tasks_per_op = 0;                   // 0: each kernel's own grain
   bool fold_constants = true;
   // Build a Plan for the plan executor (and a memory plan that follows its
@@ -38,6 +42,9 @@ struct CompileConfig {
   // The host map's PU slots the vEUs will run on, vEU u on slots[u]
   // (a core set; a Plan on fewer vEUs takes the first). Empty: 0, 1, ...
   std::vector<int> slots;
+  // The device's cost model for vEUs on the given slots (devices/device.h:
+  // Device::costs). Empty: the host map's (uniform without one).
+  std::function<VeuCosts(const std::vector<int>& slots)> costs;
   // With policy auto: time the best candidate Plans, on fewer vEUs too,
   // in real runs and keep the fastest, costs corrected by what the runs
   // saw (compiler/plan_choice.h); the choice is cached beside the profile.
@@ -132,11 +139,14 @@ class Program {
   int slot_of(const Value* v) const;
 };
 
-// Every op type with a definition and a CPU kernel, sorted.
-std::vector<std::string> supported_ops();
+// Every op type with a definition and an rKernel in `kernels` (empty: the
+// CPU's), sorted.
+std::vector<std::string> supported_ops(KernelTable kernels = {});
 // Fails, naming the op type, the node and the supported ops, if any node has
-// an op Tessera lacks.
-Status check_supported(const Graph& g);
+// an op Tessera lacks (or `kernels` has no rKernel for).
+Status check_supported(const Graph& g, KernelTable kernels = {});
+// `kernels`, or the CPU's where empty.
+KernelTable kernels_or_cpu(KernelTable kernels);
 
 Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const CompileConfig& options);
 Result<std::unique_ptr<Program>> compile_onnx(const std::string& path, const CompileConfig& options);

@@ -4,6 +4,12 @@
 
 namespace tessera {
 
+const RKernel* kernel_find(KernelTable table, std::string_view op_type) {
+  for (const RKernel& k : table)
+    if (k.op == op_type) return &k;
+  return nullptr;
+}
+
 void ROp::set_access_by_ranges(const Node& n) {
   const int64_t count = n.outputs.empty() ? 0 : n.outputs[0]->shape.numel();
   in_access_.clear();

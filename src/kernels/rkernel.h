@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,12 +87,20 @@ struct KernelParams {
   int64_t tasks = 0;
 };
 
+// A device's rKernels: a table the compiler chooses from (an op may have
+// several; the first for an op is its default).
+struct RKernel;
+using KernelTable = std::span<const RKernel>;
+
 struct RKernel {
   std::string_view op;
   std::string_view name;  // e.g. "conv.im2col_gemm"
   std::string_view description;
   Result<std::unique_ptr<ROp>> (*make)(const Node& node, const KernelParams& params);
 };
+
+// The first rKernel for `op_type` in `table` (its default), or nullptr.
+const RKernel* kernel_find(KernelTable table, std::string_view op_type);
 
 // Number of tasks for `work` units when a task should do at least `grain`:
 // params.tasks if set (clamped to [1, work]), else ceil(work / grain) capped

@@ -81,11 +81,11 @@ TEST_P(NoAlloc, RunAllocatesNothing) {
     auto s = Engine::create(std::move(*p), {ex, 2});
     ASSERT_TRUE(s.ok());
     for (const Value* in : (*s)->inputs()) ASSERT_TRUE((*s)->set_input(in->name, inputs->at(in->name)).ok());
-    ASSERT_TRUE((*s)->run().ok());  // warm: first-touch, library init
+    ASSERT_TRUE((*s)->run().wait().ok());  // warm: first-touch, library init
     g_allocs = 0;
     g_armed = true;
     Status st;
-    for (int i = 0; i < 3; ++i) st = (*s)->run();
+    for (int i = 0; i < 3; ++i) st = (*s)->run().wait();
     g_armed = false;
     ASSERT_TRUE(st.ok());
     EXPECT_EQ(g_allocs.load(), 0) << GetParam() << " on " << executor_name(ex);

@@ -102,7 +102,7 @@ TEST_F(BadInput, ValidModelCompilesAndRuns) {
   ASSERT_TRUE(s.ok());
   Tensor x = Tensor::from_floats({-1, -1, -1, -1, 1, 1, 1, 1}, Shape{2, 4});
   ASSERT_TRUE((*s)->set_input("x", x).ok());
-  ASSERT_TRUE((*s)->run().ok());
+  ASSERT_TRUE((*s)->run().wait().ok());
   Tensor y = (*s)->output(0);
   std::vector<float> want = {0, 0, 0, 0.5f, 1, 1.5f, 2, 2.5f};
   for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(y.data<float>()[i], want[i]);
@@ -236,7 +236,7 @@ TEST_F(BadInput, ExternalDataLoadsAndMissingFileIsNamed) {
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   auto s = Engine::create(std::move(*p), {});
   ASSERT_TRUE((*s)->set_input("x", Tensor::from_floats({0, 0, 0, 0, 0, 0, 0, 0}, Shape{2, 4})).ok());
-  ASSERT_TRUE((*s)->run().ok());
+  ASSERT_TRUE((*s)->run().wait().ok());
   EXPECT_FLOAT_EQ((*s)->output(0).data<float>()[3], 1.5f);
   save_bytes(std::string(reinterpret_cast<const char*>(vals), 12), "weights.bin");  // too short
   expect_error(compile_status(path), {"weights.bin", "need 16"});

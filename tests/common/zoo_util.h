@@ -58,7 +58,7 @@ inline std::vector<Tensor> run_outputs(std::unique_ptr<Program> p, Executor ex,
   for (int rep = 0; rep < 2; ++rep) {
     (*s)->poison_arena();
     for (const Value* in : (*s)->inputs()) EXPECT_TRUE((*s)->set_input(in->name, inputs.at(in->name)).ok());
-    EXPECT_TRUE((*s)->run().ok());
+    EXPECT_TRUE((*s)->run().wait().ok());
   }
   for (size_t i = 0; i < (*s)->outputs().size(); ++i) outs.push_back((*s)->output(i));
   return outs;

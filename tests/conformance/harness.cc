@@ -70,7 +70,7 @@ Result<std::vector<Tensor>> run_case(const OpCase& c, Executor executor, int64_t
   TESSERA_ASSIGN_OR_RETURN(auto session, Engine::create(std::move(program), so));
   session->poison_arena();
   for (auto& [name, t] : feeds) TESSERA_RETURN_IF_ERROR(session->set_input(name, t));
-  TESSERA_RETURN_IF_ERROR(session->run());
+  TESSERA_RETURN_IF_ERROR(session->run().wait());
   std::vector<Tensor> outs;
   for (size_t i = 0; i < session->outputs().size(); ++i) outs.push_back(session->output(i));
   return outs;

@@ -19,6 +19,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if ((*p)->plan->veus > 4 || (*p)->memory.arena_bytes + (*p)->max_scratch_bytes > (64u << 20)) return 0;
   auto s = tessera::Engine::create(std::move(*p), {tessera::Executor::kPlan, 0});
   if (!s.ok()) return 0;
-  (void)(*s)->run();
+  (void)(*s)->run().wait();
   return 0;
 }

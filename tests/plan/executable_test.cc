@@ -372,7 +372,7 @@ TEST_F(Damaged, EveryMetadataByteFlippedNeverFaults) {
       if ((*l)->memory.arena_bytes > (64u << 20)) continue;
       auto s = Engine::create(std::move(*l), {Executor::kPlan, 2});
       ASSERT_TRUE(s.ok());
-      EXPECT_TRUE((*s)->run().ok());
+      EXPECT_TRUE((*s)->run().wait().ok());
     }
   }
   EXPECT_GT(refused, 0);

@@ -68,7 +68,7 @@ void check_model(const std::string& dir, const std::string& name, Executor execu
   for (int rep = 0; rep < 2; ++rep) {  // the second run catches state left by the first
     s.poison_arena();
     for (const Value* in : s.inputs()) ASSERT_TRUE(s.set_input(in->name, inputs->at(in->name)).ok());
-    ASSERT_TRUE(s.run().ok());
+    ASSERT_TRUE(s.run().wait().ok());
     for (size_t i = 0; i < s.outputs().size(); ++i) {
       const std::string& oname = s.outputs()[i]->name;
       ASSERT_TRUE(expected->count(oname)) << "PyTorch gave no output '" << oname << "'";

@@ -180,16 +180,30 @@ Status Engine::set_input(const std::string& name, const Tensor& t) {
   return not_found(str_cat("the model has no input '", name, "' (inputs: ", str_join(names, ", "), ")"));
 }
 
-Status Engine::run() {
+DeviceEvent Engine::run() {
   if (options_.null_device) {
     for (size_t i = 0; i < program_->output_slots.size(); ++i) {
       const Slot& s = program_->slots[program_->output_slots[i]];
       if (!s.constant && s.bytes > 0) std::memset(const_cast<void*>(output_data(i)), 0, s.bytes);
     }
-    return Status();
+    return DeviceEvent();
   }
   cpu_kernels_thread_init();  // the calling thread runs rTasks too
   exec_->run(*program_, args_);
+  return DeviceEvent();
+}
+
+std::vector<double> Engine::wait_ms() const {
+  std::vector<double> out;
+  if (CpuVDevice* d = exec_->vdevice())
+    for (int64_t w : d->wait_ns()) out.push_back(static_cast<double>(w) / 1e6);
+  return out;
+}
+
+Status Engine::set_trace(std::vector<std::pair<int64_t, int64_t>>* spans) {
+  CpuVDevice* d = exec_->vdevice();
+  if (d == nullptr) return failed_precondition("a trace needs the plan executor");
+  d->set_trace(spans);
   return Status();
 }
 

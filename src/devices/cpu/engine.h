@@ -4,7 +4,7 @@
 //   auto program = compile_onnx("model.onnx", {});
 //   auto engine = Engine::create(std::move(*program), {.executor = Executor::kTwoLayer, .threads = 2});
 //   (*engine)->set_input("x", tensor);
-//   (*engine)->run();
+//   (*engine)->run().wait();
 //   Tensor y = (*engine)->output(0);
 //
 // At create(): the arena is allocated once, every rTask's argument pointers
@@ -32,6 +32,7 @@
 #include "base/thread_pool.h"
 #include "compiler/program.h"
 #include "devices/cpu/cpu_vdevice.h"
+#include "devices/device.h"
 #include "tessera/runtime.h"
 #include "tessera/status.h"
 
@@ -77,12 +78,14 @@ class StepExecutor {
 // runs nothing.
 std::unique_ptr<StepExecutor> make_step_executor(const Program& p, const EngineOptions& options, int threads);
 
-class Engine {
+// The CPU's LoadedProgram (devices/device.h).
+class Engine : public LoadedProgram {
  public:
   static Result<std::unique_ptr<Engine>> create(std::unique_ptr<Program> program, const EngineOptions& options);
-  ~Engine();
+  ~Engine() override;
 
-  const Program& program() const { return *program_; }
+  const Program& program() const override { return *program_; }
+  int veus() const override { return threads_; }
   int threads() const { return threads_; }
   Executor executor() const { return options_.executor; }
 
@@ -92,13 +95,14 @@ class Engine {
 
   // Copies `t` into input `name`'s arena buffer; its dtype and shape must
   // match the bound input exactly.
-  Status set_input(const std::string& name, const Tensor& t);
-  // Executes the program once on the current inputs.
-  Status run();
+  Status set_input(const std::string& name, const Tensor& t) override;
+  // Executes the program once on the current inputs, on this thread (vEU
+  // 0 of the plan executor): the event is ready when it returns.
+  DeviceEvent run() override;
   // A copy of output i after run().
   Tensor output(size_t i) const;
   // Output i's bytes after run(): in the arena, or where bound.
-  const void* output_data(size_t i) const;
+  const void* output_data(size_t i) const override;
   // Later runs read input i from `data`, or write output i into it, in
   // place of the value's arena bytes (nullptr: the arena again): every
   // argument pointer into those bytes moves there, so nothing is copied.
@@ -106,8 +110,10 @@ class Engine {
   // not written by the caller during a run. Fails (the caller copies
   // instead) where the value is a constant, both an input and an output,
   // or a part written in place into a Concat's output.
-  Status bind_input(size_t i, const void* data);
-  Status bind_output(size_t i, void* data);
+  Status bind_input(size_t i, const void* data) override;
+  Status bind_output(size_t i, void* data) override;
+  std::vector<double> wait_ms() const override;
+  Status set_trace(std::vector<std::pair<int64_t, int64_t>>* spans) override;
   // Fills the whole arena with a NaN pattern (0xFF bytes), so that any
   // element a kernel fails to write shows up. Call before set_input().
   void poison_arena();

@@ -29,11 +29,7 @@ const char* kernel_isa() {
 #endif
 }
 
-const RKernel* cpu_kernel_find(std::string_view op) {
-  for (const RKernel& k : cpu_kernels())
-    if (k.op == op) return &k;
-  return nullptr;
-}
+const RKernel* cpu_kernel_find(std::string_view op) { return kernel_find(cpu_kernels(), op); }
 
 
 void cpu_kernels_thread_init() {

@@ -1,0 +1,71 @@
+#include "devices/cpu/cpu_device.h"
+
+#include <fstream>
+
+#include "devices/cpu/engine.h"
+#include "devices/cpu/plan_runner.h"
+#include "kernels/cpu/kernel.h"
+#include "topology/cpu_topology.h"
+#include "topology/host_map.h"
+
+namespace tessera {
+namespace {
+
+uint64_t memory_total_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  while (in >> key >> kb) {
+    if (key == "MemTotal:") return kb * 1024;
+    in.ignore(1 << 10, '\n');
+  }
+  return 0;
+}
+
+class CpuDevice : public Device {
+ public:
+  DeviceInfo info() const override {
+    const CpuTopology& t = cpu_topology();
+    const int veus = std::max(1, t.cores);  // one per core: slots 0..cores-1 of the topology order
+    return {"cpu", "cpu", veus, veus, memory_total_bytes(), t.summary, cpu_model_name()};
+  }
+  KernelTable kernels() const override { return cpu_kernels(); }
+  std::string_view program_kind() const override { return "cpu"; }
+  bool profiles() const override { return true; }
+  VeuCosts costs(const HostMap* map, const std::vector<int>& slots) const override {
+    return map ? VeuCosts::from_host_map(*map, slots) : VeuCosts::uniform(static_cast<int>(slots.size()));
+  }
+  PlanRunner plan_runner(const HostMap* map, const std::vector<int>& slots, bool pin) const override {
+    // A map from a file describes another host: its rates are no gauge here.
+    const double rate =
+        map && (map->origin == "measured" || map->origin == "cache") && !map->pus.empty() ? map->pus[0].fma_gflops : 0;
+    return cpu_plan_runner(pin, rate, slots);
+  }
+  Result<std::unique_ptr<LoadedProgram>> load(std::unique_ptr<Program> p, const PlaceOptions& o) override {
+    EngineOptions eo;
+    eo.executor = o.executor;
+    eo.threads = o.veus;
+    eo.pin = o.pin;
+    eo.slots = o.slots;
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::create(std::move(p), eo));
+    return std::unique_ptr<LoadedProgram>(std::move(e));
+  }
+};
+
+class CpuBackend : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  std::vector<std::shared_ptr<Device>> discover() override {
+    static const std::shared_ptr<Device> cpu = std::make_shared<CpuDevice>();
+    return {cpu};
+  }
+};
+
+}  // namespace
+
+Backend* cpu_backend() {
+  static CpuBackend b;
+  return &b;
+}
+
+}  // namespace tessera
