@@ -84,15 +84,20 @@ asan: zoo
 
 # ONNX Runtime for baselines: the npm package's bundled CPU library; its
 # install scripts (which would download) are skipped.
-# ThreadSanitizer over the code that runs threads: the pool, and the plan
-# executor under random schedules (which reorder every wait and signal).
+# ThreadSanitizer over the code that runs threads: the pool, the plan
+# executor under random schedules (which reorder every wait and signal),
+# the vDevice, and the API's sessions (submit, concurrent sessions).
 TSAN_FILTER := *RandomSchedulesStress/mlp:*RandomSchedulesStress/add_chains8:*RandomSchedulesStress/bert_tiny:*BitwiseEqual*/nasnet_like
+TSAN_API_FILTER := *Submit*:*Disjoint*:*BoundOutput*:*NullDevice*
 tsan: zoo
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_SANITIZE=thread \
 	  -DTESSERA_WERROR=$(WERROR)
-	cmake --build build-tsan -j $(JOBS) --target base_test plan_test
+	cmake --build build-tsan -j $(JOBS) --target base_test plan_test devices_cpu_test contract_test api_test
 	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/base_test
+	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/devices_cpu_test
+	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/contract_test
 	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/plan_test --gtest_filter='$(TSAN_FILTER)'
+	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/api_test --gtest_filter='$(TSAN_API_FILTER)'
 
 bench-deps:
 	@test -d $(BUILD)/bench/node_modules/onnxruntime-node || \

@@ -47,7 +47,7 @@ std::string plan_summary_json(const Plan& plan, const std::vector<double>& wait_
 
 Status write_chrome_trace(const std::string& path, const Program& program,
                           const std::vector<std::pair<int64_t, int64_t>>& measured) {
-  if (!program.plan) return failed_precondition("--trace needs the plan executor");
+  if (!program.plan) return failed_precondition("a trace needs the plan executor");
   const Plan& plan = *program.plan;
   std::ofstream out(path);
   if (!out) return not_found(str_cat("cannot write trace file '", path, "'"));

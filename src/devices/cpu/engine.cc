@@ -136,7 +136,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Program> program,
     if (!program->plan) return failed_precondition("the plan executor needs a Program compiled with a Plan");
     threads = program->plan->veus;
   }
-  if (threads > 1024) return invalid_argument(str_cat("--threads ", threads, " is too many"));
+  if (threads > 1024) return invalid_argument(str_cat(threads, " threads are too many (at most 1024)"));
   if (threads > hw && !options.null_device)
     log_warning("running ", threads, " threads on ", hw, " hardware threads (", cpu_topology().summary,
                 "); expect slowdowns");
