@@ -298,6 +298,17 @@ class Reader {
     p_ += n;
     return s;
   }
+  // A u32 count, then that many u32 (i32) values.
+  std::vector<uint32_t> u32s(const char* count_field, const char* field) {
+    std::vector<uint32_t> v(count(count_field, u32(count_field), 4));
+    for (uint32_t& x : v) x = u32(field);
+    return v;
+  }
+  std::vector<int32_t> i32s(const char* count_field, const char* field) {
+    std::vector<int32_t> v(count(count_field, u32(count_field), 4));
+    for (int32_t& x : v) x = i32(field);
+    return v;
+  }
   // A count of records at least `min_bytes` each.
   uint64_t count(const char* field, uint64_t n, size_t min_bytes) {
     if (!ok_) return 0;
@@ -571,13 +582,10 @@ Status Loader::read_values(Reader& r) {
 
 Status Loader::read_inputs_outputs(Reader& r) {
   Graph& g = *p_->graph;
-  uint64_t ni = r.count("inputs", r.u32("input count"), 4);
-  std::vector<uint32_t> input_ids(ni);
-  for (uint32_t& x : input_ids) x = r.u32("input");
-  uint64_t no = r.count("outputs", r.u32("output count"), 4);
-  std::vector<uint32_t> output_ids(no);
-  for (uint32_t& x : output_ids) x = r.u32("output");
+  const std::vector<uint32_t> input_ids = r.u32s("input count", "input");
+  const std::vector<uint32_t> output_ids = r.u32s("output count", "output");
   if (!r.ok()) return bad(r);
+  const size_t ni = input_ids.size();
   size_t role_inputs = 0;
   for (const StoredValue& v : sv_) role_inputs += v.role == Role::kInput;
   if (role_inputs != ni) return err("the input list does not match the values marked as inputs");
@@ -614,12 +622,8 @@ Status Loader::read_step(Reader& r, uint64_t s) {
   std::string op = r.str("op type");
   std::string nname = r.str("node name");
   int64_t opset = r.i64("node opset");
-  uint64_t nin = r.count("node inputs", r.u32("node input count"), 4);
-  std::vector<int32_t> ins(nin);
-  for (int32_t& x : ins) x = r.i32("node input");
-  uint64_t nout = r.count("node outputs", r.u32("node output count"), 4);
-  std::vector<uint32_t> outs(nout);
-  for (uint32_t& x : outs) x = r.u32("node output");
+  const std::vector<int32_t> ins = r.i32s("node input count", "node input");
+  const std::vector<uint32_t> outs = r.u32s("node output count", "node output");
   uint64_t na = r.count("attributes", r.u32("attribute count"), 5);
   if (!r.ok()) return bad(r);
   std::string where = str_cat("step ", s, " (", op, " '", nname, "')");

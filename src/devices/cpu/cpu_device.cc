@@ -42,13 +42,7 @@ class CpuDevice : public Device {
     return cpu_plan_runner(pin, rate, slots);
   }
   Result<std::unique_ptr<LoadedProgram>> load(std::unique_ptr<Program> p, const PlaceOptions& o) override {
-    EngineOptions eo;
-    eo.executor = o.executor;
-    eo.threads = o.veus;
-    eo.pin = o.pin;
-    eo.slots = o.slots;
-    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::create(std::move(p), eo));
-    return std::unique_ptr<LoadedProgram>(std::move(e));
+    return Engine::load(std::move(p), o, false);
   }
 };
 

@@ -144,6 +144,18 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Program> program,
   return s;
 }
 
+Result<std::unique_ptr<LoadedProgram>> Engine::load(std::unique_ptr<Program> program, const PlaceOptions& o,
+                                                    bool null_device) {
+  EngineOptions eo;
+  eo.executor = o.executor;
+  eo.threads = o.veus;
+  eo.pin = o.pin && !null_device;
+  eo.slots = o.slots;
+  eo.null_device = null_device;
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, create(std::move(program), eo));
+  return std::unique_ptr<LoadedProgram>(std::move(e));
+}
+
 Engine::Engine(std::unique_ptr<Program> program, const EngineOptions& options, int threads)
     : program_(std::move(program)), options_(options), threads_(threads) {
   arena_ = aligned_alloc64(program_->memory.arena_bytes);

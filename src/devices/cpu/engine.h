@@ -82,6 +82,10 @@ std::unique_ptr<StepExecutor> make_step_executor(const Program& p, const EngineO
 class Engine : public LoadedProgram {
  public:
   static Result<std::unique_ptr<Engine>> create(std::unique_ptr<Program> program, const EngineOptions& options);
+  // A Device's load() (devices/device.h) on the CPU's memory: the cpu's,
+  // or with `null_device` the null device's.
+  static Result<std::unique_ptr<LoadedProgram>> load(std::unique_ptr<Program> program, const PlaceOptions& o,
+                                                     bool null_device);
   ~Engine() override;
 
   const Program& program() const override { return *program_; }

@@ -16,14 +16,7 @@ class NullDevice : public Device {
   KernelTable kernels() const override { return cpu_kernels(); }
   std::string_view program_kind() const override { return "cpu"; }
   Result<std::unique_ptr<LoadedProgram>> load(std::unique_ptr<Program> p, const PlaceOptions& o) override {
-    // The CPU's memory layout and argument pointers, no thread, no run.
-    EngineOptions eo;
-    eo.executor = o.executor;
-    eo.threads = o.veus;
-    eo.pin = false;
-    eo.null_device = true;
-    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::create(std::move(p), eo));
-    return std::unique_ptr<LoadedProgram>(std::move(e));
+    return Engine::load(std::move(p), o, true);  // the CPU's memory layout, no thread, no run
   }
 };
 
