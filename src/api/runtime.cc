@@ -246,11 +246,10 @@ namespace {
 // The vEUs a session asks for: an Executable's own count (either the Plan's
 // or the one it was compiled for may be asked), 1 for the sequential
 // executor, else as given (0: every free one).
-Result<int> session_veus(const ModelState& m, const SessionOptions& so) {
+Result<int> session_veus(const ModelState& m, const SessionOptions& so, const Program* executable) {
   if (so.executor == Executor::kSequential) return 1;
-  if (!m.executable) return so.veus;
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Program> p, load_executable(m.path));
-  const Plan& plan = *p->plan;
+  if (executable == nullptr) return so.veus;
+  const Plan& plan = *executable->plan;
   const int requested = std::max(plan.requested_veus, plan.veus);
   if (so.veus != 0 && so.veus != plan.veus && so.veus != requested)
     return invalid_argument(str_cat(m.path, " was compiled for ", requested, " vEUs",
@@ -287,7 +286,12 @@ Result<Session> Model::session(const SessionOptions& so) {
   st->options = so;
   st->device = so.device;
   st->device_ptr = device;
-  TESSERA_ASSIGN_OR_RETURN(int veus, session_veus(*s_, so));
+  // An Executable is loaded once, for the device, and fixes the vEUs.
+  std::unique_ptr<Program> program;
+  if (s_->executable) {
+    TESSERA_ASSIGN_OR_RETURN(program, compile_for(*s_, *s_->runtime, so, *device, 0, {}));
+  }
+  TESSERA_ASSIGN_OR_RETURN(int veus, session_veus(*s_, so, program.get()));
   // Cores first (the cpu's vDevice), so that the Plan is chosen on the
   // cores it will run on.
   if (device->info().kind == "cpu") {
@@ -300,7 +304,9 @@ Result<Session> Model::session(const SessionOptions& so) {
   } else if (veus == 0) {
     veus = device->info().veus;
   }
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Program> program, compile_for(*s_, *s_->runtime, so, *device, veus, st->slots));
+  if (!program) {
+    TESSERA_ASSIGN_OR_RETURN(program, compile_for(*s_, *s_->runtime, so, *device, veus, st->slots));
+  }
   st->inputs = infos(program->graph->inputs());
   st->outputs = infos(program->graph->outputs());
   st->veus = program->plan && so.executor == Executor::kPlan ? program->plan->veus : veus;
