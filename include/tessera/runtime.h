@@ -16,8 +16,11 @@
 // while the Runtime has free cores (SessionOptions::cores overrides).
 //
 // Ownership: Runtime, Model, Session and Event are handles; copies share
-// one object, which lives while any handle (or a Session made from a
-// Model, or an Event of a Session) does.
+// one object, which lives while any handle does (a Session keeps its Model
+// and Runtime alive). Requests still queued when a Session's last handle
+// goes fail their Events ("the session was closed"); the one running
+// finishes first. A handle may be dropped anywhere, an Event's callback
+// included.
 //
 // Thread-safety: Runtime and Model are safe to use from any number of
 // threads. A Session runs one request at a time: run() and submit() may be

@@ -11,6 +11,7 @@ namespace tessera {
 
 using detail::EventState;
 using detail::SessionState;
+using detail::Turns;
 
 namespace detail {
 
@@ -27,51 +28,63 @@ void EventState::finish(Status st, NamedTensors out) {
   for (auto& f : cbs) f(status);
 }
 
-SessionState::~SessionState() {
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    stopping = true;
-  }
-  turn.notify_all();
-  if (worker.joinable()) worker.join();  // serves what was submitted first
-  loaded.reset();
-  if (runtime) runtime->release(slots);
-}
-
-uint64_t SessionState::take_ticket() {
+uint64_t Turns::take() {
   std::lock_guard<std::mutex> lock(mu);
   return next_ticket++;
 }
 
-void SessionState::await_turn(uint64_t ticket) {
+void Turns::await(uint64_t ticket) {
   std::unique_lock<std::mutex> lock(mu);
-  turn.wait(lock, [&] { return serving == ticket; });
+  cv.wait(lock, [&] { return serving == ticket; });
 }
 
-void SessionState::end_turn() {
+void Turns::end() {
   {
     std::lock_guard<std::mutex> lock(mu);
     ++serving;
   }
-  turn.notify_all();
+  cv.notify_all();
 }
 
-void SessionState::worker_main() {
+SessionState::~SessionState() {
+  {
+    std::lock_guard<std::mutex> lock(turns->mu);
+    turns->stopping = true;
+  }
+  turns->cv.notify_all();
+  // On the worker's own thread (a callback dropped the last handle) it
+  // cannot be joined: it finds the session gone and ends by itself.
+  if (worker.joinable()) {
+    if (worker.get_id() == std::this_thread::get_id()) worker.detach();
+    else worker.join();
+  }
+  loaded.reset();
+  if (runtime) runtime->release(slots);
+}
+
+void SessionState::worker_main(std::shared_ptr<Turns> t, std::weak_ptr<SessionState> session) {
   for (;;) {
-    Request r;
+    Turns::Request r;
     {
-      std::unique_lock<std::mutex> lock(mu);
-      turn.wait(lock, [&] { return stopping || (!queue.empty() && serving == queue.front().ticket); });
-      if (queue.empty()) return;  // stopping, nothing left
-      r = std::move(queue.front());
-      queue.pop_front();
+      std::unique_lock<std::mutex> lock(t->mu);
+      t->cv.wait(lock, [&] { return (!t->queue.empty() && t->serving == t->queue.front().ticket) || t->stopping; });
+      if (t->queue.empty()) return;  // the session is gone, nothing left
+      r = std::move(t->queue.front());
+      t->queue.pop_front();
     }
-    const double queued = static_cast<double>(now_ns() - r.made_ns) / 1e6;
-    Result<NamedTensors> out = execute(r.inputs, queued);
-    // Finished (its callbacks called) before the next request starts.
-    if (out.ok()) r.event->finish(Status(), std::move(*out));
-    else r.event->finish(out.status(), {});
-    end_turn();
+    {
+      std::shared_ptr<SessionState> self = session.lock();
+      if (self == nullptr) {
+        r.event->finish(failed_precondition("the session was closed before this request ran"), {});
+      } else {
+        const double queued = static_cast<double>(now_ns() - r.made_ns) / 1e6;
+        Result<NamedTensors> out = self->execute(r.inputs, queued);
+        // Finished (its callbacks called) before the next request starts.
+        if (out.ok()) r.event->finish(Status(), std::move(*out));
+        else r.event->finish(out.status(), {});
+      }
+    }  // the last handle may go here, on this thread
+    t->end();
   }
 }
 
@@ -97,7 +110,7 @@ Result<NamedTensors> SessionState::execute(const NamedTensors& given, double que
     if (t->shape() != in.shape)
       return invalid_argument(str_cat("input '", in.name, "' has shape ", shape_string(in.shape), ", got ",
                                       shape_string(t->shape())));
-    // Read where it lies when the engine can (no copy); else copied in.
+    // Read where it lies when the device can (no copy); else copied in.
     const void* at = t->raw();
     if (at != bound_inputs[i]) {
       bound_inputs[i] = loaded->bind_input(i, at).ok() ? at : nullptr;
@@ -200,10 +213,10 @@ Executor Session::executor() const { return s_ ? s_->options.executor : Executor
 Result<NamedTensors> Session::run(const NamedTensors& inputs) {
   if (!s_) return empty_session();
   const int64_t made = now_ns();
-  const uint64_t ticket = s_->take_ticket();
-  s_->await_turn(ticket);
+  const uint64_t ticket = s_->turns->take();
+  s_->turns->await(ticket);
   Result<NamedTensors> out = s_->execute(inputs, static_cast<double>(now_ns() - made) / 1e6);
-  s_->end_turn();
+  s_->turns->end();
   return out;
 }
 
@@ -213,12 +226,13 @@ Event Session::submit(const NamedTensors& inputs) {
     ev->finish(empty_session(), {});
     return Event(ev);
   }
+  Turns& t = *s_->turns;
   {
-    std::lock_guard<std::mutex> lock(s_->mu);
-    s_->queue.push_back({s_->next_ticket++, inputs, ev, now_ns()});
-    if (!s_->worker.joinable()) s_->worker = std::thread([st = s_.get()] { st->worker_main(); });
+    std::lock_guard<std::mutex> lock(t.mu);
+    t.queue.push_back({t.next_ticket++, inputs, ev, now_ns()});
+    if (!s_->worker.joinable()) s_->worker = std::thread(&SessionState::worker_main, s_->turns, std::weak_ptr(s_));
   }
-  s_->turn.notify_all();
+  t.cv.notify_all();
   return Event(ev);
 }
 
@@ -233,13 +247,13 @@ Status Session::bind_output(const std::string& name, Tensor dst) {
     if (dst.defined() && dst.raw() == nullptr && dst.nbytes() > 0)
       return invalid_argument(str_cat("output '", name, "': the memory bound has no bytes"));
     // Between requests, so that no run sees half a binding.
-    const uint64_t ticket = s_->take_ticket();
-    s_->await_turn(ticket);
+    const uint64_t ticket = s_->turns->take();
+    s_->turns->await(ticket);
     s_->bound[i] = dst;
-    // Written there by the Plan itself where the engine can; else copied.
+    // Written there by the Plan itself where the device can; else copied.
     if (!dst.defined() || !s_->loaded->bind_output(i, dst.raw()).ok())
       (void)s_->loaded->bind_output(i, nullptr);
-    s_->end_turn();
+    s_->turns->end();
     return Status();
   }
   std::vector<std::string> names;
@@ -249,10 +263,10 @@ Status Session::bind_output(const std::string& name, Tensor dst) {
 
 RunBreakdown Session::last_breakdown() const {
   if (!s_) return {};
-  const uint64_t ticket = s_->take_ticket();
-  s_->await_turn(ticket);
+  const uint64_t ticket = s_->turns->take();
+  s_->turns->await(ticket);
   RunBreakdown b = s_->last;
-  s_->end_turn();
+  s_->turns->end();
   return b;
 }
 
@@ -260,10 +274,10 @@ Status Session::trace_next_run(const std::string& path) {
   if (!s_) return empty_session();
   if (!s_->loaded->program().plan || s_->options.executor != Executor::kPlan || s_->device != "cpu")
     return failed_precondition("a trace needs the plan executor on the cpu device");
-  const uint64_t ticket = s_->take_ticket();
-  s_->await_turn(ticket);
+  const uint64_t ticket = s_->turns->take();
+  s_->turns->await(ticket);
   s_->trace_path = path;
-  s_->end_turn();
+  s_->turns->end();
   return Status();
 }
 

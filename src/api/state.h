@@ -53,7 +53,28 @@ struct EventState {
   void finish(Status st, NamedTensors out);
 };
 
-struct SessionState {
+// A session's requests, in turn: a ticket each; run() executes on its
+// caller's thread when its turn comes, submit() on the session's worker.
+// Shared by the session and its worker, so that the worker outlives the
+// session when a callback drops the last handle on the worker's thread.
+struct Turns {
+  struct Request {
+    uint64_t ticket;
+    NamedTensors inputs;
+    std::shared_ptr<EventState> event;
+    int64_t made_ns;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t next_ticket = 0, serving = 0;  // guarded by mu
+  std::deque<Request> queue;              // guarded by mu
+  bool stopping = false;                  // guarded by mu: the session is gone
+  uint64_t take();
+  void await(uint64_t ticket);
+  void end();
+};
+
+struct SessionState : std::enable_shared_from_this<SessionState> {
   std::shared_ptr<ModelState> model;
   std::shared_ptr<RuntimeState> runtime;
   SessionOptions options;
@@ -64,21 +85,9 @@ struct SessionState {
   std::unique_ptr<LoadedProgram> loaded;
   int veus = 1;
 
-  // Requests run one at a time, in the order they were made: a ticket
-  // each; run() executes on its caller's thread when its turn comes,
-  // submit() on the session's worker.
-  std::mutex mu;
-  std::condition_variable turn;
-  uint64_t next_ticket = 0, serving = 0;
-  struct Request {
-    uint64_t ticket;
-    NamedTensors inputs;
-    std::shared_ptr<EventState> event;
-    int64_t made_ns;
-  };
-  std::deque<Request> queue;
-  std::thread worker;
-  bool stopping = false;
+  // Requests run one at a time, in the order they were made.
+  std::shared_ptr<Turns> turns = std::make_shared<Turns>();
+  std::thread worker;  // started by the first submit()
 
   // Guarded by the turn (only the request being served touches them).
   std::vector<Tensor> bound;                // per output: caller memory, or undefined
@@ -89,10 +98,9 @@ struct SessionState {
   ~SessionState();
   // Runs one request (its turn held): copy in, compute, copy out.
   Result<NamedTensors> execute(const NamedTensors& inputs, double queue_ms);
-  uint64_t take_ticket();
-  void await_turn(uint64_t ticket);
-  void end_turn();
-  void worker_main();
+  // The worker: serves submitted requests while the session lives; one
+  // left when it has gone fails its Event.
+  static void worker_main(std::shared_ptr<Turns> turns, std::weak_ptr<SessionState> session);
 };
 
 }  // namespace tessera::detail

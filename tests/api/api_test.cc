@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <chrono>
 #include <thread>
 
 #include "base/strings.h"
@@ -266,6 +267,38 @@ TEST_F(Api, SubmitRunsInOrderAndCallsBack) {
   EXPECT_FALSE(bad.wait().ok());
   EXPECT_TRUE(s->submit(in).wait().ok());
   EXPECT_FALSE(Event().wait().ok());
+}
+
+// A callback that holds the last handle of its session drops it on the
+// session's own thread; requests still queued when the last handle goes
+// fail their Events, by name.
+TEST_F(Api, LastHandleDroppedInACallbackOrWithRequestsQueued) {
+  Model m = compile("resnet18");
+  NamedTensors in = inputs("resnet18");
+  Event e;
+  std::atomic<int> called{0};
+  {
+    Result<Session> s = m.session({.veus = 1});
+    ASSERT_TRUE(s.ok());
+    e = s->submit(in);
+    e.then([keep = *s, &called](const Status& st) { called += st.ok(); });
+  }
+  EXPECT_TRUE(e.wait().ok());
+  for (int i = 0; i < 200 && called.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(called.load(), 1);
+  std::vector<Event> queued;
+  {
+    Result<Session> s = m.session({.veus = 1});
+    ASSERT_TRUE(s.ok());
+    for (int i = 0; i < 4; ++i) queued.push_back(s->submit(in));
+  }
+  int served = 0, closed = 0;
+  for (Event& q : queued) {
+    Status st = q.wait();
+    served += st.ok();
+    closed += !st.ok() && st.message().find("session was closed") != std::string::npos;
+  }
+  EXPECT_EQ(served + closed, 4);
 }
 
 TEST_F(Api, NullDeviceRunsThePipelineWithoutData) {
