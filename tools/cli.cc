@@ -1,17 +1,17 @@
-#include "tools/cli.h"
+#include "cli.h"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
-#include "base/strings.h"
-#include "base/log.h"
-#include "compiler/program.h"
-#include "devices/cpu/plan_runner.h"
-#include "topology/host_map.h"
+#include "commands.h"
+#include "text.h"
 
 namespace tessera::cli {
+
+using tools::cat;
 
 std::string Args::get(const std::string& opt, const std::string& def) const {
   auto it = values.find(opt);
@@ -22,8 +22,8 @@ Result<int64_t> Args::get_int(const std::string& opt, int64_t def, int64_t min, 
   if (!has(opt)) return def;
   int64_t v;
   std::string s = get(opt);
-  if (!parse_int64(s, &v)) return invalid_argument(str_cat(opt, " expects an integer, got '", s, "'"));
-  if (v < min || v > max) return invalid_argument(str_cat(opt, " must be between ", min, " and ", max, ", got ", v));
+  if (!tools::parse_int(s, &v)) return invalid_argument(cat(opt, " expects an integer, got '", s, "'"));
+  if (v < min || v > max) return invalid_argument(cat(opt, " must be between ", min, " and ", max, ", got ", v));
   return v;
 }
 
@@ -52,18 +52,18 @@ Result<Args> parse(const Command& cmd, int argc, char** argv) {
     for (const auto& o : cmd.options)
       if (o.name == name) spec = &o;
     if (spec == nullptr)
-      return invalid_argument(str_cat("unknown option '", name, "'"));
+      return invalid_argument(cat("unknown option '", name, "'"));
     if (spec->value_name.empty()) {
-      if (inline_value) return invalid_argument(str_cat(name, " takes no value"));
+      if (inline_value) return invalid_argument(cat(name, " takes no value"));
       a.values[name].push_back("");
       continue;
     }
     if (!inline_value) {
-      if (i + 1 >= argc) return invalid_argument(str_cat(name, " needs a value (", spec->value_name, ")"));
+      if (i + 1 >= argc) return invalid_argument(cat(name, " needs a value (", spec->value_name, ")"));
       value = argv[++i];
     }
     if (!spec->repeatable && a.values.count(name))
-      return invalid_argument(str_cat(name, " is given more than once"));
+      return invalid_argument(cat(name, " is given more than once"));
     a.values[name].push_back(value);
   }
   return a;
@@ -101,14 +101,14 @@ int start(const Command& cmd, int argc, char** argv, size_t positional, const ch
   return -1;
 }
 
-Status parse_shape_flags(const Args& args, std::map<std::string, Shape>* out) {
+Status parse_shape_flags(const Args& args, std::map<std::string, std::vector<int64_t>>* out) {
   if (!args.has("--shape")) return Status();
   for (const std::string& spec : args.values.at("--shape")) {
     size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0)
-      return invalid_argument(str_cat("--shape expects NAME=DIMS, got '", spec, "'"));
-    auto dims = parse_dims(spec.substr(eq + 1));
-    if (!dims.ok()) return invalid_argument(str_cat("--shape ", spec, ": ", dims.status().message()));
+      return invalid_argument(cat("--shape expects NAME=DIMS, got '", spec, "'"));
+    auto dims = tools::parse_dims(spec.substr(eq + 1));
+    if (!dims.ok()) return invalid_argument(cat("--shape ", spec, ": ", dims.status().message()));
     (*out)[spec.substr(0, eq)] = *dims;
   }
   return Status();
@@ -136,44 +136,25 @@ std::vector<OptionSpec> compile_option_specs() {
   };
 }
 
-void log_host_map(const HostMap& map) {
-  if (map.origin != "measured") return;
-  log_info("this host was measured for the planner (cached for later runs; tessera topo shows it)");
-  for (const std::string& note : map.notes) log_info("host map: ", note);
-}
-
-Status prepare_plan(const Args& args, bool pin, HostMap* map, CompileConfig* co) {
-  HostMapOptions o;
-  o.file = args.get("--host-map");
-  o.progress = [&](std::string_view stage, size_t done, size_t total) {
-    if (!isatty(STDERR_FILENO) || log_level() > LogLevel::kInfo) return;
-    std::fprintf(stderr, "\rmeasuring the host %zu/%zu %-20s", done, total, std::string(stage).c_str());
-    if (done == total) std::fprintf(stderr, "\r%60s\r", "");
-  };
-  TESSERA_ASSIGN_OR_RETURN(*map, host_map_obtain(o));
-  co->host_map = map;
-  // A map given as a file describes another host: its rates are no gauge here.
-  const double rate = map->origin == "measured" || map->origin == "cache" ? map->pus[0].fma_gflops : 0;
-  if (!args.has("--no-measure")) co->plan_runner = cpu_plan_runner(pin, rate);
-  return Status();
-}
-
 std::vector<OptionSpec> with_compile_options(std::vector<OptionSpec> options) {
   for (OptionSpec& o : compile_option_specs()) options.push_back(std::move(o));
   return options;
 }
 
-Status apply_compile_flags(const Args& args, CompileConfig* co) {
+Status apply_compile_flags(const Args& args, CompileOptions* co) {
   co->profile = !args.has("--no-profile");
   co->variants = !args.has("--no-variants");
   co->fuse = !args.has("--no-fuse");
-  co->fuse_blocks = co->fuse && args.has("--block-fusion");
+  co->block_fusion = args.has("--block-fusion");
   co->concat_in_place = !args.has("--no-in-place");
   co->lower_recurrent = !args.has("--no-lower-recurrent");
   TESSERA_ASSIGN_OR_RETURN(co->recurrent_chunk, args.get_int("--recurrent-chunk", 0, 0, 1 << 20));
   if (args.has("--recurrent-chunk") && !co->lower_recurrent)
     return invalid_argument("--recurrent-chunk needs the recurrent lowering (drop --no-lower-recurrent)");
   co->recurrent_carry = !args.has("--no-recurrent-carry");
+  co->host_map = args.get("--host-map");
+  co->measure = !args.has("--no-measure");
+  co->progress = tools::print_progress;
   return Status();
 }
 
@@ -195,3 +176,16 @@ int usage_error(const Command& cmd, const std::string& message) {
 }
 
 }  // namespace tessera::cli
+
+namespace tessera::tools {
+
+void print_progress(std::string_view what, size_t done, size_t total) {
+  if (!isatty(STDERR_FILENO) || log_level() > LogLevel::kInfo) return;
+  const int width = 30;
+  const int filled = static_cast<int>(width * done / std::max<size_t>(total, 1));
+  std::fprintf(stderr, "\r%-36.36s [%s%s] %zu/%zu", std::string(what).c_str(), std::string(filled, '=').c_str(),
+               std::string(width - filled, ' ').c_str(), done, total);
+  if (done == total) std::fprintf(stderr, "\r%*s\r", width + 60, "");
+}
+
+}  // namespace tessera::tools

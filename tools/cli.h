@@ -8,13 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "ir/shape.h"
+#include "tessera/runtime.h"
 #include "tessera/status.h"
-
-namespace tessera {
-struct CompileConfig;
-struct HostMap;
-}
 
 namespace tessera::cli {
 
@@ -57,7 +52,7 @@ std::string help_text(const Command& cmd);
 int start(const Command& cmd, int argc, char** argv, size_t positional, const char* what, Args* args);
 
 // Collects every --shape NAME=DIMS into `out`; errors name the bad flag.
-Status parse_shape_flags(const Args& args, std::map<std::string, Shape>* out);
+Status parse_shape_flags(const Args& args, std::map<std::string, std::vector<int64_t>>* out);
 
 // The options of every command that compiles a model: --no-profile,
 // --no-variants, --no-fuse, --block-fusion, --no-in-place, --no-lower-recurrent,
@@ -65,17 +60,9 @@ Status parse_shape_flags(const Args& args, std::map<std::string, Shape>* out);
 std::vector<OptionSpec> compile_option_specs();
 // `options` followed by compile_option_specs().
 std::vector<OptionSpec> with_compile_options(std::vector<OptionSpec> options);
-// For commands that build a Plan: the host map it is for (--host-map FILE,
-// else $TESSERA_HOST_MAP, else this host's: cached, measured at first use
-// with progress on stderr) into *map, and unless --no-measure the runner
-// that times candidate Plans (its vEUs pinned when `pin`); both into `co`.
-Status prepare_plan(const Args& args, bool pin, HostMap* map, CompileConfig* co);
-// After a compile that prepare_plan set up has succeeded (a failing
-// command prints only its error line): says, when the map was measured
-// just now, so, with its notes.
-void log_host_map(const HostMap& map);
-// Applies those options to `co` (errors name the bad flag).
-Status apply_compile_flags(const Args& args, CompileConfig* co);
+// Applies those options to `co` (errors name the bad flag), with progress
+// on stderr (measuring the host, profiling rTasks) when it is a terminal.
+Status apply_compile_flags(const Args& args, CompileOptions* co);
 // The first of those options given, or "": they have no effect on a
 // compiled Executable.
 std::string first_compile_flag(const Args& args);

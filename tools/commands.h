@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string_view>
 
 namespace tessera::tools {
 
@@ -13,7 +14,8 @@ int plan_main(int argc, char** argv);
 int profile_main(int argc, char** argv);
 int topo_main(int argc, char** argv);
 int devices_main(int argc, char** argv);
-// A progress bar on stderr when it is a terminal.
-void print_progress(size_t done, size_t total);
+// A progress bar on stderr, when it is a terminal and the log level lets
+// info through: "measuring the host", "profiling rTasks", ...
+void print_progress(std::string_view what, size_t done, size_t total);
 
 }  // namespace tessera::tools

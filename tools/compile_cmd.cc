@@ -1,17 +1,14 @@
 // tessera compile MODEL.onnx -o MODEL.tsx: compile once (import, passes,
 // rKernels, profile, schedule, memory plan) and write an Executable that
 // `tessera run MODEL.tsx` runs without the ONNX file.
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 
-#include "base/log.h"
-#include "base/strings.h"
-#include "compiler/executable.h"
-#include "compiler/program.h"
-#include "topology/cpu_topology.h"
-#include "topology/host_map.h"
-#include "tools/cli.h"
-#include "tools/commands.h"
+#include "tessera/tessera.h"
+#include "cli.h"
+#include "commands.h"
+#include "text.h"
 
 namespace tessera::tools {
 namespace {
@@ -43,34 +40,32 @@ int compile_main(int argc, char** argv) {
   if (!a.has("--output")) return cli::usage_error(kCompile, "-o FILE (the Executable to write) is required");
   const std::string model = a.positional[0];
   const std::string out = a.get("--output");
-  if (is_executable_file(model)) return cli::usage_error(kCompile, str_cat("'", model, "' is already an Executable"));
+  if (is_executable_file(model)) return cli::usage_error(kCompile, cat("'", model, "' is already an Executable"));
   auto veus = a.get_int("--veus", 0, 1, 256);
   if (!veus.ok()) return cli::usage_error(kCompile, veus.status().message());
-  Policy policy = Policy::kAuto;
-  if (a.has("--policy") && (!policy_parse(a.get("--policy"), &policy) || policy == Policy::kRandom))
-    return cli::usage_error(kCompile, str_cat("--policy must be auto, wavefront or critical-path, got '",
-                                              a.get("--policy"), "'"));
-  CompileConfig co;
-  co.build_plan = true;
-  co.schedule.policy = policy;
-  co.schedule.veus = *veus > 0 ? static_cast<int>(*veus) : cpu_topology().cores;
+  SessionOptions so;
+  so.veus = static_cast<int>(*veus);
+  if (a.has("--policy") && !policy_parse(a.get("--policy"), &so.policy))
+    return cli::usage_error(kCompile, cat("--policy must be auto, wavefront or critical-path, got '", a.get("--policy"), "'"));
+  CompileOptions co;
   if (Status st = cli::apply_compile_flags(a, &co); !st.ok()) return cli::usage_error(kCompile, st.message());
-  co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
-  if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kCompile, st.message());
-  HostMap host_map;
-  if (Status st = cli::prepare_plan(a, /*pin=*/true, &host_map, &co); !st.ok()) return cli::fail(st);
-  auto program = compile_onnx(model, co);
-  if (!program.ok()) return cli::fail(program.status());
-  cli::log_host_map(host_map);
-  const Program& p = **program;
-  if (Status st = write_executable(p, out); !st.ok()) return cli::fail(st);
+  if (Status st = cli::parse_shape_flags(a, &co.shapes); !st.ok()) return cli::usage_error(kCompile, st.message());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto rt = connect();
+  if (!rt.ok()) return cli::fail(rt.status());
+  auto m = rt->compile(model, co);
+  if (!m.ok()) return cli::fail(m.status());
+  if (Status st = m->save(out, so); !st.ok()) return cli::fail(st);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // What was written, read back from the file.
+  auto written = inspect(out);
+  if (!written.ok()) return cli::fail(written.status());
+  const PlanInfo& p = *written->plan;
   std::error_code ec;
   auto bytes = std::filesystem::file_size(out, ec);
-  log_info(out, ": ", p.steps.size(), " ops, ", p.stats.rtasks, " rTasks on ", p.plan->veus, " vEUs (",
-           policy_name(p.plan->policy), ", predicted ", str_fixed(p.plan->predicted_us / 1e3, 3), " ms), arena ",
-           str_fixed(static_cast<double>(p.memory.arena_bytes) / 1e6, 2), " MB, file ",
-           str_fixed(static_cast<double>(ec ? 0 : bytes) / 1e6, 2), " MB; compiled in ", str_fixed(p.stats.compile_ms, 1),
-           " ms");
+  say(out, ": ", p.steps.size(), " ops, ", p.tasks.size(), " rTasks on ", p.veus, " vEUs (", policy_name(p.policy),
+      ", predicted ", fixed(p.predicted_us / 1e3, 3), " ms), arena ", fixed(static_cast<double>(p.arena_bytes) / 1e6, 2),
+      " MB, file ", fixed(static_cast<double>(ec ? 0 : bytes) / 1e6, 2), " MB; compiled in ", fixed(ms, 1), " ms");
   return 0;
 }
 

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "tessera/tessera.h"
-#include "tools/cli.h"
-#include "tools/commands.h"
+#include "cli.h"
+#include "commands.h"
 
 namespace tessera::tools {
 namespace {

@@ -3,12 +3,10 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/cpu/kernel.h"
-#include "tools/commands.h"
+#include "tessera/tessera.h"
+#include "commands.h"
 
 namespace {
-
-constexpr const char* kVersion = TESSERA_VERSION_STRING;
 
 void print_help() {
   std::printf(
@@ -41,7 +39,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "--version" || cmd == "version") {
-    std::printf("tessera %s\ncpu kernels: %s\n", kVersion, tessera::kernel_isa());
+    std::printf("tessera %s\n", std::string(tessera::version()).c_str());
+    if (auto rt = tessera::connect(); rt.ok())
+      for (const tessera::DeviceInfo& d : rt->devices())
+        if (!d.kernels.empty()) std::printf("%s kernels: %s\n", d.kind.c_str(), d.kernels.c_str());
     return 0;
   }
   if (cmd == "run") return tessera::tools::run_main(argc - 2, argv + 2);

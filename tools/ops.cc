@@ -1,32 +1,30 @@
 // tessera ops: the supported ops and their rKernels.
 #include <cstdio>
 
-#include "compiler/program.h"
-#include "kernels/cpu/kernel.h"
-#include "tools/cli.h"
-#include "tools/commands.h"
+#include "tessera/tessera.h"
+#include "cli.h"
+#include "commands.h"
+#include "text.h"
 
 namespace tessera::tools {
 
 int ops_main(int argc, char** argv) {
-  const cli::Command cmd = {"ops", "tessera ops", "List the supported ONNX ops (opsets 11-17) and their CPU rKernels.",
-                            {}, ""};
-  auto parsed = cli::parse(cmd, argc, argv);
-  if (!parsed.ok()) return cli::usage_error(cmd, parsed.status().message());
-  if (parsed->help) {
-    std::fputs(cli::help_text(cmd).c_str(), stdout);
-    return 0;
-  }
-  if (!parsed->positional.empty()) return cli::usage_error(cmd, "takes no arguments");
-  auto ops = supported_ops();
-  std::printf("%zu ops supported on the CPU backend\n\n", ops.size());
+  const cli::Command cmd = {"ops", "tessera ops [--device NAME]",
+                            "List the supported ONNX ops (opsets 11-17) and the rKernels a device runs them with.",
+                            {{"--device", "NAME", "the device whose rKernels to list (default cpu; see tessera devices)"}},
+                            ""};
+  cli::Args a;
+  if (int rc = cli::start(cmd, argc, argv, 0, "takes no arguments", &a); rc >= 0) return rc;
+  auto rt = connect();
+  if (!rt.ok()) return cli::fail(rt.status());
+  const std::string device = a.get("--device", "cpu");
+  auto ops = rt->ops(device);
+  if (!ops.ok()) return cli::fail(ops.status());
+  std::printf("%zu ops supported on the %s device\n\n", ops->size(), device.c_str());
   std::printf("%-24s %-28s %s\n", "op", "rKernel", "tiling");
-  for (const std::string& op : ops) {
-    for (const RKernel& k : cpu_kernels()) {
-      if (k.op != op) continue;
-      std::printf("%-24s %-28s %s\n", op.c_str(), std::string(k.name).c_str(), std::string(k.description).c_str());
-    }
-  }
+  for (const OpSupport& op : *ops)
+    for (const KernelInfo& k : op.kernels)
+      std::printf("%-24s %-28s %s\n", op.op.c_str(), k.name.c_str(), k.description.c_str());
   return 0;
 }
 

@@ -1,15 +1,12 @@
 // tessera profile MODEL.onnx: measure every rOperator's rTask cost and
 // print a per-op table; results go to the profile cache that compiles use.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 
-#include "base/strings.h"
-#include "compiler/program.h"
-#include "tools/cli.h"
-#include "tools/commands.h"
-#include "topology/host_map.h"
+#include "tessera/tessera.h"
+#include "cli.h"
+#include "commands.h"
+#include "text.h"
 
 namespace tessera::tools {
 namespace {
@@ -34,37 +31,22 @@ const cli::Command kProfile = {
 
 }  // namespace
 
-void print_progress(size_t done, size_t total) {
-  if (!isatty(STDERR_FILENO)) return;
-  const int width = 30;
-  int filled = static_cast<int>(width * done / std::max<size_t>(total, 1));
-  std::fprintf(stderr, "\rprofiling [%s%s] %zu/%zu ops", std::string(filled, '=').c_str(),
-               std::string(width - filled, ' ').c_str(), done, total);
-  if (done == total) std::fprintf(stderr, "\r%*s\r", width + 40, "");
-}
-
 int profile_main(int argc, char** argv) {
   cli::Args a;
   if (int rc = cli::start(kProfile, argc, argv, 1, "expected exactly one MODEL.onnx", &a); rc >= 0) return rc;
   auto top = a.get_int("--top", 0, 0, 1000000);
   if (!top.ok()) return cli::usage_error(kProfile, top.status().message());
-  CompileConfig co;
-  if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kProfile, st.message());
+  CompileOptions co;
+  if (Status st = cli::parse_shape_flags(a, &co.shapes); !st.ok()) return cli::usage_error(kProfile, st.message());
   co.fuse = !a.has("--no-fuse");
-  co.fuse_blocks = co.fuse && a.has("--block-fusion");
-  auto program = compile_onnx(a.positional[0], co);
-  if (!program.ok()) return cli::fail(program.status());
-  const Program& p = **program;
-  ProfileOptions po;
-  po.refresh = a.has("--no-cache");
-  // The same cache as compiles for this host's shape use.
-  HostMapOptions ho;
-  ho.file = a.get("--host-map");
-  auto host = host_map_obtain(ho);
-  if (!host.ok()) return cli::fail(host.status());
-  po.host_tag = host_profile_tag(*host);
-  po.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
-  auto r = profile_program(p, po);
+  co.block_fusion = a.has("--block-fusion");
+  co.host_map = a.get("--host-map");
+  co.progress = print_progress;
+  auto rt = connect();
+  if (!rt.ok()) return cli::fail(rt.status());
+  auto m = rt->compile(a.positional[0], co);
+  if (!m.ok()) return cli::fail(m.status());
+  auto r = m->profile(a.has("--no-cache"));
   if (!r.ok()) return cli::fail(r.status());
   struct Row {
     size_t step;
@@ -72,8 +54,8 @@ int profile_main(int argc, char** argv) {
   };
   std::vector<Row> rows;
   double sum = 0;
-  for (size_t i = 0; i < p.steps.size(); ++i) {
-    double total = r->task_cost_us[i] * static_cast<double>(p.steps[i].op->tasks());
+  for (size_t i = 0; i < r->rows.size(); ++i) {
+    double total = r->rows[i].us_per_rtask * static_cast<double>(r->rows[i].rtasks);
     rows.push_back({i, total});
     sum += total;
   }
@@ -84,25 +66,24 @@ int profile_main(int argc, char** argv) {
   constexpr size_t kNodeWidth = 34;
   int op_w = 2, kernel_w = 7, path_w = 4;
   for (size_t k = 0; k < shown; ++k) {
-    const Step& st = p.steps[rows[k].step];
-    op_w = std::max(op_w, static_cast<int>(st.node->op_type.size()));
-    kernel_w = std::max(kernel_w, static_cast<int>(st.kernel->name.size()));
-    path_w = std::max(path_w, static_cast<int>(st.op->path().size()));
+    const ProfileRow& st = r->rows[rows[k].step];
+    op_w = std::max(op_w, static_cast<int>(st.op.size()));
+    kernel_w = std::max(kernel_w, static_cast<int>(st.kernel.size()));
+    path_w = std::max(path_w, static_cast<int>(st.path.size()));
   }
   std::printf("%-*s %-*s %-*s %-*s %7s %11s %11s %6s\n", op_w, "op", static_cast<int>(kNodeWidth), "node", kernel_w,
               "rKernel", path_w, "path", "rTasks", "us/rTask", "total us", "share");
   for (size_t k = 0; k < shown; ++k) {
-    const Step& st = p.steps[rows[k].step];
-    const std::string& node = st.node->name;
+    const ProfileRow& st = r->rows[rows[k].step];
+    const std::string& node = st.node;
     std::string name = node.size() > kNodeWidth ? "..." + node.substr(node.size() - (kNodeWidth - 3)) : node;
-    std::printf("%-*s %-*s %-*s %-*s %7lld %11.2f %11.1f %5.1f%%%s\n", op_w, st.node->op_type.c_str(),
-                static_cast<int>(kNodeWidth), name.c_str(), kernel_w, std::string(st.kernel->name).c_str(), path_w,
-                std::string(st.op->path()).c_str(), static_cast<long long>(st.op->tasks()),
-                r->task_cost_us[rows[k].step], rows[k].total, sum > 0 ? 100 * rows[k].total / sum : 0.0,
-                r->cached[rows[k].step] ? "  (cached)" : "");
+    std::printf("%-*s %-*s %-*s %-*s %7lld %11.2f %11.1f %5.1f%%%s\n", op_w, st.op.c_str(),
+                static_cast<int>(kNodeWidth), name.c_str(), kernel_w, st.kernel.c_str(), path_w, st.path.c_str(),
+                static_cast<long long>(st.rtasks), st.us_per_rtask, rows[k].total,
+                sum > 0 ? 100 * rows[k].total / sum : 0.0, st.cached ? "  (cached)" : "");
   }
   std::printf("\n%zu ops, %.1f us of rTask work per run (%.1f ms); %zu measured, %zu from the cache\ncache: %s\n",
-              p.steps.size(), sum, sum / 1e3, r->measured, r->from_cache, r->cache_path.c_str());
+              r->rows.size(), sum, sum / 1e3, r->measured, r->from_cache, r->cache_path.c_str());
   if (r->contended > 0)
     std::printf("note: %zu measured while this core never ran at full speed (another thread on it?): scaled "
                 "estimates; rerun with `--no-cache` when the machine is quiet\n",

@@ -1,25 +1,17 @@
 // tessera run MODEL.onnx: compile and execute a model, report latency and
 // outputs.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <random>
-#include <thread>
 
-#include "base/clock.h"
-#include "base/log.h"
-#include "base/strings.h"
-#include "ir/npy.h"
-#include "compiler/executable.h"
-#include "onnx/importer.h"
-#include "devices/cpu/engine.h"
-#include "tools/cli.h"
-#include "tools/commands.h"
-#include "runtime/trace.h"
-#include "topology/cpu_topology.h"
-#include "topology/host_map.h"
+#include "tessera/tessera.h"
+#include "cli.h"
+#include "commands.h"
+#include "text.h"
 
 namespace tessera::tools {
 namespace {
@@ -57,7 +49,7 @@ const cli::Command kRun = {
     "  tessera run bert.onnx --shape input_ids=1x64 --executor sequential\n"
     "  tessera run model.onnx --threads 4 --policy critical-path\n"};
 
-Tensor random_tensor(DType dt, const Shape& shape, uint64_t seed) {
+Tensor random_tensor(DType dt, const std::vector<int64_t>& shape, uint64_t seed) {
   Tensor t(dt, shape);
   std::mt19937_64 rng(seed);
   int64_t n = t.numel();
@@ -83,14 +75,17 @@ Tensor random_tensor(DType dt, const Shape& shape, uint64_t seed) {
   return t;
 }
 
+bool is_integer(DType t) {
+  return t == DType::kInt64 || t == DType::kInt32 || t == DType::kInt8 || t == DType::kUInt8;
+}
+
 // Converts a loaded array to the input's dtype where that is lossless in
 // intent (npy float64 was narrowed on load; integer widths may differ).
-Result<Tensor> conform(const Tensor& t, const Value& v, const std::string& source) {
+Result<Tensor> conform(const Tensor& t, const TensorInfo& v, const std::string& source) {
   if (t.dtype() == v.dtype) return t;
-  bool int_to_int = dtype_is_integer(t.dtype()) && dtype_is_integer(v.dtype);
-  if (!int_to_int)
-    return invalid_argument(str_cat("input '", v.name, "' is ", dtype_name(v.dtype), " but ", source, " holds ",
-                                    dtype_name(t.dtype())));
+  if (!is_integer(t.dtype()) || !is_integer(v.dtype))
+    return invalid_argument(cat("input '", v.name, "' is ", dtype_name(v.dtype), " but ", source, " holds ",
+                                dtype_name(t.dtype())));
   Tensor out(v.dtype, t.shape());
   for (int64_t i = 0; i < t.numel(); ++i) {
     int64_t x = t.value_as_int64(i);
@@ -120,12 +115,11 @@ double percentile(std::vector<double> v, double q) {
 }
 
 // Per vEU, the median over runs of the time it spent waiting (ms).
-template <typename Runs>
-std::vector<double> runs_wait_ms(const Runs& runs) {
+std::vector<double> runs_wait_ms(const std::vector<RunBreakdown>& runs) {
   std::vector<double> out;
   for (size_t u = 0; !runs.empty() && u < runs[0].wait_ms.size(); ++u) {
     std::vector<double> w;
-    for (const auto& r : runs) w.push_back(r.wait_ms[u]);
+    for (const RunBreakdown& r : runs) w.push_back(r.wait_ms[u]);
     out.push_back(percentile(w, 0.5));
   }
   return out;
@@ -134,7 +128,7 @@ std::vector<double> runs_wait_ms(const Runs& runs) {
 std::string preview(const Tensor& t) {
   int64_t n = t.numel();
   std::string s = "[";
-  for (int64_t i = 0; i < std::min<int64_t>(n, 5); ++i) s += str_cat(i ? ", " : "", t.value_as_double(i));
+  for (int64_t i = 0; i < std::min<int64_t>(n, 5); ++i) s += cat(i ? ", " : "", t.value_as_double(i));
   if (n > 5) s += ", ...";
   s += "]";
   if (n > 0 && t.dtype() == DType::kFloat32) {
@@ -145,7 +139,7 @@ std::string preview(const Tensor& t) {
       mx = std::max(mx, x);
       sum += x;
     }
-    s += str_cat("  min ", mn, " max ", mx, " mean ", sum / static_cast<double>(n));
+    s += cat("  min ", mn, " max ", mx, " mean ", sum / static_cast<double>(n));
   }
   return s;
 }
@@ -158,32 +152,70 @@ bool from_npz_bulk(const cli::Args& a) {
   return false;
 }
 
-Status not_an_input(const std::string& name, const std::vector<Value*>& inputs) {
+Status not_an_input(const std::string& name, const std::vector<TensorInfo>& inputs) {
   std::vector<std::string> names;
-  for (const Value* in : inputs) names.push_back(in->name);
-  return not_found(str_cat("--input names '", name, "', which is not a model input (inputs: ", str_join(names, ", "),
-                           ")"));
+  for (const TensorInfo& in : inputs) names.push_back(in.name);
+  return not_found(cat("--input names '", name, "', which is not a model input (inputs: ", join(names, ", "), ")"));
+}
+
+const TensorInfo* find_input(const std::vector<TensorInfo>& inputs, const std::string& name) {
+  for (const TensorInfo& in : inputs)
+    if (in.name == name) return &in;
+  return nullptr;
 }
 
 // Every array given names a model input of its dtype (or a lossless
 // integer width) and, where the shape is bound, of that shape.
-Status check_given(const cli::Args& a, const std::map<std::string, Tensor>& given, const std::vector<Value*>& inputs,
-                   const std::map<std::string, Shape>& bound) {
+Status check_given(const cli::Args& a, const std::map<std::string, Tensor>& given, const std::vector<TensorInfo>& inputs,
+                   const std::map<std::string, std::vector<int64_t>>& bound) {
   for (const auto& [name, t] : given) {
-    const Value* v = nullptr;
-    for (const Value* in : inputs)
-      if (in->name == name) v = in;
+    const TensorInfo* v = find_input(inputs, name);
     if (v == nullptr) {
       if (from_npz_bulk(a)) continue;
       return not_an_input(name, inputs);
     }
-    TESSERA_RETURN_IF_ERROR(conform(t, *v, str_cat("the file given for '", name, "'")).status());
-    const Shape& want = bound.count(name) ? bound.at(name) : v->shape;
-    if (want.is_static() && !(t.shape() == want))
-      return invalid_argument(str_cat("input '", name, "' has shape ", want.to_string(), ", got ", shape_string(t.shape()),
-                                      " (use --shape to bind another size)"));
+    TESSERA_RETURN_IF_ERROR(conform(t, *v, cat("the file given for '", name, "'")).status());
+    const bool dynamic = std::find(v->shape.begin(), v->shape.end(), -1) != v->shape.end();
+    const std::vector<int64_t>& want = bound.count(name) ? bound.at(name) : v->shape;
+    if ((bound.count(name) || !dynamic) && t.shape() != want)
+      return invalid_argument(cat("input '", name, "' has shape ", shape_string(want), ", got ", shape_string(t.shape()),
+                                  " (use --shape to bind another size)"));
   }
   return Status();
+}
+
+// Reads every --input: NAME=FILE.npy, NAME=FILE.npz (its array NAME, or
+// its only one) or FILE.npz (every array, by name).
+Status read_inputs(const cli::Command& cmd, const cli::Args& a, std::map<std::string, Tensor>* given, int* usage) {
+  for (const std::string& spec : a.has("--input") ? a.values.at("--input") : std::vector<std::string>{}) {
+    size_t eq = spec.find('=');
+    std::string name = eq == std::string::npos ? "" : spec.substr(0, eq);
+    std::string file = eq == std::string::npos ? spec : spec.substr(eq + 1);
+    bool npz = file.size() > 4 && file.substr(file.size() - 4) == ".npz";
+    if (npz) {
+      TESSERA_ASSIGN_OR_RETURN(NamedTensors arrays, load_npz(file));
+      if (name.empty()) {
+        for (auto& [k, t] : arrays) (*given)[k] = t;
+      } else if (const Tensor* t = arrays.find(name)) {
+        (*given)[name] = *t;
+      } else if (arrays.size() == 1) {
+        (*given)[name] = arrays.begin()->second;
+      } else {
+        return not_found(cat(file, " has no array named '", name, "'"));
+      }
+    } else {
+      if (name.empty()) {
+        *usage = cli::usage_error(cmd, cat("--input expects NAME=FILE.npy or FILE.npz, got '", spec, "'"));
+        return invalid_argument("usage");
+      }
+      TESSERA_ASSIGN_OR_RETURN((*given)[name], Tensor::load_npy(file));
+    }
+  }
+  return Status();
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
@@ -201,70 +233,31 @@ int run_main(int argc, char** argv) {
   auto seed = a.get_int("--seed", 0, 0, INT64_MAX);
   for (auto* r : {&iters, &warmup, &threads, &seed})
     if (!r->ok()) return cli::usage_error(kRun, r->status().message());
-  EngineOptions so;
-  so.executor = Executor::kPlan;
-  so.threads = static_cast<int>(*threads);
+  SessionOptions so;
+  so.veus = static_cast<int>(*threads);
   so.pin = !a.has("--no-pin");
-  const std::string device = a.get("--device", "cpu");
-  if (device != "cpu" && device != "null")
-    return cli::usage_error(kRun, str_cat("no device '", device, "' (devices: cpu, null; see tessera devices)"));
-  so.null_device = device == "null";
-  if (so.null_device && a.has("--trace")) return cli::usage_error(kRun, "--trace needs the cpu device");
+  so.device = a.get("--device", "cpu");
+  if (so.device != "cpu" && so.device != "null")
+    return cli::usage_error(kRun, cat("no device '", so.device, "' (devices: cpu, null; see tessera devices)"));
+  const bool null_device = so.device == "null";
+  if (null_device && a.has("--trace")) return cli::usage_error(kRun, "--trace needs the cpu device");
   if (a.has("--executor") && !executor_parse(a.get("--executor"), &so.executor))
-    return cli::usage_error(kRun, str_cat("--executor must be plan, two-layer or sequential, got '",
-                                          a.get("--executor"), "'"));
-  Policy policy = Policy::kAuto;
-  if (a.has("--policy") && (!policy_parse(a.get("--policy"), &policy) || policy == Policy::kRandom))
-    return cli::usage_error(kRun, str_cat("--policy must be auto, wavefront or critical-path, got '",
-                                          a.get("--policy"), "'"));
+    return cli::usage_error(kRun, cat("--executor must be plan, two-layer or sequential, got '", a.get("--executor"), "'"));
+  if (a.has("--policy") && !policy_parse(a.get("--policy"), &so.policy))
+    return cli::usage_error(kRun, cat("--policy must be auto, wavefront or critical-path, got '", a.get("--policy"), "'"));
   if (a.has("--policy") && so.executor != Executor::kPlan)
     return cli::usage_error(kRun, "--policy applies to the plan executor only");
   if (a.has("--no-pin") && so.executor != Executor::kPlan)
     return cli::usage_error(kRun, "--no-pin applies to the plan executor only");
   if (a.has("--trace") && so.executor != Executor::kPlan) return cli::usage_error(kRun, "--trace needs the plan executor");
 
-  CompileConfig co;
-  HostMap host_map;
+  CompileOptions co;
   if (Status st = cli::apply_compile_flags(a, &co); !st.ok()) return cli::usage_error(kRun, st.message());
-  if (so.executor == Executor::kPlan) {
-    co.build_plan = true;
-    co.schedule.policy = policy;
-    co.schedule.veus = so.threads > 0 ? so.threads : cpu_topology().cores;  // one vEU per core
-    co.profile_options.progress = [](size_t done, size_t total, bool) { print_progress(done, total); };
-  } else {
-    co.profile = false;  // the profile costs a Plan's rTasks
-    co.variants = false;
-  }
-  if (Status st = cli::parse_shape_flags(a, &co.input_shapes); !st.ok()) return cli::usage_error(kRun, st.message());
+  if (Status st = cli::parse_shape_flags(a, &co.shapes); !st.ok()) return cli::usage_error(kRun, st.message());
 
-  // Inputs.
   std::map<std::string, Tensor> given;
-  for (const std::string& spec : a.has("--input") ? a.values.at("--input") : std::vector<std::string>{}) {
-    size_t eq = spec.find('=');
-    std::string name = eq == std::string::npos ? "" : spec.substr(0, eq);
-    std::string file = eq == std::string::npos ? spec : spec.substr(eq + 1);
-    bool npz = file.size() > 4 && file.substr(file.size() - 4) == ".npz";
-    if (npz) {
-      auto arrays = npz_read(file);
-      if (!arrays.ok()) return cli::fail(arrays.status());
-      if (name.empty()) {
-        for (auto& [k, t] : *arrays) given[k] = t;
-      } else if (arrays->count(name)) {
-        given[name] = arrays->at(name);
-      } else if (arrays->size() == 1) {
-        given[name] = arrays->begin()->second;
-      } else {
-        return cli::fail(not_found(str_cat(file, " has no array named '", name, "'")));
-      }
-    } else {
-      if (name.empty()) return cli::usage_error(kRun, str_cat("--input expects NAME=FILE.npy or FILE.npz, got '", spec, "'"));
-      auto t = npy_read(file);
-      if (!t.ok()) return cli::fail(t.status());
-      given[name] = *t;
-    }
-  }
-  std::unique_ptr<Program> program;
-  const int64_t compile_start = now_ns();
+  int usage = 0;
+  if (Status st = read_inputs(kRun, a, &given, &usage); !st.ok()) return usage != 0 ? usage : cli::fail(st);
   const bool executable = is_executable_file(model);
   if (executable) {
     // An Executable is compiled already: its Plan fixes the executor, the
@@ -272,136 +265,90 @@ int run_main(int argc, char** argv) {
     std::string opt = cli::first_compile_flag(a);
     for (const char* o : {"--shape", "--policy"})
       if (a.has(o)) opt = o;
-    if (!opt.empty())
-      return cli::usage_error(kRun, str_cat(opt, " applies when compiling; ", model, " is a compiled Executable"));
+    if (!opt.empty()) return cli::usage_error(kRun, cat(opt, " applies when compiling; ", model, " is a compiled Executable"));
     if (so.executor != Executor::kPlan)
-      return cli::usage_error(kRun, str_cat(model, " is an Executable: it runs on the plan executor only"));
-    auto loaded = load_executable(model);
-    if (!loaded.ok()) return cli::fail(loaded.status());
-    program = std::move(*loaded);
+      return cli::usage_error(kRun, cat(model, " is an Executable: it runs on the plan executor only"));
     // Compiled for N vEUs, the measured choice may have kept a Plan on
     // fewer: either count names this Executable.
-    const Plan& plan = *program->plan;
-    const int requested = std::max(plan.requested_veus, plan.veus);
-    if (so.threads > 0 && so.threads != plan.veus && so.threads != requested)
-      return cli::usage_error(kRun, str_cat(model, " was compiled for ", requested, " vEUs",
-                                            requested != plan.veus ? str_cat(" (its Plan uses ", plan.veus, ")") : "",
-                                            "; compile it again with --veus ", so.threads));
-  } else {
-    // Import first, so that dynamic dimensions can be bound from the arrays
-    // given (an explicit --shape wins).
-    auto graph = import_onnx_file(model);
-    if (!graph.ok()) return cli::fail(graph.status());
-    for (const Value* in : (*graph)->inputs()) {
-      auto it = given.find(in->name);
-      if (it != given.end() && !co.input_shapes.count(in->name) && !in->shape.is_static())
-        co.input_shapes[in->name] = it->second.shape();
+    auto summary = inspect(model);
+    if (!summary.ok()) return cli::fail(summary.status());
+    const PlanInfo& plan = *summary->plan;
+    if (so.veus > 0 && so.veus != plan.veus && so.veus != plan.requested_veus)
+      return cli::usage_error(kRun, cat(model, " was compiled for ", plan.requested_veus, " vEUs",
+                                        plan.requested_veus != plan.veus ? cat(" (its Plan uses ", plan.veus, ")") : "",
+                                        "; compile it again with --veus ", so.veus));
+  } else if (!given.empty()) {
+    // Dynamic dimensions are bound from the arrays given (an explicit
+    // --shape wins), and arrays that cannot be bound fail here, before
+    // compiling (and timing Plans) for them; the session checks them again.
+    auto summary = inspect(model);
+    if (!summary.ok()) return cli::fail(summary.status());
+    for (const TensorInfo& in : summary->inputs) {
+      auto it = given.find(in.name);
+      const bool dynamic = std::find(in.shape.begin(), in.shape.end(), -1) != in.shape.end();
+      if (it != given.end() && !co.shapes.count(in.name) && dynamic) co.shapes[in.name] = it->second.shape();
     }
-    // Inputs that cannot be bound fail here, before compiling (and timing
-    // Plans) for them; the session checks them again.
-    if (Status st = check_given(a, given, (*graph)->inputs(), co.input_shapes); !st.ok()) return cli::fail(st);
-    if (so.executor == Executor::kPlan)
-      if (Status st = cli::prepare_plan(a, so.pin, &host_map, &co); !st.ok()) return cli::fail(st);
-    if (so.null_device) {  // nothing runs there: costs estimated, no Plan timed
-      co.profile = false;
-      co.plan_runner = {};
-    }
-    auto compiled = compile_graph(std::move(*graph), co);
-    if (!compiled.ok()) return cli::fail(compiled.status().with_context(model));
-    program = std::move(*compiled);
-    program->source = model;
+    if (Status st = check_given(a, given, summary->inputs, co.shapes); !st.ok()) return cli::fail(st);
   }
-  program->stats.compile_ms = static_cast<double>(now_ns() - compile_start) / 1e6;
-  const CompileStats stats = program->stats;
-  auto session_or = Engine::create(std::move(program), so);
-  if (!session_or.ok()) return cli::fail(session_or.status());
-  Engine& session = **session_or;
+  const auto compile_start = std::chrono::steady_clock::now();
+  auto rt = connect();
+  if (!rt.ok()) return cli::fail(rt.status());
+  auto m = rt->compile(model, co);
+  if (!m.ok()) return cli::fail(m.status());
+  auto s = m->session(so);
+  if (!s.ok()) return cli::fail(s.status());
+  const double compile_ms = ms_since(compile_start);
+  Session& session = *s;
 
-  std::vector<std::pair<std::string, Tensor>> feeds;  // every input, as bound
+  NamedTensors feeds;  // every input, as bound
   for (auto& [name, t] : given) {
-    const Value* v = nullptr;
-    for (const Value* in : session.inputs())
-      if (in->name == name) v = in;
+    const TensorInfo* v = find_input(session.inputs(), name);
     if (v == nullptr) {
       if (from_npz_bulk(a)) continue;
       return cli::fail(not_an_input(name, session.inputs()));
     }
-    auto c = conform(t, *v, str_cat("the file given for '", name, "'"));
+    auto c = conform(t, *v, cat("the file given for '", name, "'"));
     if (!c.ok()) return cli::fail(c.status());
-    Status st = session.set_input(name, *c);
-    if (!st.ok()) return cli::fail(st);
-    feeds.emplace_back(name, *c);
+    feeds.set(name, *c);
   }
-  uint64_t input_seed = static_cast<uint64_t>(*seed);
+  const uint64_t input_seed = static_cast<uint64_t>(*seed);
   for (size_t i = 0; i < session.inputs().size(); ++i) {
-    const Value* v = session.inputs()[i];
-    if (given.count(v->name)) continue;
-    log_info("input '", v->name, "': random ", dtype_name(v->dtype), " ", v->shape.to_string(), " (seed ", *seed, ")");
-    Tensor t = random_tensor(v->dtype, v->shape, input_seed + i * 7919);
-    Status st = session.set_input(v->name, t);
-    if (!st.ok()) return cli::fail(st);
-    feeds.emplace_back(v->name, std::move(t));
+    const TensorInfo& v = session.inputs()[i];
+    if (given.count(v.name)) continue;
+    say("input '", v.name, "': random ", dtype_name(v.dtype), " ", shape_string(v), " (seed ", *seed, ")");
+    feeds.set(v.name, random_tensor(v.dtype, v.shape, input_seed + i * 7919));
   }
 
   // Only now that the model and its inputs are accepted: a failing run
   // prints nothing but its error line.
-  cli::log_host_map(host_map);
+  const CompileReport report = session.compile_report();
   if (executable)
-    log_info(model, ": Executable of ", session.program().steps.size(), " ops (compiled from ",
-             session.program().source, "); ", stats.rtasks, " rTasks; arena ",
-             human_count(static_cast<double>(session.program().memory.arena_bytes)), "B; loaded and validated in ",
-             str_fixed(stats.compile_ms, 1), " ms");
+    say(model, ": Executable of ", report.ops, " ops (compiled from ", report.source, "); ", report.rtasks,
+        " rTasks; arena ", human_count(static_cast<double>(report.arena_bytes)), "B; loaded and validated in ",
+        fixed(compile_ms, 1), " ms");
   else
-    log_info(model, ": ", stats.nodes_imported, " nodes imported, ", session.program().steps.size(), " ops after ",
-             stats.folded, " folded, ", stats.identities_removed + stats.dead_removed, " removed, ",
-             stats.fused + stats.chains_fused + stats.attention_fused + stats.blocks_fused, " fused; ", stats.rtasks,
-             " rTasks; arena ", human_count(static_cast<double>(session.program().memory.arena_bytes)),
-             "B; imported and compiled in ", str_fixed(stats.compile_ms, 1), " ms");
-  // Runs. Each timed run copies the inputs in, computes, and copies the
-  // outputs out; latency is the compute part (what the executors differ
-  // in), and --json breaks every run down.
-  for (int64_t i = 0; i < *warmup; ++i) {
-    Status st = session.run().wait();
-    if (!st.ok()) return cli::fail(st);
-  }
-  struct RunBreakdown {
-    double copy_in_ms, compute_ms, copy_out_ms;
-    std::vector<double> wait_ms;
-  };
+    say(model, ": ", report.nodes_imported, " nodes imported, ", report.ops, " ops after ", report.folded, " folded, ",
+        report.removed, " removed, ", report.fused, " fused; ", report.rtasks, " rTasks; arena ",
+        human_count(static_cast<double>(report.arena_bytes)), "B; imported and compiled in ", fixed(compile_ms, 1), " ms");
+  // Runs. Inputs are read where they lie; latency is the compute part
+  // (what the executors differ in), and --json breaks every run down.
+  for (int64_t i = 0; i < *warmup; ++i)
+    if (auto out = session.run(feeds); !out.ok()) return cli::fail(out.status());
   std::vector<RunBreakdown> runs;
   std::vector<double> ms;
-  std::vector<Tensor> outs(session.outputs().size());
+  NamedTensors outs;
   for (int64_t i = 0; i < *iters; ++i) {
-    int64_t t0 = now_ns();
-    for (auto& [name, t] : feeds) {
-      Status st = session.set_input(name, t);
-      if (!st.ok()) return cli::fail(st);
-    }
-    int64_t t1 = now_ns();
-    Status st = session.run().wait();
-    if (!st.ok()) return cli::fail(st);
-    int64_t t2 = now_ns();
-    for (size_t k = 0; k < outs.size(); ++k) outs[k] = session.output(k);
-    int64_t t3 = now_ns();
-    RunBreakdown b{static_cast<double>(t1 - t0) / 1e6, static_cast<double>(t2 - t1) / 1e6,
-                   static_cast<double>(t3 - t2) / 1e6, {}};
-    if (CpuVDevice* d = session.vdevice())
-      for (int64_t w : d->wait_ns()) b.wait_ms.push_back(static_cast<double>(w) / 1e6);
-    runs.push_back(std::move(b));
+    auto out = session.run(feeds);
+    if (!out.ok()) return cli::fail(out.status());
+    outs = std::move(*out);
+    runs.push_back(session.last_breakdown());
     ms.push_back(runs.back().compute_ms);
   }
-  std::string trace_path = a.get("--trace");
+  const std::string trace_path = a.get("--trace");
   if (!trace_path.empty()) {
-    CpuVDevice* d = session.vdevice();
-    if (d == nullptr) return cli::usage_error(kRun, "--trace needs the plan executor");
-    std::vector<std::pair<int64_t, int64_t>> spans(session.program().plan->placements.size());
-    d->set_trace(&spans);
-    Status st = session.run().wait();
-    d->set_trace(nullptr);
-    if (!st.ok()) return cli::fail(st);
-    st = write_chrome_trace(trace_path, session.program(), spans);
-    if (!st.ok()) return cli::fail(st);
-    log_info("trace of one run written to ", trace_path, " (open in chrome://tracing or ui.perfetto.dev)");
+    if (Status st = session.trace_next_run(trace_path); !st.ok()) return cli::fail(st);
+    if (auto out = session.run(feeds); !out.ok()) return cli::fail(out.status());
+    say("trace of one run written to ", trace_path, " (open in chrome://tracing or ui.perfetto.dev)");
   }
   double lmin = *std::min_element(ms.begin(), ms.end()), lmax = *std::max_element(ms.begin(), ms.end());
   double lmed = percentile(ms, 0.5), lp90 = percentile(ms, 0.9);
@@ -411,55 +358,53 @@ int run_main(int argc, char** argv) {
   if (!out_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(out_dir, ec);
-    if (ec) return cli::fail(invalid_argument(str_cat("cannot create --output-dir '", out_dir, "': ", ec.message())));
+    if (ec) return cli::fail(invalid_argument(cat("cannot create --output-dir '", out_dir, "': ", ec.message())));
   }
   std::string outputs_json;
   std::string how = std::string(executor_name(session.executor()));
-  if (const auto& plan = session.program().plan) {
-    how = str_cat("plan (", policy_name(plan->policy), ", predicted ", std::round(plan->predicted_us) / 1000, " ms");
+  if (auto plan = session.plan(); plan.ok()) {
+    how = cat("plan (", policy_name(plan->policy), ", predicted ", std::round(plan->predicted_us) / 1000, " ms");
     if (plan->requested_veus > plan->veus)
-      how += str_cat("; ", plan->veus, " of ", plan->requested_veus, " vEUs: fastest when the candidates were timed");
+      how += cat("; ", plan->veus, " of ", plan->requested_veus, " vEUs: fastest when the candidates were timed");
     how += ")";
   }
-  if (so.null_device)
-    log_info("device null: the model was imported, compiled, scheduled and loaded and its inputs checked; nothing "
-             "was computed, outputs are zero-filled");
-  log_info("executor ", how, so.null_device ? " on the null device" : "", ", ", session.threads(), " thread(s); latency over ", *iters,
-           " runs: median ", str_cat(std::round(lmed * 1000) / 1000), " ms (min ", str_cat(std::round(lmin * 1000) / 1000),
-           ", p90 ", str_cat(std::round(lp90 * 1000) / 1000), ", max ", str_cat(std::round(lmax * 1000) / 1000), ")");
-  for (size_t i = 0; i < session.outputs().size(); ++i) {
-    const Value* v = session.outputs()[i];
-    const Tensor& t = outs[i];
-    log_info("output '", v->name, "': ", dtype_name(v->dtype), " ", v->shape.to_string(), " ", preview(t));
+  if (null_device)
+    say("device null: the model was imported, compiled, scheduled and loaded and its inputs checked; nothing "
+        "was computed, outputs are zero-filled");
+  say("executor ", how, null_device ? " on the null device" : "", ", ", session.veus(), " thread(s); latency over ",
+      *iters, " runs: median ", cat(std::round(lmed * 1000) / 1000), " ms (min ", cat(std::round(lmin * 1000) / 1000),
+      ", p90 ", cat(std::round(lp90 * 1000) / 1000), ", max ", cat(std::round(lmax * 1000) / 1000), ")");
+  size_t i = 0;
+  for (const auto& [name, t] : outs) {
+    say("output '", name, "': ", dtype_name(t.dtype()), " ", shape_string(t.shape()), " ", preview(t));
     if (!out_dir.empty()) {
-      std::string path = (std::filesystem::path(out_dir) / (safe_file_name(v->name) + ".npy")).string();
-      Status st = npy_write(path, t);
-      if (!st.ok()) return cli::fail(st);
+      std::string path = (std::filesystem::path(out_dir) / (safe_file_name(name) + ".npy")).string();
+      if (Status st = t.save_npy(path); !st.ok()) return cli::fail(st);
     }
-    outputs_json += str_cat(i ? "," : "", "{\"name\":\"", json_escape(v->name), "\",\"dtype\":\"", dtype_name(v->dtype),
-                            "\",\"shape\":[", str_join(v->shape.dims, ","), "]}");
+    outputs_json += cat(i++ ? "," : "", "{\"name\":\"", json_escape(name), "\",\"dtype\":\"", dtype_name(t.dtype()),
+                        "\",\"shape\":[", join(t.shape(), ","), "]}");
   }
   if (json) {
     std::string runs_json;
-    for (size_t i = 0; i < runs.size(); ++i) {
+    for (size_t k = 0; k < runs.size(); ++k) {
       char buf[160];
       std::snprintf(buf, sizeof buf, "{\"copy_in_ms\":%.6f,\"compute_ms\":%.6f,\"copy_out_ms\":%.6f,\"wait_ms\":[",
-                    runs[i].copy_in_ms, runs[i].compute_ms, runs[i].copy_out_ms);
-      runs_json += str_cat(i ? "," : "", buf);
-      for (size_t u = 0; u < runs[i].wait_ms.size(); ++u) {
-        std::snprintf(buf, sizeof buf, "%s%.6f", u ? "," : "", runs[i].wait_ms[u]);
+                    runs[k].copy_in_ms, runs[k].compute_ms, runs[k].copy_out_ms);
+      runs_json += cat(k ? "," : "", buf);
+      for (size_t u = 0; u < runs[k].wait_ms.size(); ++u) {
+        std::snprintf(buf, sizeof buf, "%s%.6f", u ? "," : "", runs[k].wait_ms[u]);
         runs_json += buf;
       }
       runs_json += "]}";
     }
     std::string plan_json;
-    if (const auto& plan = session.program().plan) plan_json = ",\"plan\":" + plan_summary_json(*plan, runs_wait_ms(runs));
+    if (session.plan().ok()) plan_json = ",\"plan\":" + session.plan_json(runs_wait_ms(runs));
     std::printf(
         "{\"model\":\"%s\",\"device\":\"%s\",\"executor\":\"%s\",\"threads\":%d,\"iters\":%lld,"
         "\"latency_ms\":{\"min\":%.6f,\"median\":%.6f,\"p90\":%.6f,\"max\":%.6f}%s,\"outputs\":[%s],"
         "\"runs\":[%s]}\n",
-        json_escape(model).c_str(), device.c_str(), std::string(executor_name(session.executor())).c_str(), session.threads(),
-        static_cast<long long>(*iters), lmin, lmed, lp90, lmax, plan_json.c_str(), outputs_json.c_str(),
+        json_escape(model).c_str(), so.device.c_str(), std::string(executor_name(session.executor())).c_str(),
+        session.veus(), static_cast<long long>(*iters), lmin, lmed, lp90, lmax, plan_json.c_str(), outputs_json.c_str(),
         runs_json.c_str());
   }
   return 0;

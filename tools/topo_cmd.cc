@@ -8,12 +8,10 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
-#include "base/log.h"
-#include "base/strings.h"
-#include "tools/cli.h"
-#include "tools/commands.h"
-#include "topology/calibrate.h"
-#include "topology/host_map.h"
+#include "tessera/tessera.h"
+#include "cli.h"
+#include "commands.h"
+#include "text.h"
 
 namespace tessera::tools {
 namespace {
@@ -58,11 +56,11 @@ std::string when(int64_t unix_s) {
 void print_matrix(const HostMap& m, const char* title, auto&& value, int digits) {
   const int n = m.size();
   std::printf("\n%s\n        ", title);
-  for (int b = 0; b < n; ++b) std::printf("%9s", str_cat("PU ", m.pus[static_cast<size_t>(b)].os_index).c_str());
+  for (int b = 0; b < n; ++b) std::printf("%9s", cat("PU ", m.pus[static_cast<size_t>(b)].os_index).c_str());
   std::printf("\n");
   for (int a = 0; a < n; ++a) {
-    std::printf("  %-6s", str_cat("PU ", m.pus[static_cast<size_t>(a)].os_index).c_str());
-    for (int b = 0; b < n; ++b) std::printf("%9s", str_fixed(value(a, b), digits).c_str());
+    std::printf("  %-6s", cat("PU ", m.pus[static_cast<size_t>(a)].os_index).c_str());
+    for (int b = 0; b < n; ++b) std::printf("%9s", fixed(value(a, b), digits).c_str());
     std::printf("\n");
   }
 }
@@ -73,14 +71,14 @@ void print_text(const HostMap& m) {
   std::printf("cpu       %s\n", m.cpu.c_str());
   std::printf("digest    %s (what the planner concludes; plan choices are cached under it)\n", m.digest().c_str());
   std::printf("from      %s; measured %s", m.origin.c_str(), when(m.measured_at).c_str());
-  if (m.measured_at > 0) std::printf(" (%s days ago, in %s s)", str_fixed(m.age_days(now), 1).c_str(), str_fixed(m.measure_s, 1).c_str());
+  if (m.measured_at > 0) std::printf(" (%s days ago, in %s s)", fixed(m.age_days(now), 1).c_str(), fixed(m.measure_s, 1).c_str());
   std::printf("\ncaches    sharing from %s%s\n", m.groups_from.c_str(), m.noisy ? "; NOISY while measured" : "");
   std::printf("\n  vEU  PU   core  L2  L3  NUMA  FMA GFLOP/s  memory GB/s\n");
   for (int p = 0; p < m.size(); ++p) {
     const HostPu& pu = m.pus[static_cast<size_t>(p)];
     std::printf("  %-4d %-4u %-5d %-3d %-3d %-5d %-12s %s\n", p, pu.os_index, pu.core, pu.l2, pu.l3, pu.numa,
-                pu.fma_gflops > 0 ? str_fixed(pu.fma_gflops, 0).c_str() : "-",
-                pu.mem_gbps > 0 ? str_fixed(pu.mem_gbps, 1).c_str() : "-");
+                pu.fma_gflops > 0 ? fixed(pu.fma_gflops, 0).c_str() : "-",
+                pu.mem_gbps > 0 ? fixed(pu.mem_gbps, 1).c_str() : "-");
   }
   print_matrix(m, "read cost, ns per KB of 128 KB just written (rows read, columns wrote):",
                [&](int a, int b) { return m.read_cost(a, b, HostMap::kTypicalKb); }, 1);
@@ -91,7 +89,7 @@ void print_text(const HostMap& m) {
   print_matrix(m, "hand-off, one way (ns):", [&](int a, int b) { return m.handoff_ns[static_cast<size_t>(a * m.size() + b)]; }, 0);
   if (m.size() > 1) {
     std::printf("\ncrossing cost by size (ns per KB), PU %u reading what PU %u wrote:", m.pus[1].os_index, m.pus[0].os_index);
-    for (double kb : m.sizes_kb) std::printf("  %s KB: %s", str_fixed(kb, 0).c_str(), str_fixed(m.crossing_ns_per_kb(1, 0, kb), 1).c_str());
+    for (double kb : m.sizes_kb) std::printf("  %s KB: %s", fixed(kb, 0).c_str(), fixed(m.crossing_ns_per_kb(1, 0, kb), 1).c_str());
     std::printf("\n");
   }
   std::printf("\nthe planner concludes:\n");
@@ -112,19 +110,9 @@ int topo_main(int argc, char** argv) {
   auto m = host_map_obtain(o);
   if (!m.ok()) return cli::fail(m.status());
   if (a.has("--gauge")) {
-    if (!host_quiet(cpu_topology(), {}, m->pus[0].fma_gflops)) {
-      std::printf("busy: the host is taking a share of this process's PUs\n");
-      return 3;
-    }
-    const HostFingerprint f = host_fingerprint(cpu_topology());
-    constexpr double kGaugeSlack = 1.5;
-    if (f.pair && m->size() > 1 && f.handoff_ns > kGaugeSlack * m->handoff_ns[1]) {
-      std::printf("moved: a hand-off between the first two PUs takes %.0f ns, the map says %.0f\n", f.handoff_ns,
-                  m->handoff_ns[1]);
-      return 3;
-    }
-    std::printf("quiet: every PU runs at full speed at once, hand-offs as mapped\n");
-    return 0;
+    const HostGauge g = host_gauge(*m);
+    std::printf("%s\n", g.why.c_str());
+    return g.quiet ? 0 : 3;
   }
   if (a.has("--json")) {
     nlohmann::json j = nlohmann::json::parse(host_map_to_json(*m));

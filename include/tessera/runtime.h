@@ -45,6 +45,20 @@ namespace tessera {
 // The library's version, "MAJOR.MINOR.PATCH".
 std::string_view version();
 
+// Defined in tessera/inspect.h.
+struct PlanInfo;
+struct CompileReport;
+struct ProfileReport;
+struct OpSupport;
+
+// Whether `path` is an Executable (.tsx, written by Model::save or
+// `tessera compile`): by its first bytes, whatever its name.
+bool is_executable_file(const std::string& path);
+
+// "1x3x224x224", with a dynamic dim's name (or "?") where it is unbound.
+struct TensorInfo;
+std::string shape_string(const TensorInfo& t);
+
 // Tensors by name, in order (a model's inputs or outputs in model order,
 // an .npz's arrays in file order). Iterates as pairs.
 class NamedTensors {
@@ -93,6 +107,7 @@ struct DeviceInfo {
   uint64_t memory_bytes = 0;
   std::string place = {};  // where it is on the host ("1 package, 2 cores, 2 PUs")
   std::string note = {};   // what it is, in a few words
+  std::string kernels = {};  // the build of its rKernels ("avx512", "avx2", "portable")
 };
 
 enum class Executor : uint8_t {
@@ -226,8 +241,15 @@ class Session {
   // predicted lanes per vEU) to `path`.
   Status trace_next_run(const std::string& path);
   // A description of the Plan: policy, vEUs, predicted and measured
-  // makespans (a JSON object, as `tessera run --json` prints under "plan").
-  std::string plan_json() const;
+  // makespans, and per vEU the time it waited: `wait_ms` where given (a
+  // median over runs, say), else the latest run's (a JSON object, as
+  // `tessera run --json` prints under "plan").
+  std::string plan_json(const std::vector<double>& wait_ms = {}) const;
+  // The Plan it runs (tessera/inspect.h); FailedPrecondition for the
+  // sequential and two-layer executors, which run none.
+  Result<PlanInfo> plan() const;
+  // What compiling (or loading the Executable) did (tessera/inspect.h).
+  CompileReport compile_report() const;
 
  private:
   friend class Model;
@@ -251,6 +273,18 @@ class Model {
   // Writes an Executable (.tsx): the compiled model, its Plan for
   // `veus` vEUs (0: every core) and its weights.
   Status save(const std::string& path, int veus = 0);
+  // The same for the vEUs and policy in `options` (an Executable runs on
+  // the plan executor, on the cpu).
+  Status save(const std::string& path, const SessionOptions& options);
+  // The Plan a session with these options would run, without starting
+  // one: compiled for the device, vEUs and policy asked for (the measured
+  // plan choice times candidates on the first cores), or an Executable's
+  // own (tessera/inspect.h).
+  Result<PlanInfo> plan(const SessionOptions& options = {});
+  // Measures one rTask of every op (the profile cache first, unless
+  // `refresh`) as compiled with this model's options, on this host
+  // (tessera/inspect.h). Progress through CompileOptions::progress.
+  Result<ProfileReport> profile(bool refresh = false);
 
  private:
   friend class Runtime;
@@ -265,6 +299,9 @@ class Runtime {
   std::vector<DeviceInfo> devices() const;
   // An ONNX model (.onnx) or an Executable (.tsx).
   Result<Model> compile(const std::string& path, const CompileOptions& options = {});
+  // The ONNX ops `device` runs and the rKernels it may run each with, by
+  // op name (tessera/inspect.h).
+  Result<std::vector<OpSupport>> ops(const std::string& device = "cpu") const;
 
  private:
   friend Result<Runtime> connect(const std::string& uri);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "api/state.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/strings.h"
 #include "compiler/executable.h"
@@ -21,6 +22,12 @@ using detail::RuntimeState;
 using detail::SessionState;
 
 std::string_view version() { return TESSERA_VERSION_STRING; }
+
+std::string shape_string(const TensorInfo& t) {
+  Shape s(t.shape);
+  s.symbols = t.symbols;
+  return s.to_string();
+}
 
 namespace detail {
 namespace {
@@ -78,7 +85,10 @@ void RuntimeState::release(const std::vector<int>& slots) {
 Result<const HostMap*> RuntimeState::map(const std::string& file, const CompileOptions& o, HostMap* scratch) {
   HostMapOptions ho;
   ho.file = file;
-  if (o.progress) ho.progress = [&](std::string_view stage, size_t done, size_t total) { o.progress(stage, done, total); };
+  if (o.progress)
+    ho.progress = [&](std::string_view stage, size_t done, size_t total) {
+      o.progress(str_cat("measuring the host: ", stage), done, total);
+    };
   if (!file.empty()) {
     TESSERA_ASSIGN_OR_RETURN(*scratch, host_map_obtain(ho));
     return scratch;
@@ -93,6 +103,22 @@ Result<const HostMap*> RuntimeState::map(const std::string& file, const CompileO
     host_map = std::move(m);
   }
   return &*host_map;
+}
+
+CompileConfig config_of(const CompileOptions& o) {
+  CompileConfig c;
+  for (const auto& [name, dims] : o.shapes) c.input_shapes[name] = Shape(dims);
+  c.profile = o.profile;
+  c.variants = o.variants;
+  c.fuse = o.fuse;
+  c.fuse_blocks = o.fuse && o.block_fusion;
+  c.concat_in_place = o.concat_in_place;
+  c.lower_recurrent = o.lower_recurrent;
+  c.recurrent_chunk = o.recurrent_chunk;
+  c.recurrent_carry = o.recurrent_carry;
+  if (o.progress)
+    c.profile_options.progress = [p = o.progress](size_t done, size_t total, bool) { p("profiling rTasks", done, total); };
+  return c;
 }
 
 }  // namespace detail
@@ -114,24 +140,6 @@ Policy policy_of(PlanPolicy p) {
   return Policy::kAuto;
 }
 
-// The compiler's configuration for `o`, planning for `veus` vEUs on
-// `slots` (none: no Plan).
-CompileConfig config_of(const CompileOptions& o) {
-  CompileConfig c;
-  for (const auto& [name, dims] : o.shapes) c.input_shapes[name] = Shape(dims);
-  c.profile = o.profile;
-  c.variants = o.variants;
-  c.fuse = o.fuse;
-  c.fuse_blocks = o.fuse && o.block_fusion;
-  c.concat_in_place = o.concat_in_place;
-  c.lower_recurrent = o.lower_recurrent;
-  c.recurrent_chunk = o.recurrent_chunk;
-  c.recurrent_carry = o.recurrent_carry;
-  if (o.progress)
-    c.profile_options.progress = [p = o.progress](size_t done, size_t total, bool) { p("profiling rTasks", done, total); };
-  return c;
-}
-
 // Compiles `m` for a session on `device`: a Plan for `veus` vEUs on
 // `slots` where the executor is the plan executor, with the device's
 // rKernels, cost model and plan runner.
@@ -143,7 +151,7 @@ Result<std::unique_ptr<Program>> compile_for(ModelState& m, detail::RuntimeState
     lo.device = std::string(device.program_kind());
     return load_executable(m.path, lo);
   }
-  CompileConfig c = config_of(m.options);
+  CompileConfig c = detail::config_of(m.options);
   c.kernels = device.kernels();
   c.profile = c.profile && device.profiles();
   HostMap file_map;
@@ -168,6 +176,19 @@ Result<std::unique_ptr<Program>> compile_for(ModelState& m, detail::RuntimeState
 }
 
 }  // namespace
+
+Result<std::unique_ptr<Program>> detail::compile_plan(ModelState& m, const SessionOptions& so) {
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Device> device, find_device(so.device));
+  if (m.executable) return compile_for(m, *m.runtime, so, *device, 0, {});
+  if (so.veus < 0 || so.veus > 1024) return invalid_argument(str_cat("SessionOptions: veus ", so.veus, " is out of range"));
+  const int all = device->info().kind == "cpu" ? cpu_veus() : device->info().veus;
+  std::vector<int> slots = so.cores;
+  if (slots.empty())
+    for (int u = 0; u < (so.veus > 0 ? so.veus : all); ++u) slots.push_back(u);
+  if (so.veus > 0 && so.veus != static_cast<int>(slots.size()))
+    return invalid_argument(str_cat("SessionOptions: veus is ", so.veus, " but ", slots.size(), " cores are given"));
+  return compile_for(m, *m.runtime, so, *device, static_cast<int>(slots.size()), slots);
+}
 
 // ---------------------------------------------------------------- Runtime ---
 
@@ -226,7 +247,7 @@ Result<Model> Runtime::compile(const std::string& path, const CompileOptions& op
   } else {
     // Compiled once without a Plan: the model is checked whole (ops,
     // shapes, kernels) before any session places it.
-    CompileConfig c = config_of(options);
+    CompileConfig c = detail::config_of(options);
     c.profile = false;
     c.variants = false;
     TESSERA_ASSIGN_OR_RETURN(auto graph, import_onnx_file(path));
@@ -287,6 +308,7 @@ Result<Session> Model::session(const SessionOptions& so) {
   st->device = so.device;
   st->device_ptr = device;
   // An Executable is loaded once, for the device, and fixes the vEUs.
+  const int64_t t0 = now_ns();
   std::unique_ptr<Program> program;
   if (s_->executable) {
     TESSERA_ASSIGN_OR_RETURN(program, compile_for(*s_, *s_->runtime, so, *device, 0, {}));
@@ -309,6 +331,8 @@ Result<Session> Model::session(const SessionOptions& so) {
   }
   st->inputs = infos(program->graph->inputs());
   st->outputs = infos(program->graph->outputs());
+  st->report = detail::compile_report(*program);
+  st->report.compile_ms = static_cast<double>(now_ns() - t0) / 1e6;
   st->veus = program->plan && so.executor == Executor::kPlan ? program->plan->veus : veus;
   PlaceOptions po;
   po.executor = so.executor;
@@ -322,19 +346,16 @@ Result<Session> Model::session(const SessionOptions& so) {
 }
 
 Status Model::save(const std::string& path, int veus) {
-  if (!s_) return failed_precondition("Model: empty (use Runtime::compile)");
   SessionOptions so;
   so.veus = veus;
-  std::unique_ptr<Program> p;
-  if (s_->executable) {
-    TESSERA_ASSIGN_OR_RETURN(p, load_executable(s_->path));
-  } else {
-    const int n = veus > 0 ? veus : detail::cpu_veus();
-    std::vector<int> slots(static_cast<size_t>(n));
-    for (int u = 0; u < n; ++u) slots[static_cast<size_t>(u)] = u;
-    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Device> cpu, find_device("cpu"));
-    TESSERA_ASSIGN_OR_RETURN(p, compile_for(*s_, *s_->runtime, so, *cpu, n, slots));
-  }
+  return save(path, so);
+}
+
+Status Model::save(const std::string& path, const SessionOptions& options) {
+  if (!s_) return failed_precondition("Model: empty (use Runtime::compile)");
+  if (options.executor != Executor::kPlan || options.device != "cpu")
+    return invalid_argument("an Executable holds a Plan for the cpu device: save with the plan executor on the cpu");
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Program> p, detail::compile_plan(*s_, options));
   return write_executable(*p, path);
 }
 

@@ -281,10 +281,4 @@ Status Session::trace_next_run(const std::string& path) {
   return Status();
 }
 
-std::string Session::plan_json() const {
-  if (!s_) return "{}";
-  const Program& p = s_->loaded->program();
-  return p.plan ? plan_summary_json(*p.plan, s_->last.wait_ms) : "{}";
-}
-
 }  // namespace tessera

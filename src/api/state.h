@@ -13,6 +13,7 @@
 
 #include "compiler/program.h"
 #include "devices/device.h"
+#include "tessera/inspect.h"
 #include "tessera/runtime.h"
 #include "topology/host_map.h"
 
@@ -81,6 +82,7 @@ struct SessionState : std::enable_shared_from_this<SessionState> {
   std::string device;
   std::vector<int> slots;  // held in the Runtime (cpu)
   std::vector<TensorInfo> inputs, outputs;
+  CompileReport report;
   std::shared_ptr<Device> device_ptr;
   std::unique_ptr<LoadedProgram> loaded;
   int veus = 1;
@@ -102,5 +104,15 @@ struct SessionState : std::enable_shared_from_this<SessionState> {
   // left when it has gone fails its Event.
   static void worker_main(std::shared_ptr<Turns> turns, std::weak_ptr<SessionState> session);
 };
+
+// The compiler's configuration for a model's options (no Plan).
+CompileConfig config_of(const CompileOptions& o);
+// The Program a session with `so` would load: an Executable's, else
+// compiled with a Plan for so.veus (0: every vEU of the device) on
+// so.cores (else the first ones), without starting a session.
+Result<std::unique_ptr<Program>> compile_plan(ModelState& m, const SessionOptions& so);
+// The public views of a Program (inspect.cc).
+PlanInfo plan_info(const Program& p);
+CompileReport compile_report(const Program& p);
 
 }  // namespace tessera::detail

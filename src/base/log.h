@@ -6,13 +6,11 @@
 #pragma once
 
 #include "base/strings.h"
+#include "tessera/log.h"
 
 namespace tessera {
 
-enum class LogLevel { kDebug, kInfo, kWarning, kError, kQuiet };
-
-void log_set_level(LogLevel level);
-LogLevel log_level();
+// LogLevel, log_set_level and log_level: tessera/log.h.
 void log_line(LogLevel level, const std::string& line);
 
 template <typename... Args>

@@ -56,7 +56,8 @@ Result<std::unique_ptr<Program>> load_executable(const std::string& path, const 
 Result<std::unique_ptr<Program>> load_executable_bytes(const void* data, size_t size, const std::string& name,
                                                        std::shared_ptr<void> owner, const LoadOptions& options = {});
 
-// True if the file at `path` starts with the Executable magic.
+// True if the file at `path` starts with the Executable magic (declared
+// in tessera/runtime.h too).
 bool is_executable_file(const std::string& path);
 
 }  // namespace tessera

@@ -616,6 +616,18 @@ bool host_quiet(const CpuTopology& t, const std::vector<int>& slots, double expe
   return alone / fma_span_ns(all, iters) >= kQuietRatio;
 }
 
+HostGauge host_gauge(const HostMap& m) {
+  const CpuTopology& t = cpu_topology();
+  if (!host_quiet(t, {}, m.pus.empty() ? 0 : m.pus[0].fma_gflops))
+    return {false, "busy: the host is taking a share of this process's PUs"};
+  const HostFingerprint f = host_fingerprint(t);
+  constexpr double kGaugeSlack = 1.5;
+  if (f.pair && m.size() > 1 && f.handoff_ns > kGaugeSlack * m.handoff_ns[1])
+    return {false, str_cat("moved: a hand-off between the first two PUs takes ", str_fixed(f.handoff_ns, 0),
+                           " ns, the map says ", str_fixed(m.handoff_ns[1], 0))};
+  return {true, "quiet: every PU runs at full speed at once, hand-offs as mapped"};
+}
+
 bool host_map_matches(const HostMap& m, const HostFingerprint& f, std::string* why) {
   if (!f.valid) return true;
   const double rate = m.pus[0].fma_gflops;

@@ -26,101 +26,18 @@
 // processes at once (the cache is replaced whole, by rename).
 #pragma once
 
-#include <cstdint>
-#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "tessera/status.h"
+#include "tessera/host_map.h"
 #include "topology/cpu_topology.h"
 
 namespace tessera {
 
-// The closest thing two PUs share.
-enum class Sharing : uint8_t { kSelf, kCore, kL2, kL3, kNone };
-std::string_view sharing_name(Sharing s);  // "self", "core", "l2", "l3", "none"
-bool sharing_parse(std::string_view name, Sharing* out);
-
-struct HostPu {
-  unsigned os_index = 0;
-  int core = -1, l2 = -1, l3 = -1, numa = 0;  // group ids (cpu_topology.h); -1 unknown
-  double fma_gflops = 0;  // fp32 FMA rate of this PU alone; 0 = not measured
-  double mem_gbps = 0;    // reading memory far beyond the caches, alone; 0 = not measured
-};
-
-// A place the map knows the distance to: a PU, the memory of a NUMA node,
-// or a device (none yet).
-struct Place {
-  enum class Kind : uint8_t { kPu, kNuma, kDevice };
-  Kind kind = Kind::kPu;
-  int index = 0;
-};
-
-struct HostMap {
-  static constexpr int kVersion = 1;
-  // The size whose costs stand for a pair in summaries and in distance().
-  static constexpr double kTypicalKb = 128;
-
-  std::string key;           // host_shape_key() of the host it describes
-  std::string cpu;           // model name
-  int64_t measured_at = 0;   // unix seconds; 0 for a written map
-  double measure_s = 0;      // how long measuring took
-  std::string groups_from;   // "hwloc" or "measured": where core/L2/L3 sharing came from
-  bool noisy = false;        // some quantity kept varying while measured
-  std::vector<std::string> notes;
-  std::string origin;        // how this process got it: "measured", "cache", "file PATH" (not stored)
-
-  std::vector<HostPu> pus;
-  std::vector<double> sizes_kb;  // ascending; costs below are per size
-  // read_ns_per_kb[s][r * n + w]: PU r reading sizes_kb[s] KB that PU w
-  // has just written (r == w: its own data).
-  std::vector<std::vector<double>> read_ns_per_kb;
-  // rewrite_ns_per_kb[s][w * n + r]: PU w writing again sizes_kb[s] KB
-  // that PU r has just read (w == r: data no one else holds).
-  std::vector<std::vector<double>> rewrite_ns_per_kb;
-  std::vector<double> handoff_ns;      // [from * n + to]: one way; 0 on the diagonal
-  std::vector<double> fma_together;    // [a * n + b]: FMA rate of a while b runs FMAs too, over a's alone
-  std::vector<Sharing> sharing;        // [a * n + b]
-
-  int size() const { return static_cast<int>(pus.size()); }
-  // ns per KB for `reader` to read `kb` KB that `writer` just wrote,
-  // interpolated on log size between the measured sizes (clamped).
-  double read_cost(int reader, int writer, double kb) const;
-  // What `kb` KB crossing from `writer` to `reader` costs beyond keeping
-  // it on one PU, in ns per KB: the reader's excess over reading its own
-  // data. 0 for reader == writer; never negative. This is what the
-  // planner charges.
-  double crossing_ns_per_kb(int reader, int writer, double kb) const;
-  // The writer's excess, in ns per KB, for writing again `kb` KB while
-  // `reader` still holds them (every line must be taken back from its
-  // cache) over rewriting data only it holds. The planner does not
-  // charge it: between runs the reader's cache has mostly let the lines
-  // go, and where it has not, a run's measured costs (the plan choice)
-  // show it.
-  double rewrite_premium_ns_per_kb(int writer, int reader, double kb) const;
-  double handoff_us(int from, int to) const { return handoff_ns[static_cast<size_t>(from * size() + to)] / 1e3; }
-  Sharing share(int a, int b) const { return sharing[static_cast<size_t>(a * size() + b)]; }
-  // The distance between two places, as ns per KB of reading at `to` what
-  // was written at `from` (kTypicalKb): PU to PU the measured read cost; a
-  // PU and its own NUMA node's memory, the PU's memory read cost. Places
-  // the map does not know (devices, other nodes' memory) are NotFound.
-  Result<double> distance(const Place& from, const Place& to) const;
-  // Days since measured (0 for a written map).
-  double age_days(int64_t now_unix) const;
-  // A short digest of what the planner concludes from the map: each PU's
-  // FMA rate in half-octave classes, the sharing of every pair, its cross
-  // reads as cheap or dear (kDearCrossing times local) and its hand-off as
-  // near (< kNearHandoffNs), mid (< kFarHandoffNs) or far. Plan choices
-  // measured under one digest are not reused under another.
-  static constexpr double kDearCrossing = 2.5;
-  static constexpr double kNearHandoffNs = 120, kFarHandoffNs = 800;
-  std::string digest() const;
-  // The sharing of every pair alone: the profile cache's part of the key.
-  std::string sharing_digest() const;
-  // Checks sizes, ranges and finiteness; the message names the field.
-  Status validate() const;
-};
+// Sharing, HostPu, Place, HostMap, HostMapOptions, host_map_obtain,
+// host_map_conclusions, host_map_to_json, host_map_read and host_gauge:
+// tessera/host_map.h.
 
 // A map of `pus` PUs where every local access costs local_ns_per_kb,
 // every cross-PU read remote_ns_per_kb, rewrites nothing extra, and every
@@ -131,40 +48,14 @@ HostMap host_map_uniform(int pus, double local_ns_per_kb, double remote_ns_per_k
 // sharing digest and the first PU's FMA class, e.g. "2pu-1f0c9a3e-f14".
 std::string host_profile_tag(const HostMap& m);
 
-// What the planner concludes from a map, a line per kind of pair (pairs
-// grouped by what they share): the crossing cost and hand-off (medians
-// over the group), and above what time a 2-way split of an op pays for
-// them (an op reading a kTypicalKb input made on one PU, whose output goes
-// back there).
-std::vector<std::string> host_map_conclusions(const HostMap& m);
-
 // The cache key of this host's shape: CPU id, instruction set, the PUs and
 // their hwloc groups (hashed), e.g. "AMD_EPYC-f25m17s1-avx512-2pu-5c1d09aa".
 std::string host_shape_key(const CpuTopology& t);
 
-std::string host_map_to_json(const HostMap& m);
 // Parses and validates a map; errors name `source` and the field at fault.
 Result<HostMap> host_map_from_json(std::string_view text, const std::string& source);
-Result<HostMap> host_map_read(const std::string& path);
 Status host_map_write(const std::string& path, const HostMap& m);
 
-struct HostMapOptions {
-  // A map to use as is (synthetic maps for tests, a host measured
-  // elsewhere). "" = $TESSERA_HOST_MAP if set, else the cache.
-  std::string file;
-  std::string cache_dir;  // "" = $TESSERA_CACHE or ~/.cache/tessera
-  bool refresh = false;   // measure again even when the cache has a map
-  bool verify = true;     // check a cached map against a fresh fingerprint
-  int reps = 0;           // samples per measured quantity; 0 = the default
-  // (stage, done, total) while measuring.
-  std::function<void(std::string_view, size_t, size_t)> progress;
-};
-
-// The map for this host: from the file named by the options or the
-// environment; else from the cache, unless three fingerprints in a row
-// disagree with it (then measured again, with a note saying why); else
-// measured and cached.
-Result<HostMap> host_map_obtain(const HostMapOptions& o);
 // Where the cache keeps this host's map.
 std::string host_map_cache_path(const std::string& cache_dir);
 

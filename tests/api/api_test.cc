@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -369,6 +370,156 @@ TEST_F(Api, SavedExecutableReloadsAndKeepsItsVeus) {
   EXPECT_NE(wrong.status().message().find("compiled for"), std::string::npos);
   Result<Session> two_layer = x->session({.executor = Executor::kTwoLayer});
   EXPECT_FALSE(two_layer.ok());
+}
+
+TEST_F(Api, InspectBindsShapesOnlyWhenAsked) {
+  const std::string path = testing_util::zoo("bert_tiny.onnx");
+  Result<ModelSummary> open = inspect(path);
+  ASSERT_TRUE(open.ok()) << open.status().to_string();
+  EXPECT_FALSE(open->executable);
+  ASSERT_EQ(open->inputs.size(), 2u);
+  EXPECT_EQ(open->inputs[0].shape, std::vector<int64_t>({-1, -1}));  // batch x seq
+  EXPECT_FALSE(open->shapes_bound.ok());
+  EXPECT_NE(open->shapes_bound.message().find(open->inputs[0].name), std::string::npos) << open->shapes_bound.message();
+  EXPECT_TRUE(open->outputs[0].shape.empty());
+  int counted = 0;
+  for (const OpCount& op : open->ops) {
+    counted += op.count;
+    EXPECT_TRUE(op.supported) << op.op;
+  }
+  EXPECT_EQ(counted, open->nodes);
+  EXPECT_GT(open->parameters, 0);
+  EXPECT_GE(open->parameter_bytes, open->parameters);
+
+  InspectOptions o;
+  for (const TensorInfo& in : open->inputs) o.shapes[in.name] = {1, 64};
+  o.graph_text = true;
+  Result<ModelSummary> bound = inspect(path, o);
+  ASSERT_TRUE(bound.ok()) << bound.status().to_string();
+  ASSERT_TRUE(bound->shapes_bound.ok()) << bound->shapes_bound.to_string();
+  EXPECT_EQ(bound->outputs[0].shape, std::vector<int64_t>({1, 64, 128}));
+  EXPECT_GT(bound->flops, 1e6);
+  EXPECT_NE(bound->graph_text.find("MatMul"), std::string::npos);
+  EXPECT_FALSE(bound->plan.has_value());
+  EXPECT_EQ(inspect(dir_ + "/none.onnx").status().code(), StatusCode::kNotFound);
+}
+
+// Every rTask sits in one vEU's list exactly once, in list order, and the
+// Session runs the Plan that Model::plan showed for the same options.
+TEST_F(Api, PlanShowsWhatTheSessionRuns) {
+  Model m = compile("nasnet_like");
+  const SessionOptions so{.veus = 2, .policy = PlanPolicy::kWavefront};
+  Result<PlanInfo> p = m.plan(so);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->policy, PlanPolicy::kWavefront);
+  ASSERT_GE(p->veus, 1);
+  ASSERT_LE(p->veus, 2);
+  ASSERT_EQ(p->program.size(), static_cast<size_t>(p->veus));
+  int64_t rtasks = 0;
+  for (const PlanStep& st : p->steps) rtasks += st.rtasks;
+  EXPECT_EQ(static_cast<int64_t>(p->tasks.size()), rtasks);
+  std::vector<std::vector<bool>> seen(p->steps.size());
+  for (size_t i = 0; i < p->steps.size(); ++i) seen[i].assign(static_cast<size_t>(p->steps[i].rtasks), false);
+  for (int u = 0; u < p->veus; ++u) {
+    int64_t runs = 0;
+    for (const PlanInstr& in : p->program[static_cast<size_t>(u)]) {
+      if (in.kind != PlanInstr::Kind::kRun) continue;
+      ASSERT_LT(static_cast<size_t>(in.a), p->steps.size());
+      ASSERT_LT(in.b, p->steps[static_cast<size_t>(in.a)].rtasks);
+      EXPECT_FALSE(seen[static_cast<size_t>(in.a)][static_cast<size_t>(in.b)]) << "rTask placed twice";
+      seen[static_cast<size_t>(in.a)][static_cast<size_t>(in.b)] = true;
+      ++runs;
+    }
+    EXPECT_EQ(runs, p->tasks_per_veu[static_cast<size_t>(u)]) << "vEU " << u;
+  }
+  for (const PlanTask& t : p->tasks) EXPECT_LE(t.end_us, p->predicted_us + 1e-6);
+  EXPECT_GT(p->arena_bytes, 0u);
+  EXPECT_LE(p->arena_bytes, p->unshared_bytes);
+
+  Result<Session> s = m.session(so);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  Result<PlanInfo> ran = s->plan();
+  ASSERT_TRUE(ran.ok()) << ran.status().to_string();
+  EXPECT_EQ(ran->veus, p->veus);
+  EXPECT_EQ(ran->tasks.size(), p->tasks.size());
+  EXPECT_DOUBLE_EQ(ran->predicted_us, p->predicted_us);  // analytic costs: deterministic
+  const CompileReport r = s->compile_report();
+  EXPECT_EQ(r.ops, static_cast<int>(ran->steps.size()));
+  EXPECT_EQ(r.rtasks, static_cast<int64_t>(ran->tasks.size()));
+  EXPECT_GT(r.nodes_imported, 0);
+  EXPECT_GT(r.compile_ms, 0);
+  EXPECT_NE(s->plan_json({0.5, 0.25}).find("0.25"), std::string::npos);
+
+  Result<Session> seq = m.session({.veus = 1, .executor = Executor::kSequential});
+  ASSERT_TRUE(seq.ok());
+  EXPECT_EQ(seq->plan().status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(m.plan({.executor = Executor::kTwoLayer}).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(Api, SavedPlanIsTheOneInspectReads) {
+  Model m = compile("mlp");
+  const std::string path = dir_ + "/mlp_cp.tsx";
+  ASSERT_TRUE(m.save(path, {.veus = 2, .policy = PlanPolicy::kCriticalPath}).ok());
+  EXPECT_TRUE(is_executable_file(path));
+  EXPECT_FALSE(is_executable_file(testing_util::zoo("mlp.onnx")));
+  Result<ModelSummary> s = inspect(path);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  ASSERT_TRUE(s->plan.has_value());
+  EXPECT_EQ(s->plan->policy, PlanPolicy::kCriticalPath);
+  EXPECT_EQ(s->plan->source, testing_util::zoo("mlp.onnx"));
+  Result<PlanInfo> again = connect()->compile(path)->plan();
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->tasks.size(), s->plan->tasks.size());
+  EXPECT_FALSE(inspect(path, {.shapes = {{"input", {1, 784}}}}).ok());
+  EXPECT_FALSE(m.save(dir_ + "/x.tsx", {.device = "null"}).ok());
+}
+
+TEST_F(Api, OpsListEveryRKernelOfADevice) {
+  Result<std::vector<OpSupport>> ops = connect()->ops("cpu");
+  ASSERT_TRUE(ops.ok()) << ops.status().to_string();
+  bool conv = false;
+  for (const OpSupport& op : *ops) {
+    EXPECT_FALSE(op.kernels.empty()) << op.op;
+    conv = conv || (op.op == "Conv" && !op.kernels[0].description.empty());
+  }
+  EXPECT_TRUE(conv);
+  // Every op of a zoo model is among them.
+  Result<ModelSummary> s = inspect(testing_util::zoo("resnet18.onnx"));
+  ASSERT_TRUE(s.ok());
+  for (const OpCount& c : s->ops)
+    EXPECT_TRUE(std::any_of(ops->begin(), ops->end(), [&](const OpSupport& o) { return o.op == c.op; })) << c.op;
+  EXPECT_EQ(connect()->ops("tpu").status().code(), StatusCode::kNotFound);
+}
+
+// A profile measures each op once, then reads them from the cache.
+TEST_F(Api, ProfileMeasuresThenReadsTheCache) {
+  CompileOptions o = quick();
+  size_t progress = 0;
+  o.progress = [&](std::string_view what, size_t, size_t) { progress += what == "profiling rTasks"; };
+  Model m = compile("mlp", o);
+  Result<ProfileReport> first = m.profile(/*refresh=*/true);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  ASSERT_FALSE(first->rows.empty());
+  EXPECT_EQ(first->measured, first->rows.size());
+  EXPECT_GT(progress, 0u);
+  for (const ProfileRow& r : first->rows) {
+    EXPECT_GT(r.us_per_rtask, 0) << r.node;
+    EXPECT_GT(r.rtasks, 0) << r.node;
+    EXPECT_FALSE(r.cached);
+  }
+  Result<ProfileReport> second = m.profile();
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->from_cache, second->rows.size());
+  EXPECT_EQ(second->rows[0].us_per_rtask, first->rows[0].us_per_rtask);
+  EXPECT_EQ(second->cache_path, first->cache_path);
+}
+
+TEST_F(Api, LogLevelIsOneSetting) {
+  const LogLevel was = log_level();
+  log_set_level(LogLevel::kQuiet);
+  EXPECT_EQ(log_level(), LogLevel::kQuiet);
+  log_set_level(was);
+  EXPECT_EQ(log_level(), was);
 }
 
 TEST_F(Api, NpzRoundTripKeepsOrder) {

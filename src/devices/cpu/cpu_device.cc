@@ -27,7 +27,7 @@ class CpuDevice : public Device {
   DeviceInfo info() const override {
     const CpuTopology& t = cpu_topology();
     const int veus = std::max(1, t.cores);  // one per core: slots 0..cores-1 of the topology order
-    return {"cpu", "cpu", veus, veus, memory_total_bytes(), t.summary, cpu_model_name()};
+    return {"cpu", "cpu", veus, veus, memory_total_bytes(), t.summary, cpu_model_name(), kernel_isa()};
   }
   KernelTable kernels() const override { return cpu_kernels(); }
   std::string_view program_kind() const override { return "cpu"; }
