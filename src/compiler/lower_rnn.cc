@@ -105,6 +105,7 @@ Result<std::vector<Value*>> carry_projection(Graph& g, const LoweredLayer& below
     cell->inputs.push_back(bias);
     for (int64_t r = 0; r < 8; ++r) cell->inputs.push_back(below.hs[static_cast<size_t>(8 * b + r)]);
     cell->attrs["next_slice"] = int_attr(t % 8);
+    cell->attrs["block_rows"] = int_attr(kRnnBlockRows);
     Value* piece = g.add_value(str_cat(base, "/piece", t - 8), DType::kFloat32, Shape{});
     piece->producer = cell;
     cell->outputs.push_back(piece);
@@ -172,8 +173,10 @@ Result<int> lower_recurrent(Graph& g, int64_t chunk_steps, bool carry) {
       ins.push_back(rp);
       Node* tail = g.add_node("TesseraRnnProj", str_cat(base, "/proj", carried_rows(seq)), ins, 1);
       tail->attrs["gates"] = int_attr(gates);
+      tail->attrs["panel_units"] = int_attr(kRnnPanelUnits);
       tail->attrs["prefetch_r"] = int_attr(1);
       tail->attrs["blocked"] = int_attr(1);
+      tail->attrs["block_rows"] = int_attr(kRnnBlockRows);
       tail->opset = n.opset;
       TESSERA_RETURN_IF_ERROR(op_infer(*tail));
       pieces.push_back(tail->outputs[0]);
@@ -190,6 +193,7 @@ Result<int> lower_recurrent(Graph& g, int64_t chunk_steps, bool carry) {
       if (t0 == 0) ins.push_back(rp);
       Node* p = g.add_node("TesseraRnnProj", chained ? str_cat(base, "/proj", t0) : str_cat(base, "/proj"), ins, 1);
       p->attrs["gates"] = int_attr(gates);
+      p->attrs["panel_units"] = int_attr(kRnnPanelUnits);
       if (t0 == 0) p->attrs["prefetch_r"] = int_attr(1);
       p->opset = n.opset;
       TESSERA_RETURN_IF_ERROR(op_infer(*p));
@@ -208,7 +212,9 @@ Result<int> lower_recurrent(Graph& g, int64_t chunk_steps, bool carry) {
       cell->attrs["hidden_size"] = int_attr(hidden);
       cell->attrs["batch"] = int_attr(batch);
       cell->attrs["step"] = int_attr(t % chunk);
+      cell->attrs["panel_units"] = int_attr(kRnnPanelUnits);
       if (carried) cell->attrs["xp_blocked"] = int_attr(1);
+      if (carried) cell->attrs["block_rows"] = int_attr(kRnnBlockRows);
       cell->opset = n.opset;
       TESSERA_RETURN_IF_ERROR(op_infer(*cell));
       hs.push_back(cell->outputs[0]);

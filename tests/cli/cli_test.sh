@@ -136,7 +136,7 @@ expect_fail "tsx: vEU count fixed" 2 "compiled for 2 vEUs" $T run $TMP/bert.tsx 
 expect_fail "tsx: shapes fixed" 2 "applies when compiling" $T run $TMP/bert.tsx --shape input_ids=1x8
 expect_fail "tsx: lowering fixed" 2 "--no-lower-recurrent applies when compiling" $T run $TMP/bert.tsx --no-lower-recurrent
 expect_fail "tsx: truncated" 1 "truncated" bash -c "head -c 5000 $TMP/bert.tsx > $TMP/cut.tsx; $T run $TMP/cut.tsx"
-expect_fail "tsx: bad version" 1 "format version 7" bash -c "cp $TMP/bert.tsx $TMP/v.tsx; printf '\\x07' | dd of=$TMP/v.tsx bs=1 seek=8 conv=notrunc status=none; $T run $TMP/v.tsx"
+expect_fail "tsx: bad version" 1 "format version 99" bash -c "cp $TMP/bert.tsx $TMP/v.tsx; printf '\\x63' | dd of=$TMP/v.tsx bs=1 seek=8 conv=notrunc status=none; $T run $TMP/v.tsx"
 
 # Errors: non-zero exit and one clear line.
 expect_fail "missing model" 1 "does not exist" $T run $TMP/none.onnx

@@ -527,6 +527,9 @@ TEST_F(Nn, RnnProjectionPrefetchChangesNothing) {
     with->attrs["prefetch_r"] = attr_i(1);
     Node* without = g.add_node("TesseraRnnProj", "without", {wp, bias, x}, 1);
     without->attrs["gates"] = attr_i(G);
+    // The layout is the node's to name: none is an error, not a default.
+    EXPECT_NE(op_infer(*without).to_string().find("panel_units 0"), std::string::npos);
+    for (Node* n : {with, without}) n->attrs["panel_units"] = attr_i(kRnnPanelUnits);
     for (Node* n : {with, without}) {
       const Status st = op_infer(*n);
       ASSERT_TRUE(st.ok()) << st.to_string();
@@ -550,11 +553,24 @@ TEST_F(Nn, RnnProjectionPrefetchChangesNothing) {
     Value* bad_r = g.add_constant("bad_r", rng.floats(Shape{panels, h, width + 1}));
     Node* bad = g.add_node("TesseraRnnProj", "bad", {wp, bias, x, bad_r}, 1);
     bad->attrs["gates"] = attr_i(G);
+    bad->attrs["panel_units"] = attr_i(kRnnPanelUnits);
     bad->attrs["prefetch_r"] = attr_i(1);
     const Status st = op_infer(*bad);
     EXPECT_NE(st.to_string().find("Rp has shape"), std::string::npos) << st.to_string();
     bad->attrs["prefetch_r"] = attr_i(2);
     EXPECT_NE(op_infer(*bad).to_string().find("prefetch_r 2"), std::string::npos);
+    // A layout of half-width panels is a consistent IR, but not one the
+    // CPU's rKernel takes: it refuses the node by its layout.
+    const int64_t half = kRnnPanelUnits / 2, half_panels = (h + half - 1) / half;
+    Value* wp8 = g.add_constant("wp8", rng.floats(Shape{half_panels, in, G * half}));
+    Value* bias8 = g.add_constant("bias8", rng.floats(Shape{half_panels * G * half}));
+    Node* narrow = g.add_node("TesseraRnnProj", "narrow", {wp8, bias8, x}, 1);
+    narrow->attrs["gates"] = attr_i(G);
+    narrow->attrs["panel_units"] = attr_i(half);
+    ASSERT_TRUE(op_infer(*narrow).ok()) << op_infer(*narrow).to_string();
+    auto refused = cpu_kernel_find("TesseraRnnProj")->make(*narrow, KernelParams{1});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("panel_units 8"), std::string::npos) << refused.status().to_string();
   }
 }
 
@@ -581,6 +597,7 @@ TEST_F(Nn, RnnCellCarriesTheNextProjection) {
   x8->shape_known = true;
   Node* proj = g.add_node("TesseraRnnProj", "proj", {wn, bn, x8}, 1);
   proj->attrs["gates"] = attr_i(4);
+  proj->attrs["panel_units"] = attr_i(kRnnPanelUnits);
   ASSERT_TRUE(op_infer(*proj).ok());
   std::vector<float> a8;
   for (Value* v : arows) a8.insert(a8.end(), v->constant->data<float>(), v->constant->data<float>() + h);
@@ -600,6 +617,7 @@ TEST_F(Nn, RnnCellCarriesTheNextProjection) {
     n->attrs["hidden_size"] = attr_i(h);
     n->attrs["batch"] = attr_i(1);
     n->attrs["step"] = attr_i(step);
+    n->attrs["panel_units"] = attr_i(kRnnPanelUnits);
     ASSERT_TRUE(op_infer(*n).ok());
   }
   auto run = [&](Node* n, int64_t tasks, const std::vector<const void*>& in) {
@@ -621,6 +639,8 @@ TEST_F(Nn, RnnCellCarriesTheNextProjection) {
     carry->attrs["batch"] = attr_i(1);
     carry->attrs["step"] = attr_i(step);
     carry->attrs["next_slice"] = attr_i(j);
+    carry->attrs["panel_units"] = attr_i(kRnnPanelUnits);
+    carry->attrs["block_rows"] = attr_i(kRnnBlockRows);
     const Status st = op_infer(*carry);
     ASSERT_TRUE(st.ok()) << st.to_string();
     EXPECT_EQ(carry->outputs[2]->shape, (Shape{1, panels / 8, 8, width}));
@@ -657,6 +677,8 @@ TEST_F(Nn, RnnCellCarriesTheNextProjection) {
   reader->attrs["batch"] = attr_i(1);
   reader->attrs["step"] = attr_i(step);
   reader->attrs["xp_blocked"] = attr_i(1);
+  reader->attrs["panel_units"] = attr_i(kRnnPanelUnits);
+  reader->attrs["block_rows"] = attr_i(kRnnBlockRows);
   ASSERT_TRUE(op_infer(*reader).ok());
   const auto got = run(reader, 2, {xb->constant->raw(), hp->constant->raw(), cp->constant->raw(),
                                    rp->constant->raw()});
@@ -669,7 +691,9 @@ TEST_F(Nn, RnnCellCarriesTheNextProjection) {
   Node* rowwise = g.add_node("TesseraRnnProj", "rowwise", {wn, bn, x12}, 1);
   Node* inblocks = g.add_node("TesseraRnnProj", "inblocks", {wn, bn, x12}, 1);
   for (Node* n : {rowwise, inblocks}) n->attrs["gates"] = attr_i(4);
+  for (Node* n : {rowwise, inblocks}) n->attrs["panel_units"] = attr_i(kRnnPanelUnits);
   inblocks->attrs["blocked"] = attr_i(1);
+  inblocks->attrs["block_rows"] = attr_i(kRnnBlockRows);
   ASSERT_TRUE(op_infer(*rowwise).ok());
   ASSERT_TRUE(op_infer(*inblocks).ok());
   ASSERT_EQ(inblocks->outputs[0]->shape, (Shape{16, panels / 8, 8, width}));
@@ -699,8 +723,14 @@ TEST_F(Nn, RnnCellCarriesTheNextProjection) {
   bad->attrs["hidden_size"] = attr_i(h);
   bad->attrs["batch"] = attr_i(1);
   bad->attrs["step"] = attr_i(step);
+  bad->attrs["panel_units"] = attr_i(kRnnPanelUnits);
+  bad->attrs["block_rows"] = attr_i(kRnnBlockRows);
   bad->attrs["next_slice"] = attr_i(8);
   EXPECT_NE(op_infer(*bad).to_string().find("next_slice 8"), std::string::npos);
+  // And a carried slice without the blocked layout's rows.
+  bad->attrs["next_slice"] = attr_i(3);
+  bad->attrs.erase("block_rows");
+  EXPECT_NE(op_infer(*bad).to_string().find("block_rows in [1, "), std::string::npos) << op_infer(*bad).to_string();
 }
 
 }  // namespace

@@ -141,11 +141,12 @@ Status infer_gru(Node& n) {
 // Inputs, LSTM: xp, h_prev, c_prev, Rp; GRU: xp, h_prev, Rp, Rb_h (absent
 // states are zeros; Rb_h is optional). xp [rows, G*H] is a projection of
 // the layer's inputs with biases folded in, its columns in panel order
-// (ceil(H / kRnnPanelUnits) panels of G * kRnnPanelUnits); the cell reads
-// rows step * batch .. step * batch + batch - 1. Rp is R packed in panels
-// [ceil(H / kRnnPanelUnits), H, G * kRnnPanelUnits] (kernels/cpu/rnn_cell.h).
-// Attributes: hidden_size H, batch, step. Outputs: h [1, 1, batch, H] and,
-// for the LSTM, c [batch, H].
+// (ceil(H / U) panels of G * U, U = panel_units); the cell reads rows
+// step * batch .. step * batch + batch - 1. Rp is R packed in panels
+// [ceil(H / U), H, G * U] (the CPU's layout: kernels/cpu/rnn_cell.h).
+// Attributes: hidden_size H, batch, step, panel_units U; with next_slice
+// or xp_blocked, block_rows (rows per piece of the blocked projection).
+// Outputs: h [1, 1, batch, H] and, for the LSTM, c [batch, H].
 Status infer_rnn_cell(Node& n) {
   const bool lstm = n.op_type == "TesseraLstmCell";
   const int64_t gates = lstm ? 4 : 3;
@@ -158,25 +159,31 @@ Status infer_rnn_cell(Node& n) {
   const Value* xp = n.input(0);
   const Value* rp = n.input(lstm ? 3 : 2);
   if (xp == nullptr || rp == nullptr) return invalid_argument("the projection and packed R are required");
-  const int64_t panels = (h + kRnnPanelUnits - 1) / kRnnPanelUnits;
+  const int64_t units = n.attr_int("panel_units", 0);
+  if (units < 1 || units > kMaxLayoutUnits)
+    return invalid_argument(str_cat("panel_units ", units, " out of range [1, ", kMaxLayoutUnits, "]"));
+  const int64_t panels = (h + units - 1) / units;
   const int64_t next = n.attr_int("next_slice", -1), blocked = n.attr_int("xp_blocked", 0);
-  if ((next != -1 || blocked != 0) && (!lstm || b != 1 || h % kRnnCarryHidden != 0 || next < -1 || next >= 8 ||
-                                       blocked > 1 || blocked < 0))
+  const int64_t block_rows = n.attr_int("block_rows", 0);
+  if ((next != -1 || blocked != 0) &&
+      (!lstm || b != 1 || h % (kCarrySlices * units) != 0 || next < -1 || next >= kCarrySlices || blocked > 1 ||
+       blocked < 0 || block_rows < 1 || block_rows > kMaxLayoutUnits))
     return invalid_argument(str_cat("next_slice ", next, " and xp_blocked ", blocked,
-                                    " need an LSTM of batch 1, hidden_size a multiple of ", kRnnCarryHidden,
-                                    ", a slice in [0, 8)"));
-  const int64_t kw = gates * kRnnPanelUnits;
+                                    " need an LSTM of batch 1, hidden_size a multiple of ", kCarrySlices * units,
+                                    ", a slice in [0, ", kCarrySlices, ") and block_rows in [1, ", kMaxLayoutUnits,
+                                    "], got ", block_rows));
+  const int64_t kw = gates * units;
   if (blocked != 0) {
     const Shape& s = xp->shape;
-    const int64_t pieces = (step / kRnnBlockRows + 1) * 8;
-    if (s.rank() != 4 || s[1] != panels / 8 || s[2] != kRnnBlockRows || s[3] != kw || s[0] < pieces)
+    const int64_t pieces = (step / block_rows + 1) * kCarrySlices;
+    const int64_t groups = panels / kCarrySlices;
+    if (s.rank() != 4 || s[1] != groups || s[2] != block_rows || s[3] != kw || s[0] < pieces)
       return invalid_argument(str_cat("blocked projection ", xp->name, " has shape ", s.to_string(), ", expected [>= ",
-                                      pieces, ", ", panels / 8, ", ", kRnnBlockRows, ", ", kw, "]"));
+                                      pieces, ", ", groups, ", ", block_rows, ", ", kw, "]"));
   } else if (xp->shape.rank() != 2 || xp->shape[1] != panels * kw || xp->shape[0] < (step + 1) * b)
     return invalid_argument(str_cat("projection ", xp->name, " has shape ", xp->shape.to_string(), ", too small for step ",
-                                    step, " of batch ", b, " and ", panels, " panels of ", gates, "x",
-                                    kRnnPanelUnits, " gates"));
-  const Shape want_rp{panels, h, gates * kRnnPanelUnits};
+                                    step, " of batch ", b, " and ", panels, " panels of ", gates, "x", units, " gates"));
+  const Shape want_rp{panels, h, gates * units};
   if (rp->shape != want_rp)
     return invalid_argument(str_cat("packed R ", rp->name, " has shape ", rp->shape.to_string(), ", expected ",
                                     want_rp.to_string()));
@@ -198,7 +205,7 @@ Status infer_rnn_cell(Node& n) {
       if (n.inputs[i]->shape.numel() != h)
         return invalid_argument(str_cat("row ", n.inputs[i]->name, " has shape ", n.inputs[i]->shape.to_string(),
                                         ", expected ", h, " values"));
-    set_output(n, 2, DType::kFloat32, Shape{1, panels / 8, kRnnBlockRows, kw});
+    set_output(n, 2, DType::kFloat32, Shape{1, panels / kCarrySlices, block_rows, kw});
   } else if (n.inputs.size() > 4) {
     return invalid_argument(str_cat(n.inputs.size(), " inputs without next_slice, expected at most 4"));
   }
@@ -207,14 +214,16 @@ Status infer_rnn_cell(Node& n) {
   return Status();
 }
 
-// TesseraRnnProj: Wp [panels, I, gates x kRnnPanelUnits], W packed in the
-// cells' panel order, bias [C] (C = panels x gates x kRnnPanelUnits) in
-// the same order, then the inputs x_0..x_n-1, equal in size, each a whole
-// number of rows of I values (one X [seq, batch, I], or steps of the
-// previous layer). Output: the rows stacked in order times Wp plus bias,
-// [rows, C]. Attributes: gates (4 LSTM, 3 GRU); prefetch_r (0 or 1): with
-// 1, a last input Rp [panels, H, gates x kRnnPanelUnits], the layer's
-// packed R, which the kernel only pulls into cache.
+// TesseraRnnProj: Wp [panels, I, gates x U], W packed in the cells' panel
+// order (U = panel_units), bias [C] (C = panels x gates x U) in the same
+// order, then the inputs x_0..x_n-1, equal in size, each a whole number of
+// rows of I values (one X [seq, batch, I], or steps of the previous
+// layer). Output: the rows stacked in order times Wp plus bias, [rows, C].
+// Attributes: gates (4 LSTM, 3 GRU); panel_units U; prefetch_r (0 or 1):
+// with 1, a last input Rp [panels, H, gates x U], the layer's packed R,
+// which the kernel only pulls into cache; blocked (0 or 1): with 1, the
+// output in the blocked layout of block_rows rows per piece that carried
+// cells read.
 Status infer_rnn_proj(Node& n) {
   const int64_t prefetch = n.attr_int("prefetch_r", 0);
   if (prefetch != 0 && prefetch != 1) return invalid_argument(str_cat("prefetch_r ", prefetch, ", expected 0 or 1"));
@@ -227,10 +236,12 @@ Status infer_rnn_proj(Node& n) {
   }
   const int64_t gates = n.attr_int("gates", 0);
   if (gates != 3 && gates != 4) return invalid_argument(str_cat("gates ", gates, ", expected 3 or 4"));
+  const int64_t units = n.attr_int("panel_units", 0);
+  if (units < 1 || units > kMaxLayoutUnits)
+    return invalid_argument(str_cat("panel_units ", units, " out of range [1, ", kMaxLayoutUnits, "]"));
   const Shape& w = n.inputs[0]->shape;
-  if (w.rank() != 3 || w[0] < 1 || w[1] < 1 || w[2] != gates * kRnnPanelUnits)
-    return invalid_argument(str_cat("Wp has shape ", w.to_string(), ", expected [panels, I, ", gates * kRnnPanelUnits,
-                                    "]"));
+  if (w.rank() != 3 || w[0] < 1 || w[1] < 1 || w[2] != gates * units)
+    return invalid_argument(str_cat("Wp has shape ", w.to_string(), ", expected [panels, I, ", gates * units, "]"));
   const int64_t in = w[1], cols = w[0] * w[2];
   if (n.inputs[1]->shape.numel() != cols)
     return invalid_argument(str_cat("bias has shape ", n.inputs[1]->shape.to_string(), ", expected ", cols, " values"));
@@ -246,13 +257,14 @@ Status infer_rnn_proj(Node& n) {
       return invalid_argument(str_cat(n.inputs[i]->name, " has shape ", n.inputs[i]->shape.to_string(),
                                       ", not a whole number of rows of ", in, " like every other input"));
   const int64_t rows = static_cast<int64_t>(parts) * (numel / in);
-  const int64_t blocked = n.attr_int("blocked", 0);
-  if (blocked != 0 && (blocked != 1 || w[0] % 8 != 0))
-    return invalid_argument(
-        str_cat("blocked ", blocked, " needs the value 1 and a multiple of 8 panels, got ", w[0], " panels"));
+  const int64_t blocked = n.attr_int("blocked", 0), block_rows = n.attr_int("block_rows", 0);
+  if (blocked != 0 && (blocked != 1 || w[0] % kCarrySlices != 0 || block_rows < 1 || block_rows > kMaxLayoutUnits))
+    return invalid_argument(str_cat("blocked ", blocked, " needs the value 1, a multiple of ", kCarrySlices,
+                                    " panels and block_rows in [1, ", kMaxLayoutUnits, "], got ", w[0], " panels and ",
+                                    block_rows, " rows"));
   if (blocked != 0)  // the blocked layout (kernels/cpu/rnn_cell.h)
     set_output(n, 0, DType::kFloat32,
-               Shape{(rows + kRnnBlockRows - 1) / kRnnBlockRows * kRnnBlockRows, w[0] / 8, kRnnBlockRows, w[2]});
+               Shape{(rows + block_rows - 1) / block_rows * block_rows, w[0] / kCarrySlices, block_rows, w[2]});
   else
     set_output(n, 0, DType::kFloat32, Shape{rows, cols});
   return Status();

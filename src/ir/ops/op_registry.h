@@ -21,14 +21,14 @@ namespace tessera {
 // from malformed models or wrong --shape values, and are refused by name.
 inline constexpr int64_t kMaxValueBytes = int64_t{4} << 30;
 
-// Hidden units per panel of the packed recurrence weights that the lowered
-// recurrent cells (TesseraLstmCell, TesseraGruCell) take; the layout is in
-// kernels/cpu/rnn_cell.h.
-inline constexpr int64_t kRnnPanelUnits = 16;
-// The blocked layout of a carried projection (kernels/cpu/rnn_cell.h):
-// pieces of 8 rows; it needs hidden sizes that are a multiple of 128.
-inline constexpr int64_t kRnnBlockRows = 8;
-inline constexpr int64_t kRnnCarryHidden = 8 * kRnnPanelUnits;
+// The lowered recurrent ops (TesseraLstmCell, TesseraGruCell,
+// TesseraRnnProj) name their weights' layout in attributes (panel_units,
+// block_rows) chosen by the backend that lowers them; the IR checks the
+// shapes against those, up to this size.
+inline constexpr int64_t kMaxLayoutUnits = 1024;
+// A carried projection (TesseraLstmCell's next_slice) is cut into this many
+// slices, one per step of the layer below.
+inline constexpr int64_t kCarrySlices = 8;
 
 struct OpDef {
   std::string_view type;

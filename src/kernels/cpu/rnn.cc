@@ -519,8 +519,21 @@ class RnnCellOp : public ROp {
   bool xp_blocked_;     // xp in the blocked layout the previous layer's steps write (batch 1)
 };
 
+// The layout attributes of a lowered recurrent op name this backend's.
+Status check_rnn_layout(const Node& n, bool blocked) {
+  if (n.attr_int("panel_units", 0) != kRnnPanelUnits)
+    return invalid_argument(str_cat("panel_units ", n.attr_int("panel_units", 0), ": the cpu rKernel ", n.op_type,
+                                    " takes panels of ", kRnnPanelUnits, " hidden units"));
+  if (blocked && n.attr_int("block_rows", 0) != kRnnBlockRows)
+    return invalid_argument(str_cat("block_rows ", n.attr_int("block_rows", 0), ": the cpu rKernel ", n.op_type,
+                                    " takes pieces of ", kRnnBlockRows, " rows"));
+  return Status();
+}
+
 Result<std::unique_ptr<ROp>> make_rnn_cell(const Node& n, const KernelParams& p) {
   const bool lstm = n.op_type == "TesseraLstmCell";
+  TESSERA_RETURN_IF_ERROR(
+      check_rnn_layout(n, n.attr_int("next_slice", -1) >= 0 || n.attr_int("xp_blocked", 0) != 0));
   // Shapes were checked by infer_rnn_cell.
   return std::unique_ptr<ROp>(new RnnCellOp(lstm, n.attr_int("batch", 1), n.attr_int("hidden_size", 1),
                                             n.attr_int("step", 0), n.input(1) != nullptr,
@@ -619,6 +632,7 @@ class RnnProjOp : public ROp {
 };
 
 Result<std::unique_ptr<ROp>> make_rnn_proj(const Node& n, const KernelParams& p) {
+  TESSERA_RETURN_IF_ERROR(check_rnn_layout(n, n.attr_int("blocked", 0) != 0));
   // Shapes were checked by infer_rnn_proj.
   const Shape& wp = n.inputs[0]->shape;
   const bool prefetch = n.attr_int("prefetch_r", 0) != 0;

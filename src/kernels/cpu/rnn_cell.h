@@ -22,6 +22,15 @@
 
 namespace tessera {
 
+// Hidden units per panel of the packed recurrence weights (the cells'
+// panel_units attribute: the CPU rKernels take this one only).
+inline constexpr int64_t kRnnPanelUnits = 16;
+// The blocked layout of a carried projection: pieces of kRnnBlockRows rows
+// (the block_rows attribute); it needs hidden sizes that are a multiple of
+// kRnnCarryHidden (kCarrySlices panels, ir/ops/op_registry.h).
+inline constexpr int64_t kRnnBlockRows = 8;
+inline constexpr int64_t kRnnCarryHidden = kCarrySlices * kRnnPanelUnits;
+
 inline int64_t rnn_panels(int64_t hidden) { return (hidden + kRnnPanelUnits - 1) / kRnnPanelUnits; }
 
 // Packs one direction's R ([G*H, H] row-major, ONNX gate order).
