@@ -54,19 +54,7 @@ Result<int> finish(Graph& g, int fused) {
 }
 
 // The one live node reading `v` (once), or nullptr.
-Node* sole_consumer(const Graph& g, const Value* v) {
-  if (v->is_output) return nullptr;
-  Node* found = nullptr;
-  for (auto& np : g.nodes()) {
-    if (np->dead) continue;
-    for (const Value* in : np->inputs) {
-      if (in != v) continue;
-      if (found != nullptr) return nullptr;
-      found = np.get();
-    }
-  }
-  return found;
-}
+Node* sole_consumer(const Graph& g, const Value* v) { return g.sole_consumer(v); }
 
 // If `n` is an activation the epilogue implements, reading `y`: its name
 // and parameters.

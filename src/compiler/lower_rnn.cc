@@ -101,9 +101,9 @@ Result<std::vector<Value*>> carry_projection(Graph& g, const LoweredLayer& below
   for (int64_t t = 8; t < rows + 8; ++t) {
     Node* cell = below.cells[static_cast<size_t>(t)];
     const int64_t b = t / 8 - 1;
-    cell->inputs.push_back(wp);
-    cell->inputs.push_back(bias);
-    for (int64_t r = 0; r < 8; ++r) cell->inputs.push_back(below.hs[static_cast<size_t>(8 * b + r)]);
+    g.add_input(cell, wp);
+    g.add_input(cell, bias);
+    for (int64_t r = 0; r < 8; ++r) g.add_input(cell, below.hs[static_cast<size_t>(8 * b + r)]);
     cell->attrs["next_slice"] = int_attr(t % 8);
     cell->attrs["block_rows"] = int_attr(kRnnBlockRows);
     Value* piece = g.add_value(str_cat(base, "/piece", t - 8), DType::kFloat32, Shape{});

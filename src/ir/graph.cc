@@ -1,6 +1,7 @@
 #include "ir/graph.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <unordered_map>
 
@@ -68,6 +69,8 @@ Node* Graph::add_node(std::string op_type, std::string node_name, std::vector<Va
   n->op_type = std::move(op_type);
   n->name = std::move(node_name);
   n->inputs = std::move(inputs);
+  for (Value* in : n->inputs)
+    if (in != nullptr) in->uses.push_back(n.get());
   for (int i = 0; i < num_outputs; ++i) {
     std::string vname = i < static_cast<int>(output_names.size()) ? output_names[i] : str_cat(n->name, ":", i);
     Value* v = add_value(vname, DType::kUndefined, Shape());
@@ -85,6 +88,8 @@ Node* Graph::add_node_producing(std::string op_type, std::string node_name, std:
   n->op_type = std::move(op_type);
   n->name = std::move(node_name);
   n->inputs = std::move(inputs);
+  for (Value* in : n->inputs)
+    if (in != nullptr) in->uses.push_back(n.get());
   n->outputs = std::move(outputs);
   for (Value* v : n->outputs) v->producer = n.get();
   Node* p = n.get();
@@ -102,21 +107,57 @@ Value* Graph::find_value(const std::string& value_name) const {
   return it == by_name_.end() ? nullptr : it->second;
 }
 
+namespace {
+
+// Drops one entry of `n` from v's uses.
+void drop_use(Value* v, const Node* n) {
+  if (v == nullptr) return;
+  auto it = std::find(v->uses.begin(), v->uses.end(), n);
+  if (it != v->uses.end()) v->uses.erase(it);
+}
+
+}  // namespace
+
+void Graph::set_input(Node* n, size_t i, Value* v) {
+  if (i >= n->inputs.size()) n->inputs.resize(i + 1, nullptr);
+  drop_use(n->inputs[i], n);
+  n->inputs[i] = v;
+  if (v != nullptr) v->uses.push_back(n);
+}
+
+void Graph::add_input(Node* n, Value* v) {
+  n->inputs.push_back(v);
+  if (v != nullptr) v->uses.push_back(n);
+}
+
 void Graph::replace_uses(Value* from, Value* to) {
-  for (auto& n : nodes_)
+  if (from == to) return;
+  for (Node* n : from->uses)
     for (auto& in : n->inputs)
-      if (in == from) in = to;
+      if (in == from) {
+        in = to;
+        if (to != nullptr) to->uses.push_back(n);
+      }
+  from->uses.clear();
   for (auto& o : outputs_)
     if (o == from) o = to;
 }
 
 int Graph::use_count(const Value* v) const {
   int c = 0;
-  for (auto& n : nodes_) {
-    if (n->dead) continue;
-    for (auto* in : n->inputs) c += in == v;
-  }
+  for (const Node* n : v->uses) c += !n->dead;
   return c;
+}
+
+Node* Graph::sole_consumer(const Value* v) const {
+  if (v->is_output) return nullptr;
+  Node* found = nullptr;
+  for (Node* n : v->uses) {
+    if (n->dead) continue;
+    if (found != nullptr) return nullptr;  // a second read, by it or another node
+    found = n;
+  }
+  return found;
 }
 
 void Graph::compact() {
@@ -130,6 +171,9 @@ void Graph::compact() {
   for (auto& n : nodes_)
     if (!n->dead)
       for (Value* o : n->outputs) o->producer = n.get();
+  for (auto& v : values_)
+    v->uses.erase(std::remove_if(v->uses.begin(), v->uses.end(), [&](const Node* n) { return removed.count(n) != 0; }),
+                  v->uses.end());
   nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(), [](auto& n) { return n->dead; }), nodes_.end());
   std::set<const Value*> live(inputs_.begin(), inputs_.end());
   live.insert(outputs_.begin(), outputs_.end());
@@ -211,6 +255,21 @@ Status verify_graph(const Graph& g) {
   }
   for (const Value* o : g.outputs())
     if (!available.count(o)) return invalid_argument(str_cat("graph output '", o->name, "' is never produced"));
+  // The use lists say what the inputs say (a pass that changed a node's
+  // inputs behind the Graph's back shows here).
+  std::map<std::pair<const Value*, const Node*>, int> reads;
+  for (auto& n : g.nodes())
+    if (!n->dead)
+      for (const Value* in : n->inputs)
+        if (in != nullptr) ++reads[{in, n.get()}];
+  for (auto& v : g.values())
+    for (const Node* n : v->uses)
+      if (!n->dead && --reads[{v.get(), n}] < 0)
+        return internal_error(
+            str_cat("the use list of '", v->name, "' names ", n->label(), " more often than it reads the value"));
+  for (const auto& [key, left] : reads)
+    if (left > 0)
+      return internal_error(str_cat(key.second->label(), " reads '", key.first->name, "' but its use list does not say so"));
   return Status();
 }
 

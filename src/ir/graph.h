@@ -40,6 +40,11 @@ struct Value {
   std::optional<Tensor> constant;  // initializers and folded values
   bool is_input = false;
   bool is_output = false;
+  // The nodes that read it, one entry per input slot (a node reading it
+  // twice is here twice), in the order they started to; nodes marked dead
+  // stay until Graph::compact(). Kept by Graph: a node's inputs change
+  // through Graph (add_node, set_input, add_input, replace_uses) only.
+  std::vector<Node*> uses;
 
   bool is_constant() const { return constant.has_value(); }
 };
@@ -109,12 +114,20 @@ class Graph {
   std::vector<Value*>& mutable_outputs() { return outputs_; }
   Value* find_value(const std::string& value_name) const;
 
+  // Node n's input i becomes v (nullptr: absent); the use lists follow.
+  void set_input(Node* n, size_t i, Value* v);
+  // Appends v to node n's inputs.
+  void add_input(Node* n, Value* v);
   // Replaces every use of `from` (node inputs and graph outputs) with `to`.
   void replace_uses(Value* from, Value* to);
   // Drops dead nodes and values that nothing references any more.
   void compact();
-  // Number of live nodes that read v.
+  // Number of reads of v by live nodes (a node reading it twice counts
+  // twice). O(uses).
   int use_count(const Value* v) const;
+  // The one live node that reads v, reading it once, where v is not a
+  // graph output; else nullptr. O(uses).
+  Node* sole_consumer(const Value* v) const;
   // Reorders nodes topologically (stable where already ordered); fails on a
   // cycle or a value read before any node produces it.
   Status sort_topologically();

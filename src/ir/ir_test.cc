@@ -32,16 +32,56 @@ TEST(Graph, TopologicalSortAndCycleDetection) {
   Value* x = g.add_input("x", DType::kFloat32, Shape{2});
   Node* b = g.add_node("Relu", "b", {nullptr}, 1);
   Node* a = g.add_node("Relu", "a", {x}, 1);
-  b->inputs[0] = a->outputs[0];  // b reads a, but comes first
+  g.set_input(b, 0, a->outputs[0]);  // b reads a, but comes first
   g.mark_output(b->outputs[0]);
   EXPECT_FALSE(verify_graph(g).ok());
   ASSERT_TRUE(g.sort_topologically().ok());
   EXPECT_EQ(g.nodes()[0]->name, "a");
   EXPECT_TRUE(verify_graph(g).ok());
-  a->inputs[0] = b->outputs[0];  // a <-> b
+  g.set_input(a, 0, b->outputs[0]);  // a <-> b
   Status st = g.sort_topologically();
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("cycle"), std::string::npos);
+}
+
+// Every read is on its value's use list, through every way a node's inputs
+// change; verify_graph catches a change made behind the Graph's back.
+TEST(Graph, UseListsFollowEveryChange) {
+  Graph g;
+  Value* x = g.add_input("x", DType::kFloat32, Shape{2});
+  Value* y = g.add_input("y", DType::kFloat32, Shape{2});
+  Node* sq = g.add_node("Mul", "sq", {x, x}, 1);
+  Node* r = g.add_node("Relu", "r", {sq->outputs[0]}, 1);
+  g.mark_output(r->outputs[0]);
+  EXPECT_EQ(g.use_count(x), 2);
+  EXPECT_EQ(g.sole_consumer(x), nullptr);  // read twice
+  EXPECT_EQ(g.sole_consumer(sq->outputs[0]), r);
+  EXPECT_EQ(g.sole_consumer(r->outputs[0]), nullptr);  // a graph output
+  g.set_input(sq, 1, y);
+  EXPECT_EQ(g.use_count(x), 1);
+  EXPECT_EQ(g.sole_consumer(x), sq);
+  EXPECT_EQ(g.use_count(y), 1);
+  g.replace_uses(x, y);
+  EXPECT_EQ(g.use_count(x), 0);
+  EXPECT_EQ(g.use_count(y), 2);
+  g.add_input(r, x);
+  EXPECT_EQ(g.sole_consumer(x), r);
+  EXPECT_TRUE(verify_graph(g).ok()) << verify_graph(g).to_string();
+  Node* d = g.add_node("Neg", "d", {x, sq->outputs[0]}, 1);
+  EXPECT_EQ(g.use_count(x), 2);
+  d->dead = true;  // a dead reader does not count, and goes at compact()
+  EXPECT_EQ(g.use_count(x), 1);
+  EXPECT_EQ(g.sole_consumer(sq->outputs[0]), r);
+  EXPECT_EQ(x->uses.size(), 2u);
+  g.compact();
+  EXPECT_EQ(x->uses, std::vector<Node*>({r}));
+  EXPECT_EQ(sq->outputs[0]->uses, std::vector<Node*>({r}));
+  EXPECT_EQ(y->uses.size(), 2u);
+  // Behind the Graph's back:
+  sq->inputs[0] = sq->inputs[1] = x;
+  const Status st = verify_graph(g);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("use list"), std::string::npos) << st.to_string();
 }
 
 TEST(Graph, DeepChainSortsWithoutRecursion) {
