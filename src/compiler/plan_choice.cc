@@ -175,7 +175,7 @@ class Planner {
   // Makes every step's ops for `veus` vEUs, chooses variants and schedules.
   Result<Candidate> build(int veus, Policy policy, const std::vector<double>* ratios, bool report) {
     TESSERA_RETURN_IF_ERROR(make_ops(veus));
-    TESSERA_ASSIGN_OR_RETURN(auto variants, make_variants(p_, vary_ ? veus : 0));
+    TESSERA_ASSIGN_OR_RETURN(auto variants, make_variants(p_, vary_ ? veus : 0, kernels_or_cpu(o_.kernels)));
     cost_variants(
         p_, variants,
         [&](const Step& s, size_t i) {
@@ -309,6 +309,9 @@ class Planner {
  private:
   Status make_ops(int veus) {
     for (Step& s : p_.steps) {
+      // Each candidate starts from the default rKernel (an earlier one may
+      // have chosen another).
+      s.kernel = kernel_for(kernels_or_cpu(o_.kernels), *s.node);
       s.params = KernelParams{};
       s.params.tasks = o_.tasks_per_op;
       TESSERA_ASSIGN_OR_RETURN(s.op, s.kernel->make(*s.node, s.params));

@@ -121,7 +121,7 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   for (auto& n : g->nodes()) {
     Step s;
     s.node = n.get();
-    s.kernel = kernel_find(kernels, n->op_type);
+    s.kernel = kernel_for(kernels, *n);
     if (s.kernel == nullptr)  // made by a pass for an op the device lacks
       return unimplemented(str_cat(n->label(), ": the device has no rKernel for ", n->op_type));
     p->steps.push_back(std::move(s));

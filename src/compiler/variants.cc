@@ -43,6 +43,7 @@ class Chooser {
     if (k == cur_[s]) return;
     v_[s][cur_[s]].op = std::move(p_.steps[s].op);
     p_.steps[s].op = std::move(v_[s][k].op);
+    p_.steps[s].kernel = v_[s][k].kernel;
     p_.steps[s].params = v_[s][k].params;
     cur_[s] = k;
     cost_[s] = v_[s][k].cost_us;
@@ -161,7 +162,7 @@ void cost_variants(const Program& p, std::vector<std::vector<Variant>>& variants
       } else {
         Step probe;
         probe.node = p.steps[s].node;
-        probe.kernel = p.steps[s].kernel;
+        probe.kernel = v.kernel;
         probe.params = v.params;
         probe.op = std::move(v.op);
         v.cost_us = cost_of(probe, s);
@@ -171,26 +172,35 @@ void cost_variants(const Program& p, std::vector<std::vector<Variant>>& variants
     }
 }
 
-Result<std::vector<std::vector<Variant>>> make_variants(const Program& p, int veus) {
+Result<std::vector<std::vector<Variant>>> make_variants(const Program& p, int veus, KernelTable kernels) {
   std::vector<std::vector<Variant>> out(p.steps.size());
   for (size_t s = 0; s < p.steps.size(); ++s) {
     const Step& st = p.steps[s];
     Variant cur;
+    cur.kernel = st.kernel;
     cur.params = st.params;
     out[s].push_back(std::move(cur));
     if (veus < 1) continue;
     if (!is_heavy_op(st.node->op_type)) continue;
-    std::vector<int64_t> seen = {st.op->tasks()};
-    for (int64_t want : {int64_t{0}, static_cast<int64_t>(veus), int64_t{1}}) {  // 0: the kernel's grain
-      KernelParams kp;
-      kp.tasks = want;
-      TESSERA_ASSIGN_OR_RETURN(auto op, st.kernel->make(*st.node, kp));
-      if (std::find(seen.begin(), seen.end(), op->tasks()) != seen.end()) continue;
-      seen.push_back(op->tasks());
-      Variant v;
-      v.params = kp;
-      v.op = std::move(op);
-      out[s].push_back(std::move(v));
+    // The step's rKernel first, so that ties keep it.
+    std::vector<const RKernel*> ks = {st.kernel};
+    for (const RKernel* k : kernels_for(kernels, *st.node))
+      if (k != st.kernel) ks.push_back(k);
+    for (const RKernel* k : ks) {
+      std::vector<int64_t> seen;
+      if (k == st.kernel) seen.push_back(st.op->tasks());
+      for (int64_t want : {int64_t{0}, static_cast<int64_t>(veus), int64_t{1}}) {  // 0: the kernel's grain
+        KernelParams kp;
+        kp.tasks = want;
+        TESSERA_ASSIGN_OR_RETURN(auto op, k->make(*st.node, kp));
+        if (std::find(seen.begin(), seen.end(), op->tasks()) != seen.end()) continue;
+        seen.push_back(op->tasks());
+        Variant v;
+        v.kernel = k;
+        v.params = kp;
+        v.op = std::move(op);
+        out[s].push_back(std::move(v));
+      }
     }
   }
   return out;

@@ -1,5 +1,6 @@
-// rKernel variants: the same op cut into different numbers of rTasks, and
-// the choice among them by their effect on the Plan.
+// rKernel variants: the same op cut into different numbers of rTasks, or
+// computed by another rKernel that fits it, and the choice among them by
+// their effect on the Plan.
 //
 // Every op starts (compile_graph) from at most one rTask per vEU. Heavy ops
 // (Conv, ConvTranspose, MatMul, Gemm and their fused forms, fused
@@ -7,9 +8,10 @@
 // three tilings: that start, the kernel's own grain (fine: many small
 // rTasks, best when an op must spread over idle vEUs), and the whole op as
 // one rTask (coarse: least overhead and the largest GEMM tiles, best when
-// other work keeps the vEUs busy). Each
-// variant has its rTask count, scratch need and measured (or analytic)
-// cost per rTask.
+// other work keeps the vEUs busy). Where other rKernels fit the op too (a
+// 3x3 Conv: Winograd or im2col + GEMM), each of them adds the same three
+// tilings, after the default rKernel's. Each variant has its rKernel,
+// rTask count, scratch need and measured (or analytic) cost per rTask.
 //
 // How a variant is chosen depends on the policy:
 //   wavefront       per BFS wave: when the wave's rTasks (most efficient
@@ -39,6 +41,7 @@ class Program;
 struct Step;
 
 struct Variant {
+  const RKernel* kernel = nullptr;
   KernelParams params;
   std::unique_ptr<ROp> op;  // null while it is the step's chosen op
   double cost_us = 0;       // one rTask
@@ -48,9 +51,10 @@ struct Variant {
 bool is_heavy_op(const std::string& op_type);
 
 // Per step, its variants: first the step's current op (held by the step),
-// then, for heavy ops, the other tilings for `veus` vEUs (none if veus is
-// 0). Costs are filled by cost_variants.
-Result<std::vector<std::vector<Variant>>> make_variants(const Program& p, int veus);
+// then, for heavy ops, the other tilings for `veus` vEUs and those of the
+// other rKernels in `kernels` that fit (none if veus is 0). Costs are
+// filled by cost_variants.
+Result<std::vector<std::vector<Variant>>> make_variants(const Program& p, int veus, KernelTable kernels);
 
 // Costs every variant with `cost_of` (the profiler or the analytic model;
 // given the step and its index), reporting (done, total) to `progress`.

@@ -10,6 +10,19 @@ const RKernel* kernel_find(KernelTable table, std::string_view op_type) {
   return nullptr;
 }
 
+const RKernel* kernel_for(KernelTable table, const Node& node) {
+  for (const RKernel& k : table)
+    if (k.op == node.op_type && (k.fits == nullptr || k.fits(node))) return &k;
+  return nullptr;
+}
+
+std::vector<const RKernel*> kernels_for(KernelTable table, const Node& node) {
+  std::vector<const RKernel*> out;
+  for (const RKernel& k : table)
+    if (k.op == node.op_type && (k.fits == nullptr || k.fits(node))) out.push_back(&k);
+  return out;
+}
+
 void ROp::set_access_by_ranges(const Node& n) {
   const int64_t count = n.outputs.empty() ? 0 : n.outputs[0]->shape.numel();
   in_access_.clear();

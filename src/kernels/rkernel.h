@@ -92,15 +92,27 @@ struct KernelParams {
 struct RKernel;
 using KernelTable = std::span<const RKernel>;
 
+// One way of computing an op. An op may have several (a Conv: Winograd,
+// direct, im2col + GEMM, ...): each says which nodes it takes (`fits`),
+// the compiler starts from the first in the table that fits, and the
+// profiler and the policy choose among all that do.
 struct RKernel {
   std::string_view op;
-  std::string_view name;  // e.g. "conv.im2col_gemm"
+  std::string_view name;  // e.g. "conv.winograd"
   std::string_view description;
+  // Fails (naming the node) for a node it does not fit.
   Result<std::unique_ptr<ROp>> (*make)(const Node& node, const KernelParams& params);
+  // (optional) Whether it computes `node`; cheap, no packing. Default
+  // (null): every node of its op.
+  bool (*fits)(const Node& node) = nullptr;
 };
 
-// The first rKernel for `op_type` in `table` (its default), or nullptr.
+// The first rKernel for `op_type` in `table`, or nullptr.
 const RKernel* kernel_find(KernelTable table, std::string_view op_type);
+// The first rKernel in `table` that fits `node` (its default), or nullptr.
+const RKernel* kernel_for(KernelTable table, const Node& node);
+// Every rKernel in `table` that fits `node`, the default first.
+std::vector<const RKernel*> kernels_for(KernelTable table, const Node& node);
 
 // Number of tasks for `work` units when a task should do at least `grain`:
 // params.tasks if set (clamped to [1, work]), else ceil(work / grain) capped

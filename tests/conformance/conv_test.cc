@@ -193,9 +193,59 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
                         (s.strides[1] == 1 || s.strides[1] == 2));
     OpCase with_bias{"Conv", {{x}, {w, true}, {b, true}}, attrs}, no_bias{"Conv", {{x}, {w, true}}, attrs};
     with_bias.exact_tiling = no_bias.exact_tiling = exact;
-    expect_matches(with_bias, {conv_ref(x, w, &b, s, oh, ow, pt, pl)}, 1e-5);
+    const Tensor ref = conv_ref(x, w, &b, s, oh, ow, pt, pl);
+    expect_matches(with_bias, {ref}, 1e-5);
     expect_matches(no_bias, {conv_ref(x, w, nullptr, s, oh, ow, pt, pl)}, 1e-5);
+    // Every other rKernel that fits the conv computes it too; im2col +
+    // sgemm fits every one, and comes last.
+    Graph probe;
+    Node* node = probe.add_node("Conv", "probe",
+                                {probe.add_input("x", DType::kFloat32, x.shape()), probe.add_constant("w", w),
+                                 probe.add_constant("b", b)},
+                                1);
+    node->attrs = attrs;
+    const std::vector<const RKernel*> fits = kernels_for(cpu_kernels(), *node);
+    ASSERT_FALSE(fits.empty());
+    EXPECT_EQ(fits.back()->name, "conv.im2col_gemm");
+    if (winograd) {
+      EXPECT_EQ(fits.front()->name, "conv.winograd");
+    }
+    if (cg == 1 && s.m == s.group) {
+      EXPECT_EQ(fits.front()->name, "conv.depthwise");
+    }
+    for (size_t k = 1; k < fits.size(); ++k) {
+      OpCase alt = with_bias;
+      alt.kernel = std::string(fits[k]->name);
+      alt.exact_tiling = alt.kernel != "conv.im2col_gemm" && (alt.kernel != "conv.pointwise" || (simd && cg <= 256));
+      SCOPED_TRACE(alt.kernel);
+      expect_matches(alt, {ref}, 1e-5);
+    }
   }
+}
+
+// An rKernel given a node it does not fit refuses it by name (an
+// Executable naming one, say), and the compiler does not start from it.
+TEST_F(Nn, ConvRKernelsRefuseNodesTheyDoNotFit) {
+  Graph g;
+  Value* x = g.add_input("x", DType::kFloat32, Shape{1, 16, 8, 8});
+  Node* dense = g.add_node("Conv", "dense", {x, g.add_constant("w", rng.floats(Shape{16, 16, 3, 3}))}, 1);
+  dense->attrs = {{"pads", attr_ints({1, 1, 1, 1})}};
+  const RKernel* dw = nullptr;
+  for (const RKernel& k : cpu_kernels())
+    if (k.name == "conv.depthwise") dw = &k;
+  ASSERT_NE(dw, nullptr);
+  EXPECT_FALSE(dw->fits(*dense));
+  auto refused = dw->make(*dense, KernelParams{});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("'dense'"), std::string::npos) << refused.status().to_string();
+  EXPECT_NE(refused.status().message().find("conv.depthwise"), std::string::npos);
+  EXPECT_EQ(kernel_for(cpu_kernels(), *dense)->name, "conv.winograd");
+  OpCase forced{"Conv", {{rng.floats(Shape{1, 16, 8, 8})}, {rng.floats(Shape{16, 16, 3, 3}), true}},
+                {{"pads", attr_ints({1, 1, 1, 1})}}};
+  forced.kernel = "conv.depthwise";
+  auto out = run_case(forced, Executor::kSequential, 0);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("no rKernel"), std::string::npos) << out.status().to_string();
 }
 
 // DwStrip stores a row's partial last strip whole, its extra lanes on

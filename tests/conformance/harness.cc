@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/strings.h"
+#include "kernels/cpu/kernel.h"
 
 namespace tessera::testing {
 
@@ -60,6 +61,19 @@ Result<std::vector<Tensor>> run_case(const OpCase& c, Executor executor, int64_t
   CompileConfig co;
   co.tasks_per_op = tasks_per_op;
   co.lower_recurrent = c.lower_recurrent;
+  // A table in which the named rKernel is the op's only one (alive while
+  // the Program is).
+  std::vector<RKernel> table;
+  if (!c.kernel.empty()) {
+    bool found = false;
+    for (const RKernel& k : cpu_kernels()) {
+      if (k.op == c.op && k.name != c.kernel) continue;
+      found = found || k.name == c.kernel;
+      table.push_back(k);
+    }
+    if (!found) return not_found(str_cat("no rKernel '", c.kernel, "' for ", c.op));
+    co.kernels = table;
+  }
   TESSERA_ASSIGN_OR_RETURN(auto program, compile_graph(std::move(g), co));
   if (program->stats.recurrent_lowered != (c.lower_recurrent ? 1 : 0))
     return internal_error(str_cat(c.op, ": ", program->stats.recurrent_lowered, " layers lowered, expected ",

@@ -37,6 +37,9 @@ struct OpCase {
   // depend on its rTasks). False where a library sgemm does the sums: its
   // blocking follows the tile's shape.
   bool exact_tiling = true;
+  // The rKernel to run the op with (it must fit the node); "" = the
+  // compiler's default, the first that fits.
+  std::string kernel = {};
 };
 
 // Random tensors, from one generator per test so runs are reproducible given

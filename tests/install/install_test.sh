@@ -40,6 +40,12 @@ step "pkg-config build" bash -c "g++ -std=c++20 -O1 '$SRC/tests/install/api_prog
 # Away from the build tree: the installed library finds its ONNX checker
 # in the prefix.
 export TESSERA_ONNX_CHECK=
+# One host map for every process: the Plan the first run chooses (timed,
+# cached under the map's digest) is then the one the others read back. A
+# map measured again in between could give another digest and a fresh
+# choice, whose Plan need not give the same bits.
+"$BUILD/bin/tessera" topo --json --quiet > "$TMP/host-map.json" || { echo "FAIL: tessera topo --json"; exit 1; }
+export TESSERA_HOST_MAP=$TMP/host-map.json
 for m in mlp resnet18; do
   mkdir -p "$TMP/cli-$m"
   step "tessera run $m" "$BUILD/bin/tessera" run "$ZOO/$m.onnx" --input "$ZOO/$m.inputs.npz" --output-dir "$TMP/cli-$m" \

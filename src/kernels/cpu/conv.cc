@@ -1,5 +1,8 @@
 // Conv and ConvTranspose, 1-D and 2-D (1-D runs as 2-D with height 1).
 //
+// Conv runs by one of several rKernels (kKernels, at the end), each a way
+// of computing it that the profiler and the policy choose among.
+//
 // Conv tiling: an rTask is one (image, group, output-channel block, pixel
 // block). The general path gathers its pixel block's input patches into
 // scratch (im2col, [C/g * kh * kw, pixels]) and multiplies by the group's
@@ -73,17 +76,16 @@ class ConvOp : public ROp {
  public:
   enum class Path { kIm2col, kPointwise, kDepthwise, kDepthwiseChannels };
 
+  // `path`: kIm2col (any conv), kPointwise (conv_is_pointwise) or
+  // kDepthwise (conv_is_depthwise; it may run by channels instead).
   // `weights`: the constant weights, or null when they are an input.
-  ConvOp(const Conv2d& c, bool has_bias, const Epilogue& epi, const float* weights, const KernelParams& p)
+  ConvOp(const Conv2d& c, Path path, bool has_bias, const Epilogue& epi, const float* weights, const KernelParams& p)
       : c_(c), has_bias_(has_bias), epi_(epi) {
     cin_g_ = c.cin / c.group;
     cout_g_ = c.cout / c.group;
     pixels_ = c.oh * c.ow;
     kdim_ = cin_g_ * c.kh * c.kw;
-    if (cin_g_ == 1 && cout_g_ == 1) path_ = Path::kDepthwise;
-    else if (c.kh == 1 && c.kw == 1 && c.sh == 1 && c.sw == 1 && c.ph == 0 && c.pw == 0 && c.ih == c.oh && c.iw == c.ow)
-      path_ = Path::kPointwise;
-    else path_ = Path::kIm2col;
+    path_ = path;
     double flops = 2.0 * c.batch * c.cout * pixels_ * kdim_;
     int64_t outer = c.batch * c.group;
     int64_t target = p.tasks > 0 ? p.tasks
@@ -671,25 +673,108 @@ class ConvOp : public ROp {
   Epilogue epi_rest_;  // the activation packed_gemm_post does not apply
 };
 
-Result<std::unique_ptr<ROp>> make_conv(const Node& n, const KernelParams& p) {
+// ------------------------------------------------------------ the rKernels ---
+//
+// Each way of computing a Conv is an rKernel of its own, with the nodes it
+// takes (fits); the compiler starts from the first that fits, in the order
+// of kKernels below, and the profiler and the policy choose among all that
+// fit (compiler/variants.h).
+
+bool conv_is_depthwise(const Conv2d& c) { return c.cin / c.group == 1 && c.cout / c.group == 1; }
+bool conv_is_pointwise(const Conv2d& c) {
+  return !conv_is_depthwise(c) && c.kh == 1 && c.kw == 1 && c.sh == 1 && c.sw == 1 && c.ph == 0 && c.pw == 0 &&
+         c.ih == c.oh && c.iw == c.ow;
+}
+
+// What every Conv rKernel reads from the node.
+struct ConvSetup {
+  Conv2d c;
+  Epilogue epi;
+  const float* weights = nullptr;  // constant fp32 weights, else null
+  bool bias = false;
+};
+
+Result<ConvSetup> conv_setup(const Node& n) {
   const Shape& x = n.inputs[0]->shape;
   const Shape& w = n.inputs[1]->shape;
   std::vector<int64_t> kernel(w.dims.begin() + 2, w.dims.end());
   TESSERA_ASSIGN_OR_RETURN(WindowGeometry g, window_geometry(n, x, kernel));
+  ConvSetup s;
   auto c = conv2d_from(g, x, w[0], n.attr_int("group", 1));
   if (!c.ok()) return c.status().with_context(n.label());
-  TESSERA_ASSIGN_OR_RETURN(Epilogue epi, Epilogue::from_node(n));
+  s.c = *c;
+  TESSERA_ASSIGN_OR_RETURN(s.epi, Epilogue::from_node(n));
   const Value* wv = n.inputs[1];
-  if (winograd_fits(*c) && wv->is_constant() && wv->dtype == DType::kFloat32)
-    return make_winograd(*c, wv->constant->data<float>(), n.input(2) != nullptr, epi, p);
-  if (grouped_conv_fits(*c) && wv->is_constant() && wv->dtype == DType::kFloat32)
-    return make_grouped_conv(*c, wv->constant->data<float>(), n.input(2) != nullptr, epi, p);
-  if (direct_conv_fits(*c) && wv->is_constant() && wv->dtype == DType::kFloat32)
-    return make_direct_conv(*c, wv->constant->data<float>(), n.input(2) != nullptr, epi, p);
-  const float* weights = wv->is_constant() && wv->dtype == DType::kFloat32 ? wv->constant->data<float>() : nullptr;
-  auto op = std::make_unique<ConvOp>(*c, n.input(2) != nullptr, epi, weights, p);
+  if (wv->is_constant() && wv->dtype == DType::kFloat32) s.weights = wv->constant->data<float>();
+  s.bias = n.input(2) != nullptr;
+  return s;
+}
+
+Status does_not_fit(const Node& n, std::string_view kernel, std::string_view takes) {
+  return invalid_argument(str_cat(n.label(), ": rKernel ", kernel, " computes ", takes, " only"));
+}
+
+bool fits_winograd(const Node& n) {
+  auto s = conv_setup(n);
+  return s.ok() && s->weights != nullptr && winograd_fits(s->c);
+}
+bool fits_grouped(const Node& n) {
+  auto s = conv_setup(n);
+  return s.ok() && s->weights != nullptr && grouped_conv_fits(s->c);
+}
+bool fits_direct(const Node& n) {
+  auto s = conv_setup(n);
+  return s.ok() && s->weights != nullptr && direct_conv_fits(s->c);
+}
+bool fits_depthwise(const Node& n) {
+  auto s = conv_setup(n);
+  return s.ok() && conv_is_depthwise(s->c);
+}
+bool fits_pointwise(const Node& n) {
+  auto s = conv_setup(n);
+  return s.ok() && conv_is_pointwise(s->c);
+}
+
+Result<std::unique_ptr<ROp>> make_conv_winograd(const Node& n, const KernelParams& p) {
+  TESSERA_ASSIGN_OR_RETURN(ConvSetup s, conv_setup(n));
+  if (s.weights == nullptr || !winograd_fits(s.c))
+    return does_not_fit(n, "conv.winograd", "3x3 stride-1 convs with constant weights and enough channels per group");
+  return make_winograd(s.c, s.weights, s.bias, s.epi, p);
+}
+
+Result<std::unique_ptr<ROp>> make_conv_grouped(const Node& n, const KernelParams& p) {
+  TESSERA_ASSIGN_OR_RETURN(ConvSetup s, conv_setup(n));
+  if (s.weights == nullptr || !grouped_conv_fits(s.c))
+    return does_not_fit(n, "conv.grouped", "grouped convs of 2 to 64 channels per group with constant weights");
+  return make_grouped_conv(s.c, s.weights, s.bias, s.epi, p);
+}
+
+Result<std::unique_ptr<ROp>> make_conv_direct(const Node& n, const KernelParams& p) {
+  TESSERA_ASSIGN_OR_RETURN(ConvSetup s, conv_setup(n));
+  if (s.weights == nullptr || !direct_conv_fits(s.c))
+    return does_not_fit(n, "conv.direct", "dense convs of 1 to 4 input channels with constant weights");
+  return make_direct_conv(s.c, s.weights, s.bias, s.epi, p);
+}
+
+Result<std::unique_ptr<ROp>> make_conv_path(const Node& n, const KernelParams& p, ConvOp::Path path) {
+  TESSERA_ASSIGN_OR_RETURN(ConvSetup s, conv_setup(n));
+  if (path == ConvOp::Path::kDepthwise && !conv_is_depthwise(s.c))
+    return does_not_fit(n, "conv.depthwise", "convs of one input and one output channel per group");
+  if (path == ConvOp::Path::kPointwise && !conv_is_pointwise(s.c))
+    return does_not_fit(n, "conv.pointwise", "1x1 stride-1 unpadded convs");
+  auto op = std::make_unique<ConvOp>(s.c, path, s.bias, s.epi, s.weights, p);
   op->describe_access();
   return std::unique_ptr<ROp>(std::move(op));
+}
+
+Result<std::unique_ptr<ROp>> make_conv_depthwise(const Node& n, const KernelParams& p) {
+  return make_conv_path(n, p, ConvOp::Path::kDepthwise);
+}
+Result<std::unique_ptr<ROp>> make_conv_pointwise(const Node& n, const KernelParams& p) {
+  return make_conv_path(n, p, ConvOp::Path::kPointwise);
+}
+Result<std::unique_ptr<ROp>> make_conv_im2col(const Node& n, const KernelParams& p) {
+  return make_conv_path(n, p, ConvOp::Path::kIm2col);
 }
 
 // -------------------------------------------------------- ConvTranspose ---
@@ -769,12 +854,31 @@ Result<std::unique_ptr<ROp>> make_conv_transpose(const Node& n, const KernelPara
   return std::unique_ptr<ROp>(new ConvTransposeOp(*c, n.input(2) != nullptr, p));
 }
 
+// In the order the compiler tries them: the first that fits is where it
+// starts. TesseraFusedConv (a Conv with its residual Add and activation)
+// has the same rKernels, each with the epilogue applied per tile.
 const RKernel kKernels[] = {
-    {"Conv", "conv.im2col_gemm",
-     "tiles of (image, group, channel block, pixel block); 1x1, depthwise and Winograd 3x3 paths",
-     make_conv},
-    {"TesseraFusedConv", "conv.im2col_gemm+epilogue", "Conv with its residual Add and activation fused into each tile",
-     make_conv},
+    {"Conv", "conv.winograd", "3x3 stride 1: Winograd F(2x2, 3x3), tiles of output channels and pixel blocks",
+     make_conv_winograd, fits_winograd},
+    {"Conv", "conv.grouped", "grouped, 2-64 channels per group: direct, tiles of groups and rows", make_conv_grouped,
+     fits_grouped},
+    {"Conv", "conv.direct", "1-4 input channels (a stem): direct, tiles of output rows", make_conv_direct, fits_direct},
+    {"Conv", "conv.depthwise", "one channel per group: direct loops, tiles of channel blocks and rows",
+     make_conv_depthwise, fits_depthwise},
+    {"Conv", "conv.pointwise", "1x1 stride 1: a GEMM on the input as it lies, tiles of channel and pixel blocks",
+     make_conv_pointwise, fits_pointwise},
+    {"Conv", "conv.im2col_gemm", "any conv: im2col then sgemm, tiles of (image, group, channel block, pixel block)",
+     make_conv_im2col},
+    {"TesseraFusedConv", "conv.winograd+epilogue", "conv.winograd with the epilogue fused", make_conv_winograd,
+     fits_winograd},
+    {"TesseraFusedConv", "conv.grouped+epilogue", "conv.grouped with the epilogue fused", make_conv_grouped,
+     fits_grouped},
+    {"TesseraFusedConv", "conv.direct+epilogue", "conv.direct with the epilogue fused", make_conv_direct, fits_direct},
+    {"TesseraFusedConv", "conv.depthwise+epilogue", "conv.depthwise with the epilogue fused", make_conv_depthwise,
+     fits_depthwise},
+    {"TesseraFusedConv", "conv.pointwise+epilogue", "conv.pointwise with the epilogue fused", make_conv_pointwise,
+     fits_pointwise},
+    {"TesseraFusedConv", "conv.im2col_gemm+epilogue", "conv.im2col_gemm with the epilogue fused", make_conv_im2col},
     {"ConvTranspose", "conv_transpose.gemm_col2im", "tiles of (image, group, output-channel block)",
      make_conv_transpose},
 };
