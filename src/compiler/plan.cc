@@ -159,29 +159,20 @@ struct Orders {
 // as made on vEU 0, whose thread copies them in.
 class DataModel {
  public:
-  DataModel(const Program& p, const VeuCosts& c) : c_(c), U_(c.veus) {
-    const size_t n = p.steps.size();
+  DataModel(const TaskGraph& g, const VeuCosts& c) : c_(c), U_(c.veus) {
+    const size_t n = g.size();
     in_.resize(n);
     tasks_.resize(n);
     out_.resize(n);
     part_veu_.resize(n);
     on_.assign(n * static_cast<size_t>(U_), 0);
     if (c_.crossing_free) return;  // nothing to charge: skip the bookkeeping
-    std::unordered_map<const Value*, int> producer;
-    for (size_t s = 0; s < n; ++s)
-      for (const Value* v : p.steps[s].node->outputs) producer[v] = static_cast<int>(s);
     for (size_t s = 0; s < n; ++s) {
-      const Step& st = p.steps[s];
-      tasks_[s] = st.op->tasks();
-      out_[s] = st.op->output_access();
+      const TaskGraph::Op& op = g.ops[s];
+      tasks_[s] = op.tasks;
+      out_[s] = op.output;
       part_veu_[s].assign(static_cast<size_t>(tasks_[s]), -1);
-      for (size_t i = 0; i < st.node->inputs.size(); ++i) {
-        const Value* v = st.node->inputs[i];
-        if (v == nullptr || v->is_constant()) continue;
-        auto it = producer.find(v);
-        const double bytes = static_cast<double>(v->shape.numel()) * static_cast<double>(dtype_size(v->dtype));
-        in_[s].push_back({it == producer.end() ? -1 : it->second, bytes, st.op->input_access(i)});
-      }
+      for (const TaskGraph::Input& in : op.inputs) in_[s].push_back({in.producer, in.bytes, in.access});
     }
   }
 
@@ -245,9 +236,9 @@ class DataModel {
 // Rammer's wavefront: BFS levels of ops; each wave's rTasks, longest
 // first, go to the vEU where they end first (the one that frees up first
 // when crossing vEUs is free).
-Orders wavefront(const Program& p, const std::vector<std::vector<int>>& preds, const std::vector<double>& cost,
+Orders wavefront(const TaskGraph& g, const std::vector<std::vector<int>>& preds, const std::vector<double>& cost,
                  DataModel& data, int U) {
-  const int n = static_cast<int>(p.steps.size());
+  const int n = static_cast<int>(g.size());
   std::vector<int> level(n, 0);
   int max_level = 0;
   for (int s = 0; s < n; ++s) {
@@ -262,7 +253,7 @@ Orders wavefront(const Program& p, const std::vector<std::vector<int>>& preds, c
   for (auto& wave : waves) {
     std::vector<TaskRef> tasks;
     for (int s : wave)
-      for (int64_t t = 0; t < p.steps[s].op->tasks(); ++t) tasks.push_back({s, t});
+      for (int64_t t = 0; t < g.ops[s].tasks; ++t) tasks.push_back({s, t});
     std::stable_sort(tasks.begin(), tasks.end(),
                      [&](const TaskRef& a, const TaskRef& b) { return cost[a.step] > cost[b.step]; });
     // A wave starts when the previous one has ended everywhere.
@@ -270,7 +261,7 @@ Orders wavefront(const Program& p, const std::vector<std::vector<int>>& preds, c
     std::fill(free_at.begin(), free_at.end(), start);
     std::unordered_map<int32_t, Parts> parts;
     for (TaskRef t : tasks) {
-      Parts& part = parts.try_emplace(t.step, p.steps[t.step].op->tasks(), U).first->second;
+      Parts& part = parts.try_emplace(t.step, g.ops[t.step].tasks, U).first->second;
       int u = 0;
       double best = 1e300;
       for (int v = 0; v < U; ++v) {
@@ -294,9 +285,9 @@ Orders wavefront(const Program& p, const std::vector<std::vector<int>>& preds, c
 // the longest path to the exit goes first, onto the vEU where it finishes
 // earliest given when its inputs are ready there (a hand-off later on
 // another vEU) and what reading them there costs.
-Orders critical_path(const Program& p, const std::vector<std::vector<int>>& preds, const std::vector<double>& cost,
+Orders critical_path(const TaskGraph& g, const std::vector<std::vector<int>>& preds, const std::vector<double>& cost,
                      const VeuCosts& vc, DataModel& data, int U) {
-  const int n = static_cast<int>(p.steps.size());
+  const int n = static_cast<int>(g.size());
   std::vector<std::vector<int>> succs(n);
   for (int s = 0; s < n; ++s)
     for (int q : preds[s]) succs[q].push_back(s);
@@ -331,7 +322,7 @@ Orders critical_path(const Program& p, const std::vector<std::vector<int>>& pred
       for (int v = 0; v < U; ++v) r = std::max(r, pred_end[v] + (v == u ? 0.0 : (pred_end[v] > 0 ? vc.handoff(v, u) : 0.0)));
       data_ready[u] = r;
     }
-    const int64_t T = p.steps[s].op->tasks();
+    const int64_t T = g.ops[s].tasks;
     Parts parts(T, U);
     for (int64_t i = 0; i < T; ++i) {
       int best = 0;
@@ -358,8 +349,8 @@ Orders critical_path(const Program& p, const std::vector<std::vector<int>>& pred
 
 // A random valid schedule: a random ready rTask onto a random vEU. Only for
 // stress tests of waits and memory reuse.
-Orders random_schedule(const Program& p, const std::vector<std::vector<int>>& preds, int U, uint64_t seed) {
-  const int n = static_cast<int>(p.steps.size());
+Orders random_schedule(const TaskGraph& g, const std::vector<std::vector<int>>& preds, int U, uint64_t seed) {
+  const int n = static_cast<int>(g.size());
   std::mt19937_64 rng(seed);
   std::vector<std::vector<int>> succs(n);
   for (int s = 0; s < n; ++s)
@@ -369,7 +360,7 @@ Orders random_schedule(const Program& p, const std::vector<std::vector<int>>& pr
   std::vector<TaskRef> ready;
   for (int s = 0; s < n; ++s) {
     missing[s] = static_cast<int>(preds[s].size());
-    left[s] = p.steps[s].op->tasks();
+    left[s] = g.ops[s].tasks;
     if (missing[s] == 0)
       for (int64_t t = 0; t < left[s]; ++t) ready.push_back({s, t});
   }
@@ -395,12 +386,12 @@ Orders random_schedule(const Program& p, const std::vector<std::vector<int>>& pr
 
 // Turns per-vEU orders into a Plan: waits (transitively reduced with vector
 // clocks), signals, predicted timeline, happens-before summaries.
-Plan finalize(const Program& p, const std::vector<std::vector<int>>& preds, const std::vector<double>& cost,
+Plan finalize(const TaskGraph& g, const std::vector<std::vector<int>>& preds, const std::vector<double>& cost,
               const VeuCosts& vc, const Orders& o, int U, Policy policy) {
-  DataModel data(p, vc);  // placements from the final orders
+  DataModel data(g, vc);  // placements from the final orders
   for (int u = 0; u < U; ++u)
     for (const TaskRef& t : o.per_veu[u]) data.place(t.step, t.task, u);
-  const int n = static_cast<int>(p.steps.size());
+  const int n = static_cast<int>(g.size());
   Plan plan;
   plan.veus = U;
   plan.policy = policy;
@@ -419,7 +410,7 @@ Plan finalize(const Program& p, const std::vector<std::vector<int>>& preds, cons
   // Global position of each (vEU, index), for ordering waits.
   std::vector<std::vector<int64_t>> gpos(U);
   for (int u = 0; u < U; ++u) gpos[u].resize(o.per_veu[u].size());
-  for (size_t g = 0; g < o.global.size(); ++g) gpos[o.global[g].first][o.global[g].second] = static_cast<int64_t>(g);
+  for (size_t k = 0; k < o.global.size(); ++k) gpos[o.global[k].first][o.global[k].second] = static_cast<int64_t>(k);
   // End-of-task clocks, and the running clock per vEU.
   std::vector<std::vector<std::vector<int32_t>>> end_clock(U);
   for (int u = 0; u < U; ++u) end_clock[u].resize(o.per_veu[u].size());
@@ -534,28 +525,82 @@ std::vector<double> analytic_task_costs(const Program& p) {
   return cost;
 }
 
+namespace {
+
+std::vector<std::vector<int>> preds_of(const TaskGraph& g) {
+  std::vector<std::vector<int>> preds(g.size());
+  for (size_t s = 0; s < g.size(); ++s) preds[s] = g.ops[s].preds;
+  return preds;
+}
+
+}  // namespace
+
+Status TaskGraph::validate() const {
+  for (size_t s = 0; s < ops.size(); ++s) {
+    const Op& op = ops[s];
+    if (op.tasks < 1) return internal_error(str_cat("task graph: op ", s, " has ", op.tasks, " rTasks"));
+    for (int q : op.preds)
+      if (q < 0 || static_cast<size_t>(q) >= s)
+        return internal_error(str_cat("task graph: op ", s, " waits for op ", q, ", which is not an earlier op"));
+    for (const Input& in : op.inputs)
+      if (in.producer >= static_cast<int>(s) || in.producer < -1 || in.bytes < 0)
+        return internal_error(str_cat("task graph: op ", s, " reads from op ", in.producer, ", which is not an earlier op"));
+  }
+  return Status();
+}
+
+TaskGraph task_graph(const Program& p) {
+  TaskGraph g;
+  g.ops.resize(p.steps.size());
+  std::vector<std::vector<int>> preds = step_predecessors(p);
+  for (size_t s = 0; s < p.steps.size(); ++s) g.ops[s].preds = std::move(preds[s]);
+  std::unordered_map<const Value*, int> producer;
+  for (size_t s = 0; s < p.steps.size(); ++s)
+    for (const Value* v : p.steps[s].node->outputs) producer[v] = static_cast<int>(s);
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const Step& st = p.steps[s];
+    TaskGraph::Op& op = g.ops[s];
+    op.tasks = st.op->tasks();
+    op.output = st.op->output_access();
+    for (size_t i = 0; i < st.node->inputs.size(); ++i) {
+      const Value* v = st.node->inputs[i];
+      if (v == nullptr) continue;
+      auto it = producer.find(v);
+      const int q = it == producer.end() ? -1 : it->second;
+      if (v->is_constant()) continue;
+      const double bytes = static_cast<double>(v->shape.numel()) * static_cast<double>(dtype_size(v->dtype));
+      op.inputs.push_back({q, bytes, st.op->input_access(i)});
+    }
+  }
+  return g;
+}
+
 Result<Plan> schedule(const Program& p, const std::vector<double>& cost, const ScheduleOptions& options) {
+  return schedule(task_graph(p), cost, options);
+}
+
+Result<Plan> schedule(const TaskGraph& g, const std::vector<double>& cost, const ScheduleOptions& options) {
   if (options.veus < 1 || options.veus > 256)
     return invalid_argument(str_cat("vEU count ", options.veus, " is out of range (1 to 256)"));
-  if (cost.size() != p.steps.size()) return internal_error("one cost per step is needed");
+  if (cost.size() != g.size()) return internal_error("one cost per step is needed");
   const int U = options.veus;
   const VeuCosts uniform = options.costs ? VeuCosts() : VeuCosts::uniform(U);
   const VeuCosts& vc = options.costs ? *options.costs : uniform;
   if (vc.veus != U) return internal_error(str_cat("a cost model for ", vc.veus, " vEUs cannot schedule ", U));
-  auto preds = step_predecessors(p);
+  const auto preds = preds_of(g);
   auto wave = [&] {
-    DataModel data(p, vc);
-    return finalize(p, preds, cost, vc, wavefront(p, preds, cost, data, U), U, Policy::kWavefront);
+    DataModel data(g, vc);
+    return finalize(g, preds, cost, vc, wavefront(g, preds, cost, data, U), U, Policy::kWavefront);
   };
   auto cp = [&] {
-    DataModel data(p, vc);
-    return finalize(p, preds, cost, vc, critical_path(p, preds, cost, vc, data, U), U, Policy::kCriticalPath);
+    DataModel data(g, vc);
+    return finalize(g, preds, cost, vc, critical_path(g, preds, cost, vc, data, U), U, Policy::kCriticalPath);
   };
   switch (options.policy) {
     case Policy::kWavefront: return wave();
     case Policy::kCriticalPath: return cp();
     case Policy::kRandom:
-      return finalize(p, preds, cost, vc, random_schedule(p, preds, U, options.seed), U, Policy::kRandom);
+      return finalize(g, preds, cost, vc, random_schedule(g, preds, U, options.seed), U, Policy::kRandom);
     case Policy::kAuto: {
       Plan a = wave();
       Plan b = cp();
@@ -566,8 +611,12 @@ Result<Plan> schedule(const Program& p, const std::vector<double>& cost, const S
 }
 
 Status plan_repredict(const Program& p, const std::vector<double>& cost, const VeuCosts* costs, Plan* plan) {
+  return plan_repredict(task_graph(p), cost, costs, plan);
+}
+
+Status plan_repredict(const TaskGraph& g, const std::vector<double>& cost, const VeuCosts* costs, Plan* plan) {
   const int U = plan->veus;
-  if (cost.size() != p.steps.size()) return internal_error("one cost per step is needed");
+  if (cost.size() != g.size()) return internal_error("one cost per step is needed");
   const VeuCosts uniform = costs ? VeuCosts() : VeuCosts::uniform(U);
   const VeuCosts& vc = costs ? *costs : uniform;
   if (vc.veus != U) return internal_error(str_cat("a cost model for ", vc.veus, " vEUs cannot time a Plan for ", U));
@@ -579,7 +628,7 @@ Status plan_repredict(const Program& p, const std::vector<double>& cost, const V
     o.global.push_back({t.veu, t.index});
     o.per_veu[t.veu].push_back({t.step, t.task});
   }
-  Plan timed = finalize(p, step_predecessors(p), cost, vc, o, U, plan->policy);
+  Plan timed = finalize(g, preds_of(g), cost, vc, o, U, plan->policy);
   plan->placements = std::move(timed.placements);
   plan->predicted_us = timed.predicted_us;
   return Status();
@@ -588,20 +637,19 @@ Status plan_repredict(const Program& p, const std::vector<double>& cost, const V
 namespace {
 
 // plan_validate; with `clocks`, also fills its done/seen summaries.
-Status validate(const Program& p, const Plan& plan, Plan* clocks) {
+Status validate(const TaskGraph& g, const Plan& plan, Plan* clocks) {
   const int U = plan.veus;
   if (U < 1 || static_cast<int>(plan.program.size()) != U || static_cast<int>(plan.tasks_per_veu.size()) != U)
     return invalid_argument("plan: vEU count does not match its instruction lists");
-  std::vector<std::vector<uint8_t>> seen(p.steps.size());
-  for (size_t s = 0; s < p.steps.size(); ++s) seen[s].assign(static_cast<size_t>(p.steps[s].op->tasks()), 0);
+  std::vector<std::vector<uint8_t>> seen(g.size());
+  for (size_t s = 0; s < g.size(); ++s) seen[s].assign(static_cast<size_t>(g.ops[s].tasks), 0);
   // Per vEU: where each rTask sits, to check dependencies below.
   for (int u = 0; u < U; ++u) {
     int64_t runs = 0;
     for (const Instr& in : plan.program[u]) {
       switch (in.kind) {
         case Instr::Kind::kRun:
-          if (in.a < 0 || in.a >= static_cast<int32_t>(p.steps.size()) || in.b < 0 ||
-              in.b >= p.steps[in.a].op->tasks())
+          if (in.a < 0 || in.a >= static_cast<int32_t>(g.size()) || in.b < 0 || in.b >= g.ops[in.a].tasks)
             return invalid_argument(str_cat("plan: vEU ", u, " runs a task that does not exist (step ", in.a,
                                             ", task ", in.b, ")"));
           if (seen[in.a][in.b]++) return invalid_argument(str_cat("plan: step ", in.a, " task ", in.b, " runs twice"));
@@ -626,8 +674,8 @@ Status validate(const Program& p, const Plan& plan, Plan* clocks) {
   // the way, vector clocks check that every dependency is guaranteed by the
   // waits (not merely satisfied by this interleaving), and the simulation
   // must finish: no wait cycle.
-  auto preds = step_predecessors(p);
-  std::vector<int32_t> done(p.steps.size() * static_cast<size_t>(U), 0);
+  const auto preds = preds_of(g);
+  std::vector<int32_t> done(g.size() * static_cast<size_t>(U), 0);
   for (int u = 0; u < U; ++u) {
     int32_t i = 0;
     for (const Instr& in : plan.program[u])
@@ -636,7 +684,7 @@ Status validate(const Program& p, const Plan& plan, Plan* clocks) {
         d = std::max(d, ++i);
       }
   }
-  std::vector<int32_t> seen_at(clocks ? p.steps.size() * static_cast<size_t>(U) : 0, INT32_MAX);
+  std::vector<int32_t> seen_at(clocks ? g.size() * static_cast<size_t>(U) : 0, INT32_MAX);
   std::vector<size_t> pc(U, 0);
   std::vector<int64_t> published(U, 0), completed(U, 0);
   std::vector<std::vector<int32_t>> clock(U, std::vector<int32_t>(U, 0));
@@ -685,7 +733,7 @@ Status validate(const Program& p, const Plan& plan, Plan* clocks) {
     if (pc[u] != plan.program[u].size())
       return invalid_argument(str_cat("plan: vEU ", u, " deadlocks at instruction ", pc[u]));
   if (clocks) {
-    clocks->steps = static_cast<int>(p.steps.size());
+    clocks->steps = static_cast<int>(g.size());
     clocks->done = std::move(done);
     clocks->seen = std::move(seen_at);
   }
@@ -694,8 +742,10 @@ Status validate(const Program& p, const Plan& plan, Plan* clocks) {
 
 }  // namespace
 
-Status plan_validate(const Program& p, const Plan& plan) { return validate(p, plan, nullptr); }
+Status plan_validate(const TaskGraph& g, const Plan& plan) { return validate(g, plan, nullptr); }
+Status plan_validate(const Program& p, const Plan& plan) { return validate(task_graph(p), plan, nullptr); }
 
-Status plan_derive_clocks(const Program& p, Plan* plan) { return validate(p, *plan, plan); }
+Status plan_derive_clocks(const TaskGraph& g, Plan* plan) { return validate(g, *plan, plan); }
+Status plan_derive_clocks(const Program& p, Plan* plan) { return validate(task_graph(p), *plan, plan); }
 
 }  // namespace tessera

@@ -22,6 +22,11 @@
 // writes, the rKernel says (kernels/cpu/kernel.h, Access): a part read by
 // flat range overlaps only the producer's parts of the same range.
 //
+// The scheduler sees a program as a TaskGraph (ops with their rTask
+// counts, the data between them and how rTasks touch it) and the device as
+// a cost model (per-rTask costs and VeuCosts): any backend that can say
+// those reuses it, and its tests build graphs by hand.
+//
 // Thread-safety: a Plan is immutable once built.
 #pragma once
 
@@ -30,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/rkernel.h"
 #include "tessera/status.h"
 
 namespace tessera {
@@ -127,6 +133,30 @@ struct ScheduleOptions {
   const VeuCosts* costs = nullptr;
 };
 
+// What the scheduler sees of a program: its ops (steps) in a topological
+// order, each cut into `tasks` rTasks, and the data they read.
+struct TaskGraph {
+  struct Input {
+    int producer = -1;   // the op that writes it, an earlier one; -1: a graph input (made on vEU 0)
+    double bytes = 0;    // the whole tensor
+    Access access = Access::kWhole;  // how each rTask reads it
+  };
+  struct Op {
+    int64_t tasks = 1;
+    Access output = Access::kRange;  // how each rTask writes its output
+    std::vector<Input> inputs = {};  // those made at run time (no constants)
+    std::vector<int> preds = {};     // ops it waits for: its inputs' producers, each once
+  };
+  std::vector<Op> ops;
+  size_t size() const { return ops.size(); }
+  // Every producer and predecessor an earlier op, counts positive.
+  Status validate() const;
+};
+
+// A Program's TaskGraph, with its steps' current ops (rTask counts and
+// access patterns).
+TaskGraph task_graph(const Program& p);
+
 // Cost of one rTask of each step (µs), from the analytic cost model.
 std::vector<double> analytic_task_costs(const Program& p);
 struct Node;
@@ -134,7 +164,9 @@ struct Node;
 std::vector<std::vector<int>> step_predecessors(const Program& p);
 double analytic_task_cost(const Node& n, int64_t tasks);  // one rTask of n cut into `tasks`
 
-// Builds a Plan for `p` with the given per-step rTask costs.
+// Builds a Plan for `g` with the given per-op rTask costs.
+Result<Plan> schedule(const TaskGraph& g, const std::vector<double>& task_cost_us, const ScheduleOptions& options);
+// The same for a Program's steps.
 Result<Plan> schedule(const Program& p, const std::vector<double>& task_cost_us, const ScheduleOptions& options);
 
 // What running a Plan measured (compiler/plan_choice.h).
@@ -152,15 +184,18 @@ using PlanRunner = std::function<Result<PlanTiming>(const Program& p, int warmup
 // Recomputes a Plan's predicted timeline (placements' times, predicted_us)
 // with other per-step costs and cost model (null: uniform); its
 // instructions stay as they are.
+Status plan_repredict(const TaskGraph& g, const std::vector<double>& task_cost_us, const VeuCosts* costs, Plan* plan);
 Status plan_repredict(const Program& p, const std::vector<double>& task_cost_us, const VeuCosts* costs, Plan* plan);
 
 // Checks a Plan against its Program: every rTask exactly once, waits name
 // real vEUs and counts, every dependency covered, and no wait cycle (a
 // simulation must finish). Used on Plans read from files.
+Status plan_validate(const TaskGraph& g, const Plan& plan);
 Status plan_validate(const Program& p, const Plan& plan);
 
 // plan_validate, then fills the Plan's happens-before summaries (steps,
 // done, seen) from its instruction lists alone: for Plans read from files.
+Status plan_derive_clocks(const TaskGraph& g, Plan* plan);
 Status plan_derive_clocks(const Program& p, Plan* plan);
 
 }  // namespace tessera

@@ -2,8 +2,9 @@
 # The public API as a program outside the tree sees it: installs the build
 # into a temporary prefix, builds tests/install/api_program.cc (the program
 # of docs/api.md) against it with CMake (shared and static) and with
-# pkg-config, runs each on zoo models and compares their outputs bitwise
-# with what `tessera run` writes. Usage: install_test.sh BUILD_DIR.
+# pkg-config, runs each on zoo models (compiled Executables and ONNX files)
+# and compares their outputs with what `tessera run` writes: bitwise for an
+# Executable. Usage: install_test.sh BUILD_DIR.
 set -uo pipefail
 BUILD=${1:?build dir}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -40,39 +41,54 @@ step "pkg-config build" bash -c "g++ -std=c++20 -O1 '$SRC/tests/install/api_prog
 # Away from the build tree: the installed library finds its ONNX checker
 # in the prefix.
 export TESSERA_ONNX_CHECK=
-# One host map for every process: the Plan the first run chooses (timed,
-# cached under the map's digest) is then the one the others read back. A
-# map measured again in between could give another digest and a fresh
-# choice, whose Plan need not give the same bits.
 "$BUILD/bin/tessera" topo --json --quiet > "$TMP/host-map.json" || { echo "FAIL: tessera topo --json"; exit 1; }
 export TESSERA_HOST_MAP=$TMP/host-map.json
-for m in mlp resnet18; do
-  mkdir -p "$TMP/cli-$m"
-  step "tessera run $m" "$BUILD/bin/tessera" run "$ZOO/$m.onnx" --input "$ZOO/$m.inputs.npz" --output-dir "$TMP/cli-$m" \
-    --iters 1 --threads 2 --quiet || continue
-  for prog in "$TMP/b/api_program" "$TMP/b/api_program_static" "$TMP/api_program_pc"; do
-    out=$TMP/out-$m-$(basename "$prog")
-    mkdir -p "$out"
-    step "$(basename "$prog") $m" "$prog" "$ZOO/$m.onnx" "$ZOO/$m.inputs.npz" "$out" || continue
-    grep -qx "cpu [0-9]*" "$TMP/log" || { echo "FAIL: $prog lists no cpu device"; fail=$((fail + 1)); }
-    [[ -s $out/model.tsx ]] || { echo "FAIL: $prog wrote no model.tsx"; fail=$((fail + 1)); }
-    step "$(basename "$prog") $m outputs" $PY - "$TMP/cli-$m" "$out" <<'PYEOF'
+# Outputs alike: bitwise (`exact`), or within rel-L2 1e-5 per output.
+compare() {
+  $PY - "$@" <<'PYEOF'
 import glob, os, sys
 import numpy as np
-want_dir, got_dir = sys.argv[1:3]
+want_dir, got_dir, how = sys.argv[1:4]
 files = sorted(glob.glob(os.path.join(want_dir, "*.npy")))
 assert files, "tessera run wrote no outputs"
 for f in files:
     want, got = np.load(f), np.load(os.path.join(got_dir, os.path.basename(f)))
     assert want.dtype == got.dtype and want.shape == got.shape, (f, want.dtype, got.dtype, want.shape, got.shape)
-    assert np.array_equal(want, got), f"{os.path.basename(f)}: max abs diff {np.abs(want - got).max()}"
+    if how == "exact":
+        assert np.array_equal(want, got), f"{os.path.basename(f)}: max abs diff {np.abs(want - got).max()}"
+    else:
+        w, g = want.astype(np.float64), got.astype(np.float64)
+        rel = np.linalg.norm(w - g) / max(np.linalg.norm(w), 1e-30)
+        assert rel <= 1e-5, f"{os.path.basename(f)}: rel-L2 {rel}"
 PYEOF
+}
+# Each program on an Executable the CLI compiled (its Plan fixed: the same
+# bits as `tessera run` writes for it), and on the ONNX file. From the ONNX
+# file each process makes its own measured plan choice, which on a busy
+# host may keep another Plan (other tilings, other rounding): there the
+# outputs agree to rounding.
+for m in mlp resnet18; do
+  step "tessera compile $m" "$BUILD/bin/tessera" compile "$ZOO/$m.onnx" --veus 2 -o "$TMP/$m.tsx" --quiet || continue
+  mkdir -p "$TMP/cli-$m" "$TMP/cli-$m-onnx"
+  step "tessera run $m.tsx" "$BUILD/bin/tessera" run "$TMP/$m.tsx" --input "$ZOO/$m.inputs.npz" \
+    --output-dir "$TMP/cli-$m" --iters 1 --quiet || continue
+  step "tessera run $m.onnx" "$BUILD/bin/tessera" run "$ZOO/$m.onnx" --input "$ZOO/$m.inputs.npz" \
+    --output-dir "$TMP/cli-$m-onnx" --iters 1 --threads 2 --quiet || continue
+  for prog in "$TMP/b/api_program" "$TMP/b/api_program_static" "$TMP/api_program_pc"; do
+    out=$TMP/out-$m-$(basename "$prog")
+    mkdir -p "$out" "$out-onnx"
+    step "$(basename "$prog") $m.tsx" "$prog" "$TMP/$m.tsx" "$ZOO/$m.inputs.npz" "$out" || continue
+    grep -qx "cpu [0-9]*" "$TMP/log" || { echo "FAIL: $prog lists no cpu device"; fail=$((fail + 1)); }
+    [[ -s $out/model.tsx ]] || { echo "FAIL: $prog wrote no model.tsx"; fail=$((fail + 1)); }
+    step "$(basename "$prog") $m.tsx outputs bitwise" compare "$TMP/cli-$m" "$out" exact
+    step "$(basename "$prog") $m.onnx" "$prog" "$ZOO/$m.onnx" "$ZOO/$m.inputs.npz" "$out-onnx" || continue
+    step "$(basename "$prog") $m.onnx outputs" compare "$TMP/cli-$m-onnx" "$out-onnx" close
   done
 done
 # The Executable it saved runs under the CLI.
-step "saved model.tsx runs" "$BUILD/bin/tessera" run "$TMP/out-mlp-api_program/model.tsx" --iters 1 --quiet
+step "saved model.tsx runs" "$BUILD/bin/tessera" run "$TMP/out-mlp-api_program-onnx/model.tsx" --iters 1 --quiet
 if ((fail)); then
   echo "install_test: $fail failed"
   exit 1
 fi
-echo "install_test: installed package, CMake (shared, static) and pkg-config builds, outputs bitwise equal"
+echo "install_test: installed package, CMake (shared, static) and pkg-config builds; outputs bitwise equal on Executables, within rounding from ONNX files"
