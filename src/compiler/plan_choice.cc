@@ -58,6 +58,7 @@ struct Candidate {
   int veus = 1;
   Policy policy = Policy::kAuto;  // as built (kAuto: both, the better predicted)
   int round = 1;                  // 1: isolated costs; 2: with in-run ratios
+  std::vector<const RKernel*> kernels;
   std::vector<KernelParams> params;
   std::vector<std::unique_ptr<ROp>> ops;
   std::vector<double> cost;  // per step, µs per rTask, as scheduled
@@ -67,7 +68,7 @@ struct Candidate {
   bool same_as(const Candidate& o) const {
     if (veus != o.veus || plan.program.size() != o.plan.program.size()) return false;
     for (size_t s = 0; s < params.size(); ++s)
-      if (ops[s]->tasks() != o.ops[s]->tasks()) return false;
+      if (ops[s]->tasks() != o.ops[s]->tasks() || kernels[s] != o.kernels[s]) return false;
     for (size_t u = 0; u < plan.program.size(); ++u) {
       const auto &a = plan.program[u], &b = o.plan.program[u];
       if (a.size() != b.size()) return false;
@@ -200,6 +201,7 @@ class Planner {
     TESSERA_ASSIGN_OR_RETURN(c.plan, schedule_with_variants(p_, variants, so, &c.cost));
     TESSERA_RETURN_IF_ERROR(plan_validate(p_, c.plan).with_context("internal: scheduler produced an invalid plan"));
     for (Step& s : p_.steps) {
+      c.kernels.push_back(s.kernel);
       c.params.push_back(s.params);
       c.ops.push_back(std::move(s.op));
     }
@@ -212,6 +214,7 @@ class Planner {
     p_.max_scratch_bytes = 0;
     for (size_t s = 0; s < p_.steps.size(); ++s) {
       std::swap(p_.steps[s].op, c.ops[s]);
+      std::swap(p_.steps[s].kernel, c.kernels[s]);
       p_.steps[s].params = c.params[s];
       p_.stats.rtasks += p_.steps[s].op->tasks();
       p_.max_scratch_bytes = std::max(p_.max_scratch_bytes, p_.steps[s].op->scratch_bytes());
@@ -231,7 +234,10 @@ class Planner {
   }
   // Its ops back out of the Program.
   void uninstall(Candidate& c) {
-    for (size_t s = 0; s < p_.steps.size(); ++s) std::swap(p_.steps[s].op, c.ops[s]);
+    for (size_t s = 0; s < p_.steps.size(); ++s) {
+      std::swap(p_.steps[s].op, c.ops[s]);
+      std::swap(p_.steps[s].kernel, c.kernels[s]);
+    }
   }
 
   // Per step, the median in-run time of its rTasks, less the crossing the

@@ -14,6 +14,7 @@
 
 #include "base/strings.h"
 #include "compiler/plan_choice.h"
+#include "kernels/cpu/kernel.h"
 #include "tests/common/zoo_util.h"
 #include "topology/host_map.h"
 
@@ -109,6 +110,35 @@ TEST_F(PlanChoice, FastestWinsIsCachedAndRebuiltWithoutMeasuring) {
   EXPECT_EQ(fake.calls - first_calls, 4);  // two rounds of the choice and the 1-vEU Plan
   ASSERT_EQ((*again)->plan->program.size(), plan.program.size());
   for (size_t u = 0; u < plan.program.size(); ++u) EXPECT_EQ((*again)->plan->program[u].size(), plan.program[u].size());
+}
+
+// Candidates may compute an op with different rKernels (a 3x3 conv by
+// Winograd in one, im2col + sgemm in another): the chosen one's rKernels
+// come with its ops, so every step's op is the one its rKernel makes with
+// its parameters (what an Executable records and its loader remakes).
+TEST_F(PlanChoice, ChosenPlanKeepsEachOpWithItsRKernel) {
+  FakeRunner fake;
+  fake.slow = {{2, 0.5}};
+  CompileConfig co;
+  co.build_plan = true;
+  co.schedule.veus = 2;
+  co.profile = true;  // measured costs: the rKernels of an op differ
+  co.profile_options.cache_dir = dir_;
+  co.profile_options.min_ms_per_op = 0.2;
+  co.profile_options.min_samples = 3;
+  co.plan_runner = fake.runner();
+  std::map<std::string, Tensor> inputs;
+  auto p = testing_util::compile_zoo("mobilenet_v2", co, &inputs);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  int alternatives = 0;
+  for (const Step& s : (*p)->steps) {
+    alternatives += s.kernel != kernel_for(cpu_kernels(), *s.node);
+    auto remade = s.kernel->make(*s.node, s.params);
+    ASSERT_TRUE(remade.ok()) << s.node->label() << ": " << remade.status().to_string();
+    EXPECT_EQ((*remade)->tasks(), s.op->tasks()) << s.node->label() << " (" << s.kernel->name << ")";
+    EXPECT_EQ((*remade)->path(), s.op->path()) << s.node->label() << " (" << s.kernel->name << ")";
+  }
+  RecordProperty("steps_on_another_rkernel", alternatives);
 }
 
 // "Never ship a Plan measured slower than the 1-vEU Plan": when the 1-vEU
