@@ -24,6 +24,11 @@ constexpr size_t kMaxSearchedSteps = 48;
 // An alternative is kept only if it shortens the predicted makespan by
 // more than this fraction (costs are medians of noisy measurements).
 constexpr double kMinGain = 0.005;
+// Another rKernel than the op's default is offered only where its least
+// work is this much below the default's: one algorithm against another
+// measured alone is a poorer guide to a real run (other cache footprints,
+// weights packed or not, an epilogue fused or not) than two tilings of one.
+constexpr double kMinKernelGain = 0.10;
 
 class Chooser {
  public:
@@ -170,6 +175,20 @@ void cost_variants(const Program& p, std::vector<std::vector<Variant>>& variants
       }
       if (progress) progress(++done, total);
     }
+  // Other rKernels' variants that do not clearly beat the default's.
+  for (size_t s = 0; s < variants.size(); ++s) {
+    std::vector<Variant>& vs = variants[s];
+    const RKernel* def = vs[0].kernel;
+    auto work = [&](size_t k) {
+      const int64_t t = k == 0 ? p.steps[s].op->tasks() : vs[k].op->tasks();
+      return static_cast<double>(t) * vs[k].cost_us;
+    };
+    double best = work(0);
+    for (size_t k = 1; k < vs.size(); ++k)
+      if (vs[k].kernel == def) best = std::min(best, work(k));
+    for (size_t k = vs.size(); k-- > 1;)
+      if (vs[k].kernel != def && work(k) > (1 - kMinKernelGain) * best) vs.erase(vs.begin() + static_cast<long>(k));
+  }
 }
 
 Result<std::vector<std::vector<Variant>>> make_variants(const Program& p, int veus, KernelTable kernels) {

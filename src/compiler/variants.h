@@ -10,7 +10,8 @@
 // one rTask (coarse: least overhead and the largest GEMM tiles, best when
 // other work keeps the vEUs busy). Where other rKernels fit the op too (a
 // 3x3 Conv: Winograd or im2col + GEMM), each of them adds the same three
-// tilings, after the default rKernel's. Each variant has its rKernel,
+// tilings, after the default rKernel's; once costed, those whose least work
+// is not clearly (10 %) below the default's are dropped. Each variant has its rKernel,
 // rTask count, scratch need and measured (or analytic) cost per rTask.
 //
 // How a variant is chosen depends on the policy:
@@ -57,7 +58,9 @@ bool is_heavy_op(const std::string& op_type);
 Result<std::vector<std::vector<Variant>>> make_variants(const Program& p, int veus, KernelTable kernels);
 
 // Costs every variant with `cost_of` (the profiler or the analytic model;
-// given the step and its index), reporting (done, total) to `progress`.
+// given the step and its index), reporting (done, total) to `progress`;
+// then drops other rKernels' variants that do not clearly beat the
+// default's.
 using CostFn = std::function<double(const Step&, size_t)>;
 void cost_variants(const Program& p, std::vector<std::vector<Variant>>& variants, const CostFn& cost_of,
                    const std::function<void(size_t, size_t)>& progress);
