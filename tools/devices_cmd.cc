@@ -47,7 +47,7 @@ int devices_main(int argc, char** argv) {
       s += (i ? "," : "") + std::string("{\"name\":") + json_string(d.name) + ",\"kind\":" + json_string(d.kind) +
            ",\"veus\":" + std::to_string(d.veus) + ",\"free_veus\":" + std::to_string(d.free_veus) +
            ",\"memory_bytes\":" + std::to_string(d.memory_bytes) + ",\"place\":" + json_string(d.place) +
-           ",\"note\":" + json_string(d.note) + "}";
+           ",\"note\":" + json_string(d.note) + ",\"kernels\":" + json_string(d.kernels) + "}";
     }
     std::printf("%s]}\n", s.c_str());
     return 0;

@@ -19,7 +19,7 @@ void print_help() {
       "  plan MODEL           compile into a Plan (or read an Executable's) and show it (--svg)\n"
       "  profile MODEL.onnx   measure every op's rTask cost (cached for later compiles)\n"
       "  topo                 show the host map: PUs, measured costs between them, what the planner concludes\n"
-      "  devices              list the devices sessions run on (cpu, null)\n"
+      "  devices              list the devices sessions run on (cpu, null; cuda where there is a GPU)\n"
       "  ops                  list supported ops and their rKernels\n\n"
       "options:\n"
       "  --version            print the version\n"

@@ -30,8 +30,9 @@ const cli::Command kRun = {
         {"--threads", "N", "vEUs / worker threads, including the caller (default: all cores); policy auto may\n"
                            "                          keep a Plan on fewer when it ran faster (see --no-measure)"},
         {"--executor", "NAME", "plan | two-layer | sequential (default plan)"},
-        {"--device", "NAME", "cpu (default) | null: import, compile, schedule and load as for the cpu, check the\n"
-                             "                          inputs, compute nothing (outputs zero-filled; see tessera devices)"},
+        {"--device", "NAME", "cpu (default) | cuda (a GPU, where there is one) | null: import, compile, schedule and\n"
+                             "                          load as for the cpu, check the inputs, compute nothing (outputs\n"
+                             "                          zero-filled); see tessera devices"},
         {"--policy", "NAME", "plan executor's scheduling policy: auto | wavefront | critical-path (default auto:\n"
                              "                          both predicted, the best candidates timed; the choice is cached)"},
         {"--no-pin", "", "plan executor: leave threads unpinned (default: vEU i on core i, the caller on core 0)"},
@@ -237,10 +238,14 @@ int run_main(int argc, char** argv) {
   so.veus = static_cast<int>(*threads);
   so.pin = !a.has("--no-pin");
   so.device = a.get("--device", "cpu");
-  if (so.device != "cpu" && so.device != "null")
-    return cli::usage_error(kRun, cat("no device '", so.device, "' (devices: cpu, null; see tessera devices)"));
+  auto rt = connect();
+  if (!rt.ok()) return cli::fail(rt.status());
+  std::vector<std::string> names;
+  for (const DeviceInfo& d : rt->devices()) names.push_back(d.name);
+  if (std::find(names.begin(), names.end(), so.device) == names.end())
+    return cli::usage_error(kRun, cat("no device '", so.device, "' (devices: ", join(names, ", "), "; see tessera devices)"));
   const bool null_device = so.device == "null";
-  if (null_device && a.has("--trace")) return cli::usage_error(kRun, "--trace needs the cpu device");
+  if (so.device != "cpu" && a.has("--trace")) return cli::usage_error(kRun, "--trace needs the cpu device");
   if (a.has("--executor") && !executor_parse(a.get("--executor"), &so.executor))
     return cli::usage_error(kRun, cat("--executor must be plan, two-layer or sequential, got '", a.get("--executor"), "'"));
   if (a.has("--policy") && !policy_parse(a.get("--policy"), &so.policy))
@@ -291,8 +296,6 @@ int run_main(int argc, char** argv) {
     if (Status st = check_given(a, given, summary->inputs, co.shapes); !st.ok()) return cli::fail(st);
   }
   const auto compile_start = std::chrono::steady_clock::now();
-  auto rt = connect();
-  if (!rt.ok()) return cli::fail(rt.status());
   auto m = rt->compile(model, co);
   if (!m.ok()) return cli::fail(m.status());
   auto s = m->session(so);

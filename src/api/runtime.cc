@@ -154,6 +154,11 @@ Result<std::unique_ptr<Program>> compile_for(ModelState& m, detail::RuntimeState
   CompileConfig c = detail::config_of(m.options);
   c.kernels = device.kernels();
   c.profile = c.profile && device.profiles();
+  const Device::Passes passes = device.passes();
+  c.fuse = c.fuse && passes.fuse;
+  c.fuse_blocks = c.fuse_blocks && passes.fuse;
+  c.lower_recurrent = c.lower_recurrent && passes.lower_recurrent;
+  c.concat_in_place = c.concat_in_place && passes.concat_in_place;
   HostMap file_map;
   if (so.executor == Executor::kPlan) {
     c.build_plan = true;

@@ -130,6 +130,14 @@ class Device {
   // (optional) Whether rTask costs measured by the profiler on this host
   // hold here. Default: false (the analytic model).
   virtual bool profiles() const { return false; }
+  // (optional) The compiler passes whose ops its rKernels cover. Default:
+  // all of them (the CPU's).
+  struct Passes {
+    bool fuse = true;             // fused Conv/Gemm/MatMul epilogues, elementwise chains, attention, blocks
+    bool lower_recurrent = true;  // LSTM/GRU as per-step cells
+    bool concat_in_place = true;  // producers writing their parts of a Concat
+  };
+  virtual Passes passes() const { return {}; }
   // (optional) The scheduler's cost model for vEUs on `slots`. Default:
   // uniform hand-offs, free crossing.
   virtual VeuCosts costs(const HostMap* map, const std::vector<int>& slots) const;

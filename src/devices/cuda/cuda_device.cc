@@ -1,0 +1,265 @@
+#include "devices/cuda/cuda_device.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "base/strings.h"
+#include "devices/cuda/cuda_rkernels.h"
+#include "devices/cuda/plan_kernel.h"
+
+namespace tessera {
+namespace {
+
+using cuda::DevInstr;
+using cuda::DevKind;
+using cuda::DevOp;
+
+Status cuda_status(cudaError_t e, const std::string& what) {
+  if (e == cudaSuccess) return Status();
+  if (e == cudaErrorMemoryAllocation) return resource_exhausted(str_cat(what, ": out of GPU memory"));
+  return internal_error(str_cat(what, ": CUDA error ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
+}
+
+#define TESSERA_CUDA(expr, what) TESSERA_RETURN_IF_ERROR(cuda_status((expr), (what)))
+
+// Device memory freed when the last copy goes.
+struct DevMem {
+  std::shared_ptr<void> owner;
+  void* get() const { return owner.get(); }
+};
+
+Result<DevMem> dev_alloc(size_t bytes, int device) {
+  TESSERA_CUDA(cudaSetDevice(device), "cudaSetDevice");
+  void* p = nullptr;
+  TESSERA_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 256)), str_cat("allocating ", bytes, " bytes on the GPU"));
+  return DevMem{std::shared_ptr<void>(p, [](void* q) { cudaFree(q); })};
+}
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+// A Program on one GPU: its arena, its weights, its DevOps and its Plan's
+// instruction lists in device memory; runs as one persistent launch (plan)
+// or one launch per op replayed as a CUDA graph (two-layer).
+class CudaLoaded : public LoadedProgram {
+ public:
+  ~CudaLoaded() override {
+    if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  static Result<std::unique_ptr<LoadedProgram>> load(std::unique_ptr<Program> p, const PlaceOptions& o, int device,
+                                                     int sms) {
+    auto l = std::unique_ptr<CudaLoaded>(new CudaLoaded());
+    l->p_ = std::move(p);
+    l->device_ = device;
+    l->executor_ = o.executor;
+    TESSERA_RETURN_IF_ERROR(l->place(sms));
+    return std::unique_ptr<LoadedProgram>(std::move(l));
+  }
+
+  const Program& program() const override { return *p_; }
+  int veus() const override { return p_->plan && executor_ == Executor::kPlan ? p_->plan->veus : 1; }
+
+  Status set_input(const std::string& name, const Tensor& t) override {
+    const std::vector<Value*>& ins = p_->graph->inputs();
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (ins[i]->name != name) continue;
+      const Slot& s = p_->slots[static_cast<size_t>(p_->input_slots[i])];
+      if (t.nbytes() != s.bytes)
+        return invalid_argument(str_cat("input '", name, "' holds ", t.nbytes(), " bytes, the model takes ", s.bytes));
+      return cuda_status(cudaMemcpyAsync(slot_dev_[static_cast<size_t>(p_->input_slots[i])], t.raw(), s.bytes,
+                                         cudaMemcpyHostToDevice, stream_),
+                         str_cat("copying input '", name, "' to the GPU"));
+    }
+    return not_found(str_cat("'", name, "' is not an input"));
+  }
+
+  const void* output_data(size_t i) const override { return staged_[i].data(); }
+
+  DeviceEvent run() override { return DeviceEvent::ready(run_now()); }
+
+ private:
+  CudaLoaded() = default;
+
+  Status run_now() {
+    TESSERA_CUDA(cudaSetDevice(device_), "cudaSetDevice");
+    if (executor_ == Executor::kPlan && p_->plan) {
+      TESSERA_CUDA(cuda::launch_plan(static_cast<const DevOp*>(ops_.get()), static_cast<const DevInstr*>(instrs_.get()),
+                                     static_cast<const int64_t*>(begin_.get()), static_cast<int*>(counters_.get()),
+                                     p_->plan->veus, stream_),
+                   str_cat("launching the Plan (", p_->plan->veus, " blocks)"));
+    } else if (graph_exec_) {
+      TESSERA_CUDA(cudaGraphLaunch(graph_exec_, stream_), "replaying the ops' launches");
+    } else {
+      TESSERA_RETURN_IF_ERROR(launch_ops());
+    }
+    for (size_t i = 0; i < staged_.size(); ++i)
+      TESSERA_CUDA(cudaMemcpyAsync(staged_[i].data(), slot_dev_[static_cast<size_t>(p_->output_slots[i])],
+                                   staged_[i].size(), cudaMemcpyDeviceToHost, stream_),
+                   str_cat("copying output ", i, " from the GPU"));
+    TESSERA_CUDA(cudaStreamSynchronize(stream_), "running on the GPU");
+    return Status();
+  }
+
+  Status launch_ops() {
+    for (size_t s = 0; s < p_->steps.size(); ++s)
+      TESSERA_CUDA(cuda::launch_op(static_cast<const DevOp*>(ops_.get()) + s, p_->steps[s].op->tasks(), stream_),
+                   str_cat(p_->steps[s].node->label(), ": launching its rTasks"));
+    return Status();
+  }
+
+  Status place(int sms) {
+    const Program& p = *p_;
+    TESSERA_CUDA(cudaSetDevice(device_), "cudaSetDevice");
+    TESSERA_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
+    if (p.plan && executor_ == Executor::kPlan && p.plan->veus > sms)
+      return invalid_argument(str_cat("the Plan has ", p.plan->veus, " vEUs; this GPU has ", sms,
+                                      " multiprocessors, one resident block each"));
+    // Memory: the arena for runtime values, one block for the weights.
+    TESSERA_ASSIGN_OR_RETURN(arena_, dev_alloc(p.memory.arena_bytes, device_));
+    size_t weights = 0;
+    for (const Slot& s : p.slots)
+      if (s.constant) weights += align256(s.bytes);
+    TESSERA_ASSIGN_OR_RETURN(weights_, dev_alloc(weights, device_));
+    slot_dev_.resize(p.slots.size());
+    size_t at = 0;
+    for (size_t i = 0; i < p.slots.size(); ++i) {
+      const Slot& s = p.slots[i];
+      if (!s.constant) {
+        slot_dev_[i] = static_cast<char*>(arena_.get()) + s.offset;
+        continue;
+      }
+      slot_dev_[i] = static_cast<char*>(weights_.get()) + at;
+      if (s.bytes > 0)
+        TESSERA_CUDA(cudaMemcpy(slot_dev_[i], s.data, s.bytes, cudaMemcpyHostToDevice),
+                     str_cat("copying '", s.value->name, "' to the GPU"));
+      at += align256(s.bytes);
+    }
+    // One DevOp per step, its addresses filled in.
+    std::vector<DevOp> ops;
+    for (const Step& st : p.steps) {
+      const auto* op = dynamic_cast<const cuda::CudaOp*>(st.op.get());
+      if (op == nullptr) return internal_error(str_cat(st.node->label(), ": not a cuda rOperator"));
+      DevOp d = op->op();
+      for (size_t j = 0; j < st.inputs.size() && j < static_cast<size_t>(cuda::kMaxInputs); ++j)
+        d.in[j] = st.inputs[j] >= 0 ? slot_dev_[static_cast<size_t>(st.inputs[j])] : nullptr;
+      d.out = slot_dev_[static_cast<size_t>(st.outputs[0])];
+      ops.push_back(d);
+    }
+    TESSERA_ASSIGN_OR_RETURN(ops_, dev_alloc(sizeof(DevOp) * ops.size(), device_));
+    TESSERA_CUDA(cudaMemcpy(ops_.get(), ops.data(), sizeof(DevOp) * ops.size(), cudaMemcpyHostToDevice), "copying the ops");
+    // The Plan's lists, back to back.
+    if (p.plan && executor_ == Executor::kPlan) {
+      const Plan& plan = *p.plan;
+      std::vector<DevInstr> instrs;
+      std::vector<int64_t> begin = {0};
+      for (const std::vector<Instr>& list : plan.program) {
+        for (const Instr& in : list) instrs.push_back({static_cast<int32_t>(in.kind), in.a, in.b});
+        begin.push_back(static_cast<int64_t>(instrs.size()));
+      }
+      TESSERA_ASSIGN_OR_RETURN(instrs_, dev_alloc(sizeof(DevInstr) * instrs.size(), device_));
+      TESSERA_ASSIGN_OR_RETURN(begin_, dev_alloc(sizeof(int64_t) * begin.size(), device_));
+      TESSERA_ASSIGN_OR_RETURN(counters_, dev_alloc(sizeof(int) * static_cast<size_t>(plan.veus), device_));
+      TESSERA_CUDA(cudaMemcpy(instrs_.get(), instrs.data(), sizeof(DevInstr) * instrs.size(), cudaMemcpyHostToDevice),
+                   "copying the Plan");
+      TESSERA_CUDA(cudaMemcpy(begin_.get(), begin.data(), sizeof(int64_t) * begin.size(), cudaMemcpyHostToDevice),
+                   "copying the Plan");
+    } else if (executor_ == Executor::kTwoLayer) {
+      // The control: every op's launch captured once, replayed per run.
+      cudaGraph_t graph = nullptr;
+      TESSERA_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capturing the launches");
+      Status st = launch_ops();
+      cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+      TESSERA_RETURN_IF_ERROR(st);
+      TESSERA_CUDA(e, "capturing the launches");
+      e = cudaGraphInstantiate(&graph_exec_, graph, 0);
+      cudaGraphDestroy(graph);
+      TESSERA_CUDA(e, "instantiating the launches' graph");
+    }
+    staged_.resize(p.output_slots.size());
+    for (size_t i = 0; i < staged_.size(); ++i)
+      staged_[i].assign(p.slots[static_cast<size_t>(p.output_slots[i])].bytes, 0);
+    TESSERA_CUDA(cudaDeviceSynchronize(), "loading onto the GPU");
+    return Status();
+  }
+
+  std::unique_ptr<Program> p_;
+  int device_ = 0;
+  Executor executor_ = Executor::kPlan;
+  cudaStream_t stream_ = nullptr;
+  cudaGraphExec_t graph_exec_ = nullptr;
+  DevMem arena_, weights_, ops_, instrs_, begin_, counters_;
+  std::vector<void*> slot_dev_;
+  std::vector<std::vector<unsigned char>> staged_;
+};
+
+class CudaDevice : public Device {
+ public:
+  CudaDevice(int ordinal, const cudaDeviceProp& prop) : ordinal_(ordinal), prop_(prop) {}
+
+  DeviceInfo info() const override {
+    DeviceInfo d;
+    d.name = ordinal_ == 0 ? "cuda" : str_cat("cuda:", ordinal_);
+    d.kind = "cuda";
+    d.veus = prop_.multiProcessorCount;  // one resident block per SM
+    d.free_veus = d.veus;
+    d.memory_bytes = prop_.totalGlobalMem;
+    char bus[32];
+    std::snprintf(bus, sizeof bus, "%04x:%02x:%02x", prop_.pciDomainID, prop_.pciBusID, prop_.pciDeviceID);
+    d.place = str_cat("PCIe ", bus);
+    d.note = prop_.name;
+    d.kernels = str_cat("sm_", prop_.major, prop_.minor);
+    return d;
+  }
+  KernelTable kernels() const override { return cuda::cuda_kernels(); }
+  std::string_view program_kind() const override { return "cuda"; }
+  Passes passes() const override { return {.fuse = false, .lower_recurrent = false, .concat_in_place = false}; }
+  VeuCosts costs(const HostMap*, const std::vector<int>& slots) const override {
+    return VeuCosts::uniform(static_cast<int>(slots.size()), kHandoffUs);
+  }
+  Result<std::unique_ptr<LoadedProgram>> load(std::unique_ptr<Program> p, const PlaceOptions& o) override {
+    return CudaLoaded::load(std::move(p), o, ordinal_, prop_.multiProcessorCount);
+  }
+
+ private:
+  // A hand-off between blocks through global memory: a release store seen
+  // by an acquire spin on another SM.
+  static constexpr double kHandoffUs = 1.0;
+  int ordinal_;
+  cudaDeviceProp prop_;
+};
+
+class CudaBackend : public Backend {
+ public:
+  std::string_view name() const override { return "cuda"; }
+  std::vector<std::shared_ptr<Device>> discover() override {
+    std::call_once(once_, [this] {
+      int n = 0;
+      if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();  // no driver or no GPU: no devices
+        return;
+      }
+      for (int i = 0; i < n; ++i) {
+        cudaDeviceProp prop{};
+        if (cudaGetDeviceProperties(&prop, i) == cudaSuccess) devices_.push_back(std::make_shared<CudaDevice>(i, prop));
+      }
+    });
+    return devices_;
+  }
+
+ private:
+  std::once_flag once_;
+  std::vector<std::shared_ptr<Device>> devices_;
+};
+
+}  // namespace
+
+Backend* cuda_backend() {
+  static CudaBackend b;
+  return &b;
+}
+
+}  // namespace tessera
