@@ -105,6 +105,7 @@ bench-deps:
 
 bench: build zoo bench-deps
 	$(PYTHON) bench/run_bench.py --build $(BUILD) --unseen
+	$(PYTHON) bench/python_overhead.py --build $(BUILD) --out $(BUILD)/bench/RESULTS-python.md
 
 bench-quick: build zoo bench-deps
 	$(PYTHON) bench/run_bench.py --build $(BUILD) --quick --out $(BUILD)/bench/RESULTS-quick.md

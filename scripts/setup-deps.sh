@@ -22,6 +22,8 @@ packages=(
   zlib1g-dev
   # model zoo and references
   python3-numpy python3-torch python3-torchvision python3-onnx
+  # the Python module (python/): its build, its tests, pip install ./python
+  pybind11-dev python3-dev python3-pytest python3-setuptools python3-pip
 )
 
 if [[ "${1:-}" == "--bench" ]]; then

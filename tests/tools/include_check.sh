@@ -23,9 +23,9 @@ offenders() {
 }
 
 fail=0
-bad=$(offenders "$ROOT"/tools/*.cc "$ROOT"/tools/*.h "$ROOT"/examples/*.cc)
+bad=$(offenders "$ROOT"/tools/*.cc "$ROOT"/tools/*.h "$ROOT"/examples/*.cc "$ROOT"/python/*.cc)
 if [ -n "$bad" ]; then
-  echo "FAIL: tools/ and examples/ must include only include/tessera/ and their own files:"
+  echo "FAIL: tools/, examples/ and python/ must include only include/tessera/ and their own files:"
   echo "$bad"
   fail=1
 fi
@@ -41,5 +41,5 @@ if [ "$(printf '%s\n' "$caught" | grep -c 'base/strings.h')" != 1 ] || [ "$(prin
   fail=1
 fi
 
-[ $fail = 0 ] && echo "include check: $(ls "$ROOT"/tools/*.cc "$ROOT"/tools/*.h "$ROOT"/examples/*.cc | wc -l) files use the public API only"
+[ $fail = 0 ] && echo "include check: $(ls "$ROOT"/tools/*.cc "$ROOT"/tools/*.h "$ROOT"/examples/*.cc "$ROOT"/python/*.cc | wc -l) files use the public API only"
 exit $fail

@@ -1,0 +1,451 @@
+// tessera._tessera: the public C++ API (include/tessera/) for Python, and
+// nothing it lacks. NumPy arrays go in without a copy where their dtype and
+// layout are the model's (borrowed for the run, which holds a reference);
+// outputs come back as NumPy arrays that own Tessera's buffers. The GIL is
+// released for the whole of run and submit. The package around it
+// (python/tessera/__init__.py) adds DLPack inputs, the ONNX Runtime shape
+// and compile_module.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/tessera.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using namespace tessera;
+
+// A failed Status on its way to Python: raised as the tessera.Error
+// subclass for its code.
+struct StatusError {
+  Status status;
+};
+
+[[noreturn]] void raise(const Status& st) { throw StatusError{st}; }
+
+template <typename T>
+T value_or_raise(Result<T> r) {
+  if (!r.ok()) raise(r.status());
+  return std::move(*r);
+}
+
+void ok_or_raise(const Status& st) {
+  if (!st.ok()) raise(st);
+}
+
+// NumPy's dtype for a Tessera dtype, and back.
+py::dtype numpy_dtype(DType t) {
+  switch (t) {
+    case DType::kFloat32: return py::dtype::of<float>();
+    case DType::kFloat16: return py::dtype("float16");
+    case DType::kInt64: return py::dtype::of<int64_t>();
+    case DType::kInt32: return py::dtype::of<int32_t>();
+    case DType::kInt8: return py::dtype::of<int8_t>();
+    case DType::kUInt8: return py::dtype::of<uint8_t>();
+    case DType::kBool: return py::dtype("bool");
+    default: return py::dtype("void");
+  }
+}
+
+bool same_dtype(const py::array& a, DType t) {
+  if (t == DType::kBool) return a.dtype().kind() == 'b' && a.itemsize() == 1;
+  return a.dtype().is(numpy_dtype(t)) || a.dtype().equal(numpy_dtype(t));
+}
+
+std::string dtype_text(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
+
+py::tuple shape_tuple(const std::vector<int64_t>& shape) {
+  py::tuple t(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) t[i] = py::none();
+    else t[i] = shape[i];
+  }
+  return t;
+}
+
+py::list infos(const std::vector<TensorInfo>& v) {
+  py::list out;
+  for (const TensorInfo& i : v) out.append(py::make_tuple(i.name, std::string(dtype_name(i.dtype)), shape_tuple(i.shape)));
+  return out;
+}
+
+// An output as a NumPy array that owns the Tensor's bytes (no copy).
+py::array to_numpy(const Tensor& t) {
+  auto keep = new Tensor(t);
+  py::capsule owner(keep, [](void* p) { delete static_cast<Tensor*>(p); });
+  std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+  return py::array(numpy_dtype(t.dtype()), shape, keep->raw(), owner);
+}
+
+// The feeds of one run: every array bound where it lies (the arrays kept
+// alive with the request), converted only with copy=True.
+struct Feeds {
+  NamedTensors tensors;
+  std::vector<py::array> keep;
+};
+
+Feeds feeds_of(const std::vector<TensorInfo>& inputs, const py::dict& given, bool copy) {
+  Feeds f;
+  for (auto item : given) {
+    const std::string name = py::str(item.first);
+    const TensorInfo* info = nullptr;
+    for (const TensorInfo& i : inputs)
+      if (i.name == name) info = &i;
+    if (info == nullptr) {
+      std::string names;
+      for (const TensorInfo& i : inputs) names += (names.empty() ? "" : ", ") + i.name;
+      raise(not_found("'" + name + "' is not an input of the model (inputs: " + names + ")"));
+    }
+    py::array a = py::reinterpret_borrow<py::object>(item.second).cast<py::array>();
+    const bool contiguous = (a.flags() & py::array::c_style) != 0;
+    if (!same_dtype(a, info->dtype) || !contiguous) {
+      if (!copy)
+        raise(invalid_argument("input '" + name + "' is " + dtype_text(a) + (contiguous ? "" : ", not C-contiguous,") +
+                               "; the model takes " + std::string(dtype_name(info->dtype)) +
+                               " in C order (pass copy=True to convert it)"));
+      a = py::module_::import("numpy").attr("ascontiguousarray")(a, numpy_dtype(info->dtype)).cast<py::array>();
+    }
+    std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
+    f.tensors.set(name, Tensor::wrap(info->dtype, shape, const_cast<void*>(a.data())));
+    f.keep.push_back(a);
+  }
+  return f;
+}
+
+py::dict outputs_of(const NamedTensors& out) {
+  py::dict d;
+  for (const auto& [name, t] : out) d[py::str(name)] = to_numpy(t);
+  return d;
+}
+
+// submit()'s handle: the Event and what the request borrows.
+struct Future {
+  Event event;
+  std::shared_ptr<Feeds> feeds;
+  bool done() const { return event.poll(); }
+  py::dict result() {
+    Result<NamedTensors> out = [&] {
+      py::gil_scoped_release release;
+      return event.outputs();
+    }();
+    feeds.reset();
+    return outputs_of(value_or_raise(std::move(out)));
+  }
+};
+
+Executor executor_of(const std::string& s) {
+  Executor e;
+  if (!executor_parse(s, &e)) raise(invalid_argument("executor must be plan, two-layer or sequential, got '" + s + "'"));
+  return e;
+}
+
+PlanPolicy policy_of(const std::string& s) {
+  PlanPolicy p;
+  if (!policy_parse(s, &p)) raise(invalid_argument("policy must be auto, wavefront or critical-path, got '" + s + "'"));
+  return p;
+}
+
+py::dict device_dict(const DeviceInfo& d) {
+  py::dict o;
+  o["name"] = d.name;
+  o["kind"] = d.kind;
+  o["veus"] = d.veus;
+  o["free_veus"] = d.free_veus;
+  o["memory_bytes"] = d.memory_bytes;
+  o["place"] = d.place;
+  o["note"] = d.note;
+  o["kernels"] = d.kernels;
+  return o;
+}
+
+py::dict plan_dict(const PlanInfo& p) {
+  py::dict d;
+  d["source"] = p.source;
+  d["policy"] = std::string(policy_name(p.policy));
+  d["veus"] = p.veus;
+  d["requested_veus"] = p.requested_veus;
+  d["predicted_us"] = p.predicted_us;
+  d["measured_us"] = p.measured_us;
+  d["costs_profiled"] = p.costs_profiled;
+  d["waits"] = p.waits;
+  d["signals"] = p.signals;
+  d["arena_bytes"] = p.arena_bytes;
+  d["rtasks"] = p.tasks.size();
+  d["tasks_per_veu"] = p.tasks_per_veu;
+  py::list steps;
+  for (const PlanStep& s : p.steps) steps.append(py::make_tuple(s.op, s.node, s.kernel, s.path, s.rtasks));
+  d["steps"] = steps;
+  py::list cands;
+  for (const PlanCandidate& c : p.candidates)
+    cands.append(py::make_tuple(c.veus, std::string(policy_name(c.policy)), c.predicted_us, c.measured_us));
+  d["candidates"] = cands;
+  return d;
+}
+
+py::dict summary_dict(const ModelSummary& s) {
+  py::dict d;
+  d["path"] = s.path;
+  d["graph_name"] = s.graph_name;
+  d["opset"] = s.opset;
+  d["executable"] = s.executable;
+  d["inputs"] = infos(s.inputs);
+  d["outputs"] = infos(s.outputs);
+  d["shapes_bound"] = s.shapes_bound.ok() ? py::object(py::none()) : py::object(py::str(s.shapes_bound.message()));
+  d["nodes"] = s.nodes;
+  py::list ops;
+  for (const OpCount& o : s.ops) ops.append(py::make_tuple(o.op, o.count, o.supported));
+  d["ops"] = ops;
+  d["parameters"] = s.parameters;
+  d["parameter_bytes"] = s.parameter_bytes;
+  d["flops"] = s.flops;
+  d["graph_text"] = s.graph_text;
+  d["plan"] = s.plan ? py::object(plan_dict(*s.plan)) : py::object(py::none());
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_tessera, m) {
+  m.doc() = "Tessera's public C++ API; import the package `tessera`, not this module.";
+  m.attr("__version__") = std::string(version());
+
+  // tessera.Error and one subclass per Status code.
+  static py::exception<StatusError> error(m, "Error", PyExc_RuntimeError);
+  static std::map<StatusCode, py::object> by_code;
+  const std::pair<StatusCode, const char*> codes[] = {
+      {StatusCode::kInvalidArgument, "InvalidArgument"}, {StatusCode::kNotFound, "NotFound"},
+      {StatusCode::kUnimplemented, "Unimplemented"},     {StatusCode::kOutOfRange, "OutOfRange"},
+      {StatusCode::kDataLoss, "DataLoss"},               {StatusCode::kFailedPrecondition, "FailedPrecondition"},
+      {StatusCode::kResourceExhausted, "ResourceExhausted"}, {StatusCode::kInternal, "Internal"},
+  };
+  for (const auto& [code, name] : codes) {
+    const std::string qual = std::string("tessera.") + name;
+    PyObject* cls = PyErr_NewException(qual.c_str(), error.ptr(), nullptr);
+    by_code[code] = py::reinterpret_steal<py::object>(cls);
+    m.attr(name) = by_code[code];
+  }
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      auto it = by_code.find(e.status.code());
+      PyErr_SetString(it != by_code.end() ? it->second.ptr() : error.ptr(), e.status.message().c_str());
+    }
+  });
+
+  py::class_<Future>(m, "Future", "A submitted run: result() waits for its outputs (the GIL released).")
+      .def("done", &Future::done)
+      .def("result", &Future::result);
+
+  py::class_<Session>(m, "Session", "A model placed on a device's vEUs (tessera/runtime.h, Session).")
+      .def_property_readonly("inputs", [](const Session& s) { return infos(s.inputs()); })
+      .def_property_readonly("outputs", [](const Session& s) { return infos(s.outputs()); })
+      .def_property_readonly("device", &Session::device)
+      .def_property_readonly("veus", &Session::veus)
+      .def_property_readonly("cores", &Session::cores)
+      .def_property_readonly("executor", [](const Session& s) { return std::string(executor_name(s.executor())); })
+      .def(
+          "run",
+          [](Session& s, const py::dict& feeds, py::object out, bool copy) {
+            Feeds f = feeds_of(s.inputs(), feeds, copy);
+            // Outputs into caller memory: bound for this run, unbound after.
+            std::vector<std::string> bound;
+            std::vector<py::array> out_keep;
+            if (!out.is_none()) {
+              for (auto item : out.cast<py::dict>()) {
+                const std::string name = py::str(item.first);
+                py::array a = py::reinterpret_borrow<py::object>(item.second).cast<py::array>();
+                const TensorInfo* info = nullptr;
+                for (const TensorInfo& i : s.outputs())
+                  if (i.name == name) info = &i;
+                if (info == nullptr) raise(not_found("'" + name + "' is not an output of the model"));
+                if (!same_dtype(a, info->dtype) || !(a.flags() & py::array::c_style) || !a.writeable())
+                  raise(invalid_argument("out['" + name + "'] must be a writable C-contiguous " +
+                                         std::string(dtype_name(info->dtype)) + " array, got " + dtype_text(a)));
+                std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
+                ok_or_raise(s.bind_output(name, Tensor::wrap(info->dtype, shape, a.mutable_data())));
+                bound.push_back(name);
+                out_keep.push_back(a);
+              }
+            }
+            Result<NamedTensors> r = [&] {
+              py::gil_scoped_release release;
+              return s.run(f.tensors);
+            }();
+            for (const std::string& name : bound) (void)s.bind_output(name, Tensor());
+            NamedTensors outs = value_or_raise(std::move(r));
+            py::dict d;
+            for (const auto& [name, t] : outs) {
+              auto it = std::find(bound.begin(), bound.end(), name);
+              d[py::str(name)] = it != bound.end() ? py::object(out_keep[static_cast<size_t>(it - bound.begin())])
+                                                   : py::object(to_numpy(t));
+            }
+            return d;
+          },
+          py::arg("feeds"), py::arg("out") = py::none(), py::arg("copy") = false,
+          "Runs once; returns {output name: array} in model order. `out` writes outputs into the arrays given.")
+      .def(
+          "submit",
+          [](Session& s, const py::dict& feeds, bool copy) {
+            auto f = std::make_shared<Feeds>(feeds_of(s.inputs(), feeds, copy));
+            Future fut;
+            fut.feeds = f;
+            py::gil_scoped_release release;
+            fut.event = s.submit(f->tensors);
+            return fut;
+          },
+          py::arg("feeds"), py::arg("copy") = false, "Runs asynchronously; the arrays must stay unchanged until done.")
+      .def_property_readonly("last_breakdown",
+                             [](const Session& s) {
+                               RunBreakdown b = s.last_breakdown();
+                               py::dict d;
+                               d["copy_in_ms"] = b.copy_in_ms;
+                               d["queue_ms"] = b.queue_ms;
+                               d["compute_ms"] = b.compute_ms;
+                               d["copy_out_ms"] = b.copy_out_ms;
+                               d["wait_ms"] = b.wait_ms;
+                               d["copy_in_bytes"] = b.copy_in_bytes;
+                               d["copy_out_bytes"] = b.copy_out_bytes;
+                               return d;
+                             })
+      .def("trace_next_run", [](Session& s, const std::string& path) { ok_or_raise(s.trace_next_run(path)); })
+      .def("plan_json", [](const Session& s) { return s.plan_json(); });
+
+  py::class_<Model>(m, "Model", "A compiled model (tessera/runtime.h, Model).")
+      .def_property_readonly("path", &Model::path)
+      .def_property_readonly("inputs", [](const Model& x) { return infos(x.inputs()); })
+      .def_property_readonly("outputs", [](const Model& x) { return infos(x.outputs()); })
+      .def_property_readonly("is_executable", &Model::is_executable)
+      .def(
+          "session",
+          [](Model& x, const std::string& device, int veus, const std::string& executor, const std::string& policy,
+             std::vector<int> cores, bool pin) {
+            SessionOptions o;
+            o.device = device;
+            o.veus = veus;
+            o.executor = executor_of(executor);
+            o.policy = policy_of(policy);
+            o.cores = std::move(cores);
+            o.pin = pin;
+            py::gil_scoped_release release;
+            return value_or_raise(x.session(o));
+          },
+          py::arg("device") = "cpu", py::arg("veus") = 0, py::arg("executor") = "plan", py::arg("policy") = "auto",
+          py::arg("cores") = std::vector<int>{}, py::arg("pin") = true)
+      .def(
+          "save",
+          [](Model& x, const std::string& path, int veus) {
+            py::gil_scoped_release release;
+            ok_or_raise(x.save(path, veus));
+          },
+          py::arg("path"), py::arg("veus") = 0)
+      .def(
+          "plan",
+          [](Model& x, const std::string& device, int veus, const std::string& policy) {
+            SessionOptions o;
+            o.device = device;
+            o.veus = veus;
+            o.policy = policy_of(policy);
+            Result<PlanInfo> p = [&] {
+              py::gil_scoped_release release;
+              return x.plan(o);
+            }();
+            return plan_dict(value_or_raise(std::move(p)));
+          },
+          py::arg("device") = "cpu", py::arg("veus") = 0, py::arg("policy") = "auto",
+          "The Plan a session with these options would run, as a dict.")
+      .def(
+          "profile",
+          [](Model& x, bool refresh) {
+            Result<ProfileReport> r = [&] {
+              py::gil_scoped_release release;
+              return x.profile(refresh);
+            }();
+            ProfileReport p = value_or_raise(std::move(r));
+            py::list rows;
+            for (const ProfileRow& row : p.rows)
+              rows.append(py::make_tuple(row.op, row.node, row.kernel, row.path, row.rtasks, row.us_per_rtask, row.cached));
+            return rows;
+          },
+          py::arg("refresh") = false,
+          "One rTask of every op measured: [(op, node, rKernel, path, rTasks, us per rTask, cached)].");
+
+  py::class_<Runtime>(m, "Runtime", "Where models compile and sessions run (tessera/runtime.h, Runtime).")
+      .def_property_readonly("uri", &Runtime::uri)
+      .def(
+          "ops",
+          [](const Runtime& r, const std::string& device) {
+            py::list l;
+            for (const OpSupport& o : value_or_raise(r.ops(device))) {
+              py::list ks;
+              for (const KernelInfo& k : o.kernels) ks.append(py::make_tuple(k.name, k.description));
+              l.append(py::make_tuple(o.op, ks));
+            }
+            return l;
+          },
+          py::arg("device") = "cpu")
+      .def("devices",
+           [](const Runtime& r) {
+             py::list l;
+             for (const DeviceInfo& d : r.devices()) l.append(device_dict(d));
+             return l;
+           })
+      .def(
+          "compile",
+          [](Runtime& r, const std::string& path, std::map<std::string, std::vector<int64_t>> shapes, bool profile,
+             bool measure, bool fuse, bool variants) {
+            CompileOptions o;
+            o.shapes = std::move(shapes);
+            o.profile = profile;
+            o.measure = measure;
+            o.fuse = fuse;
+            o.variants = variants;
+            py::gil_scoped_release release;
+            return value_or_raise(r.compile(path, o));
+          },
+          py::arg("path"), py::arg("shapes") = std::map<std::string, std::vector<int64_t>>{},
+          py::arg("profile") = true, py::arg("measure") = true, py::arg("fuse") = true, py::arg("variants") = true);
+
+  m.def(
+      "inspect",
+      [](const std::string& path, std::map<std::string, std::vector<int64_t>> shapes, bool graph_text) {
+        InspectOptions o;
+        o.shapes = std::move(shapes);
+        o.graph_text = graph_text;
+        return summary_dict(value_or_raise(inspect(path, o)));
+      },
+      py::arg("path"), py::arg("shapes") = std::map<std::string, std::vector<int64_t>>{}, py::arg("graph_text") = false,
+      "What a model file holds, without compiling it (a dict).");
+  m.def(
+      "host_map",
+      [](bool refresh) {
+        HostMapOptions o;
+        o.refresh = refresh;
+        Result<HostMap> r = [&] {
+          py::gil_scoped_release release;
+          return host_map_obtain(o);
+        }();
+        HostMap h = value_or_raise(std::move(r));
+        return py::module_::import("json").attr("loads")(host_map_to_json(h));
+      },
+      py::arg("refresh") = false, "This host's map (docs/formats/host-map.md) as a dict.");
+  m.def(
+      "connect", [](const std::string& uri) { return value_or_raise(connect(uri)); }, py::arg("uri") = "local",
+      "\"local\": this process (unix:// and tcp:// are for the daemon).");
+  m.def("set_log_level", [](const std::string& level) {
+    const std::map<std::string, LogLevel> levels = {{"debug", LogLevel::kDebug}, {"info", LogLevel::kInfo},
+                                                    {"warning", LogLevel::kWarning}, {"error", LogLevel::kError},
+                                                    {"quiet", LogLevel::kQuiet}};
+    auto it = levels.find(level);
+    if (it == levels.end()) raise(invalid_argument("log level must be debug, info, warning, error or quiet"));
+    log_set_level(it->second);
+  });
+}

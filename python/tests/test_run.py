@@ -1,0 +1,119 @@
+"""Every zoo model through Python against PyTorch's outputs; zero copies in
+and out; outputs into caller memory; async submits; two threads at once."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tessera
+from conftest import load, quick, rel_l2, zoo, zoo_models  # noqa: F401
+
+
+@pytest.mark.parametrize("name", zoo_models())
+def test_zoo_model_matches_pytorch(rt, quick, name):
+    inputs = load(name + ".inputs.npz")
+    want = load(name + ".outputs.npz")
+    m = rt.compile(zoo(name + ".onnx"), shapes={k: v.shape for k, v in inputs.items()}, **quick)
+    assert [n for n, _, _ in m.inputs] == list(inputs)
+    s = m.session(veus=2)
+    outs = s.run(inputs)
+    assert list(outs) == [n for n, _, _ in m.outputs]  # model order
+    for k, v in outs.items():
+        assert k in want, k
+        assert v.shape == want[k].shape and v.dtype == want[k].dtype, k
+        assert rel_l2(v, want[k]) <= 1e-4, (k, rel_l2(v, want[k]))
+
+
+def test_inputs_are_read_where_they_lie_and_outputs_are_tesseras(rt, quick):
+    m = rt.compile(zoo("mlp.onnx"), **quick)
+    s = m.session(veus=1)
+    x = load("mlp.inputs.npz")["input"]
+    out = s.run({"input": x})["output"]
+    b = s.last_breakdown
+    assert b["copy_in_bytes"] == 0, b  # the kernels read x itself
+    assert not out.flags.owndata and out.base is not None  # Tessera's buffer, kept by the array
+    # A torch tensor through DLPack is read in place too.
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(x.copy())
+    y = s.run({"input": t})["output"]
+    assert s.last_breakdown["copy_in_bytes"] == 0
+    np.testing.assert_array_equal(y, out)
+    # And the output goes out through DLPack without a copy.
+    assert torch.from_dlpack(out).data_ptr() == out.ctypes.data
+    assert np.from_dlpack(out).ctypes.data == out.ctypes.data
+
+
+def test_outputs_into_caller_memory(rt, quick):
+    s = rt.compile(zoo("mlp.onnx"), **quick).session(veus=1)
+    x = load("mlp.inputs.npz")["input"]
+    want = s.run({"input": x})["output"]
+    buf = np.full(want.shape, np.nan, np.float32)
+    got = s.run({"input": x}, out={"output": buf})["output"]
+    assert got is buf
+    np.testing.assert_array_equal(buf, want)
+    assert s.last_breakdown["copy_out_bytes"] == 0
+    # Unbound after the run: the next output is Tessera's again.
+    again = s.run({"input": x})["output"]
+    assert again.ctypes.data != buf.ctypes.data
+
+
+def test_copy_converts_only_when_asked(rt, quick):
+    s = rt.compile(zoo("mlp.onnx"), **quick).session(veus=1)
+    x = load("mlp.inputs.npz")["input"]
+    want = s.run({"input": x})["output"]
+    with pytest.raises(tessera.InvalidArgument, match="input 'input' is float64.*copy=True"):
+        s.run({"input": x.astype(np.float64)})
+    with pytest.raises(tessera.InvalidArgument, match="not C-contiguous"):
+        s.run({"input": np.asfortranarray(x)})
+    np.testing.assert_array_equal(s.run({"input": np.asfortranarray(x)}, copy=True)["output"], want)
+    np.testing.assert_allclose(s.run({"input": x.astype(np.float64)}, copy=True)["output"], want)
+
+
+def test_submits_run_in_order_with_the_gil_released(rt, quick):
+    s = rt.compile(zoo("resnet18.onnx"), **quick).session(veus=2)
+    x = load("resnet18.inputs.npz")
+    want = s.run(x)
+    futs = [s.submit(x) for _ in range(4)]
+    ticks = 0
+    while not futs[-1].done():  # this thread runs while they do
+        ticks += 1
+        time.sleep(0.001)
+    assert ticks > 0
+    for f in futs:
+        got = f.result()
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_two_threads_on_disjoint_cores_overlap(rt, quick):
+    m = rt.compile(zoo("resnet18.onnx"), **quick)
+    a, b = m.session(veus=1), m.session(veus=1)
+    if rt.devices()[0]["veus"] >= 2:
+        assert set(a.cores).isdisjoint(b.cores)
+    x = load("resnet18.inputs.npz")
+    spans = {0: [], 1: []}
+
+    def work(i, s):
+        for _ in range(4):
+            t0 = time.perf_counter()
+            s.run(x)
+            spans[i].append((t0, time.perf_counter()))
+
+    threads = [threading.Thread(target=work, args=(i, s)) for i, s in enumerate((a, b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    overlap = any(s0 < e1 and s1 < e0 for s0, e0 in spans[0] for s1, e1 in spans[1])
+    assert overlap, spans
+
+
+def test_version_devices_and_breakdown(rt, quick):
+    assert tessera.__version__.count(".") == 2
+    names = [d["name"] for d in tessera.devices()]
+    assert "cpu" in names and "null" in names
+    s = rt.compile(zoo("mlp.onnx"), **quick).session(veus=1)
+    s.run(load("mlp.inputs.npz"))
+    b = s.last_breakdown
+    assert b["compute_ms"] > 0 and set(b) >= {"copy_in_ms", "queue_ms", "compute_ms", "copy_out_ms"}
