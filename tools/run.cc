@@ -19,8 +19,8 @@ namespace {
 const cli::Command kRun = {
     "run",
     "tessera run MODEL.onnx|MODEL.tsx [options]",
-    "Compile an ONNX model (or load an Executable written by `tessera compile`) and run it on the\n"
-    "local CPU; print latency and outputs.",
+    "Compile an ONNX model (or load an Executable written by `tessera compile`) and run it on a\n"
+    "device (the local CPU unless --device says another); print latency and outputs.",
     cli::with_compile_options({
         {"--input", "NAME=FILE", "input from a .npy file; or FILE.npz holding inputs by name", true},
         {"--shape", "NAME=DIMS", "bind a dynamic input's shape, e.g. x=1x3x224x224", true},
