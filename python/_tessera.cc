@@ -41,6 +41,13 @@ void ok_or_raise(const Status& st) {
   if (!st.ok()) raise(st);
 }
 
+// f() with the GIL released (the C++ API's calls that may block or run).
+template <typename F>
+auto without_gil(F&& f) {
+  py::gil_scoped_release release;
+  return f();
+}
+
 // NumPy's dtype for a Tessera dtype, and back.
 py::dtype numpy_dtype(DType t) {
   switch (t) {
@@ -132,10 +139,7 @@ struct Future {
   std::shared_ptr<Feeds> feeds;
   bool done() const { return event.poll(); }
   py::dict result() {
-    Result<NamedTensors> out = [&] {
-      py::gil_scoped_release release;
-      return event.outputs();
-    }();
+    Result<NamedTensors> out = without_gil([&] { return event.outputs(); });
     feeds.reset();
     return outputs_of(value_or_raise(std::move(out)));
   }
@@ -276,10 +280,7 @@ PYBIND11_MODULE(_tessera, m) {
                 out_keep.push_back(a);
               }
             }
-            Result<NamedTensors> r = [&] {
-              py::gil_scoped_release release;
-              return s.run(f.tensors);
-            }();
+            Result<NamedTensors> r = without_gil([&] { return s.run(f.tensors); });
             for (const std::string& name : bound) (void)s.bind_output(name, Tensor());
             NamedTensors outs = value_or_raise(std::move(r));
             py::dict d;
@@ -298,8 +299,7 @@ PYBIND11_MODULE(_tessera, m) {
             auto f = std::make_shared<Feeds>(feeds_of(s.inputs(), feeds, copy));
             Future fut;
             fut.feeds = f;
-            py::gil_scoped_release release;
-            fut.event = s.submit(f->tensors);
+            fut.event = without_gil([&] { return s.submit(f->tensors); });
             return fut;
           },
           py::arg("feeds"), py::arg("copy") = false, "Runs asynchronously; the arrays must stay unchanged until done.")
@@ -335,16 +335,14 @@ PYBIND11_MODULE(_tessera, m) {
             o.policy = policy_of(policy);
             o.cores = std::move(cores);
             o.pin = pin;
-            py::gil_scoped_release release;
-            return value_or_raise(x.session(o));
+            return value_or_raise(without_gil([&] { return x.session(o); }));
           },
           py::arg("device") = "cpu", py::arg("veus") = 0, py::arg("executor") = "plan", py::arg("policy") = "auto",
           py::arg("cores") = std::vector<int>{}, py::arg("pin") = true)
       .def(
           "save",
           [](Model& x, const std::string& path, int veus) {
-            py::gil_scoped_release release;
-            ok_or_raise(x.save(path, veus));
+            ok_or_raise(without_gil([&] { return x.save(path, veus); }));
           },
           py::arg("path"), py::arg("veus") = 0)
       .def(
@@ -354,10 +352,7 @@ PYBIND11_MODULE(_tessera, m) {
             o.device = device;
             o.veus = veus;
             o.policy = policy_of(policy);
-            Result<PlanInfo> p = [&] {
-              py::gil_scoped_release release;
-              return x.plan(o);
-            }();
+            Result<PlanInfo> p = without_gil([&] { return x.plan(o); });
             return plan_dict(value_or_raise(std::move(p)));
           },
           py::arg("device") = "cpu", py::arg("veus") = 0, py::arg("policy") = "auto",
@@ -365,10 +360,7 @@ PYBIND11_MODULE(_tessera, m) {
       .def(
           "profile",
           [](Model& x, bool refresh) {
-            Result<ProfileReport> r = [&] {
-              py::gil_scoped_release release;
-              return x.profile(refresh);
-            }();
+            Result<ProfileReport> r = without_gil([&] { return x.profile(refresh); });
             ProfileReport p = value_or_raise(std::move(r));
             py::list rows;
             for (const ProfileRow& row : p.rows)
@@ -408,8 +400,7 @@ PYBIND11_MODULE(_tessera, m) {
             o.measure = measure;
             o.fuse = fuse;
             o.variants = variants;
-            py::gil_scoped_release release;
-            return value_or_raise(r.compile(path, o));
+            return value_or_raise(without_gil([&] { return r.compile(path, o); }));
           },
           py::arg("path"), py::arg("shapes") = std::map<std::string, std::vector<int64_t>>{},
           py::arg("profile") = true, py::arg("measure") = true, py::arg("fuse") = true, py::arg("variants") = true);
@@ -429,10 +420,7 @@ PYBIND11_MODULE(_tessera, m) {
       [](bool refresh) {
         HostMapOptions o;
         o.refresh = refresh;
-        Result<HostMap> r = [&] {
-          py::gil_scoped_release release;
-          return host_map_obtain(o);
-        }();
+        Result<HostMap> r = without_gil([&] { return host_map_obtain(o); });
         HostMap h = value_or_raise(std::move(r));
         return py::module_::import("json").attr("loads")(host_map_to_json(h));
       },

@@ -52,16 +52,6 @@ TEST(CudaHost, ModelsCompileIntoValidPlansForAGpu) {
   EXPECT_NE(conv.status().message().find("Conv"), std::string::npos) << conv.status().to_string();
 }
 
-double rel_l2(const Tensor& a, const Tensor& b) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const double d = a.value_as_double(i) - b.value_as_double(i);
-    num += d * d;
-    den += b.value_as_double(i) * b.value_as_double(i);
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
 bool same_bits(const NamedTensors& a, const NamedTensors& b) {
   if (a.size() != b.size()) return false;
   for (const auto& [name, t] : a) {
@@ -97,7 +87,7 @@ TEST(CudaGpu, PlanAndTwoLayerMatchTheCpuAndEachOther) {
       ASSERT_TRUE(s.ok()) << s.status().to_string();
       Result<NamedTensors> first = s->run(*in);
       ASSERT_TRUE(first.ok()) << first.status().to_string();
-      for (const auto& [name, t] : *first) EXPECT_LE(rel_l2(t, *ref->find(name)), 1e-5) << name;
+      for (const auto& [name, t] : *first) EXPECT_LE(testing_util::rel_l2(t, *ref->find(name)), 1e-5) << name;
       for (int r = 0; r < 3; ++r) {
         Result<NamedTensors> again = s->run(*in);
         ASSERT_TRUE(again.ok());

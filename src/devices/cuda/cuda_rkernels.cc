@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
+#include <utility>
 
 #include "base/check.h"
 #include "base/strings.h"
@@ -31,6 +33,22 @@ Result<std::unique_ptr<ROp>> finish(const Node& n, DevOp op, int64_t work, int64
 
 // ------------------------------------------------------------ elementwise ---
 
+const std::pair<std::string_view, BinaryOp> kBinaryOps[] = {
+    {"Add", BinaryOp::kAdd}, {"Sub", BinaryOp::kSub}, {"Mul", BinaryOp::kMul}, {"Div", BinaryOp::kDiv},
+    {"Max", BinaryOp::kMax}, {"Min", BinaryOp::kMin}, {"Pow", BinaryOp::kPow}};
+const std::pair<std::string_view, UnaryOp> kUnaryOps[] = {
+    {"Relu", UnaryOp::kRelu}, {"Sigmoid", UnaryOp::kSigmoid}, {"Tanh", UnaryOp::kTanh}, {"Exp", UnaryOp::kExp},
+    {"Neg", UnaryOp::kNeg},   {"Abs", UnaryOp::kAbs},         {"Sqrt", UnaryOp::kSqrt}, {"Erf", UnaryOp::kErf}};
+
+// The device function for op type `op` (the kernel table below lists only
+// op types these name).
+template <typename E, size_t N>
+E by_op(std::string_view op, const std::pair<std::string_view, E> (&table)[N]) {
+  for (const auto& [name, e] : table)
+    if (name == op) return e;
+  return table[0].second;
+}
+
 constexpr int64_t kElementGrain = 16384;
 
 bool binary_fits(const Node& n) {
@@ -41,14 +59,7 @@ Result<std::unique_ptr<ROp>> make_binary(const Node& n, const KernelParams& p) {
   if (!binary_fits(n)) return invalid_argument(str_cat(n.label(), ": the cuda rKernel takes float32 of rank <= ", kMaxRank));
   DevOp op;
   op.kind = DevKind::kBinary;
-  const std::string& t = n.op_type;
-  op.sub = static_cast<int32_t>(t == "Add"   ? BinaryOp::kAdd
-                                : t == "Sub" ? BinaryOp::kSub
-                                : t == "Mul" ? BinaryOp::kMul
-                                : t == "Div" ? BinaryOp::kDiv
-                                : t == "Max" ? BinaryOp::kMax
-                                : t == "Min" ? BinaryOp::kMin
-                                             : BinaryOp::kPow);
+  op.sub = static_cast<int32_t>(by_op(n.op_type, kBinaryOps));
   const Shape& out = n.outputs[0]->shape;
   op.rank = out.rank();
   op.n = out.numel();
@@ -74,15 +85,7 @@ Result<std::unique_ptr<ROp>> make_unary(const Node& n, const KernelParams& p) {
   if (!unary_fits(n)) return invalid_argument(str_cat(n.label(), ": the cuda rKernel takes float32"));
   DevOp op;
   op.kind = DevKind::kUnary;
-  const std::string& t = n.op_type;
-  op.sub = static_cast<int32_t>(t == "Relu"      ? UnaryOp::kRelu
-                                : t == "Sigmoid" ? UnaryOp::kSigmoid
-                                : t == "Tanh"    ? UnaryOp::kTanh
-                                : t == "Exp"     ? UnaryOp::kExp
-                                : t == "Neg"     ? UnaryOp::kNeg
-                                : t == "Abs"     ? UnaryOp::kAbs
-                                : t == "Sqrt"    ? UnaryOp::kSqrt
-                                                 : UnaryOp::kErf);
+  op.sub = static_cast<int32_t>(by_op(n.op_type, kUnaryOps));
   op.n = n.outputs[0]->shape.numel();
   return finish(n, op, op.n, kElementGrain, p, true);
 }
@@ -122,8 +125,7 @@ Result<std::unique_ptr<ROp>> make_gather(const Node& n, const KernelParams& p) {
       if (v < -op.axis || v >= op.axis)
         return invalid_argument(str_cat(n.label(), ": index ", v, " is out of range for axis of ", op.axis));
     }
-  auto r = finish(n, op, op.n, kElementGrain, p, false);
-  return r;
+  return finish(n, op, op.n, kElementGrain, p, false);
 }
 
 // ------------------------------------------------------------ Gemm/MatMul ---

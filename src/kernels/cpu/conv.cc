@@ -1,7 +1,7 @@
 // Conv and ConvTranspose, 1-D and 2-D (1-D runs as 2-D with height 1).
 //
-// Conv runs by one of several rKernels (kKernels, at the end), each a way
-// of computing it that the profiler and the policy choose among.
+// The im2col, pointwise and depthwise ways of computing a Conv (ConvOp);
+// the rKernels that choose among all the ways are in conv_kernels.cc.
 //
 // Conv tiling: an rTask is one (image, group, output-channel block, pixel
 // block). The general path gathers its pixel block's input patches into
@@ -17,10 +17,6 @@
 // (grouped_conv.cc). The SIMD depthwise kernel, DwDirect, is in
 // dw_direct.h.
 //
-// ConvTranspose: an rTask is one (image, group, output-channel block); it
-// multiplies W^T by the input into scratch ([oc_block * kh * kw, in
-// pixels]) and scatter-adds the columns into its own output channels
-// (col2im), so tasks never write the same element.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -40,11 +36,9 @@
 namespace tessera {
 namespace {
 
-// Default grain: an rTask is at least this much work (GEMM tiles smaller
-// than this run far below the library's peak), in pixel blocks of at least
-// kMinPixelBlock (the GEMM's N), and a conv big enough is still cut into
-// kMinTasks rTasks so every vEU gets some.
-constexpr double kFlopsPerTask = 1 << 23;
+// Default grain: an rTask is at least kConvFlopsPerTask (conv2d.h), in
+// pixel blocks of at least kMinPixelBlock (the GEMM's N), and a conv big
+// enough is still cut into kMinTasks rTasks so every vEU gets some.
 constexpr double kDepthwiseFlopsPerTask = 1 << 18;
 constexpr int64_t kDwBlock = 16;  // depthwise outputs accumulated together
 constexpr int kDwGroup = 4;       // blocks in flight
@@ -89,7 +83,7 @@ class ConvOp : public ROp {
     double flops = 2.0 * c.batch * c.cout * pixels_ * kdim_;
     int64_t outer = c.batch * c.group;
     int64_t target = p.tasks > 0 ? p.tasks
-                                 : std::clamp<int64_t>(static_cast<int64_t>(flops / kFlopsPerTask), 1, kMaxDefaultTasks);
+                                 : std::clamp<int64_t>(static_cast<int64_t>(flops / kConvFlopsPerTask), 1, kMaxDefaultTasks);
     int64_t per = std::max<int64_t>(1, (target + outer - 1) / outer);
     if (outer >= target) per = 1;
     if (path_ == Path::kDepthwise) {
@@ -673,217 +667,17 @@ class ConvOp : public ROp {
   Epilogue epi_rest_;  // the activation packed_gemm_post does not apply
 };
 
-// ------------------------------------------------------------ the rKernels ---
-//
-// Each way of computing a Conv is an rKernel of its own, with the nodes it
-// takes (fits); the compiler starts from the first that fits, in the order
-// of kKernels below, and the profiler and the policy choose among all that
-// fit (compiler/variants.h).
-
-bool conv_is_depthwise(const Conv2d& c) { return c.cin / c.group == 1 && c.cout / c.group == 1; }
-bool conv_is_pointwise(const Conv2d& c) {
-  return !conv_is_depthwise(c) && c.kh == 1 && c.kw == 1 && c.sh == 1 && c.sw == 1 && c.ph == 0 && c.pw == 0 &&
-         c.ih == c.oh && c.iw == c.ow;
-}
-
-// What every Conv rKernel reads from the node.
-struct ConvSetup {
-  Conv2d c;
-  Epilogue epi;
-  const float* weights = nullptr;  // constant fp32 weights, else null
-  bool bias = false;
-};
-
-Result<ConvSetup> conv_setup(const Node& n) {
-  const Shape& x = n.inputs[0]->shape;
-  const Shape& w = n.inputs[1]->shape;
-  std::vector<int64_t> kernel(w.dims.begin() + 2, w.dims.end());
-  TESSERA_ASSIGN_OR_RETURN(WindowGeometry g, window_geometry(n, x, kernel));
-  ConvSetup s;
-  auto c = conv2d_from(g, x, w[0], n.attr_int("group", 1));
-  if (!c.ok()) return c.status().with_context(n.label());
-  s.c = *c;
-  TESSERA_ASSIGN_OR_RETURN(s.epi, Epilogue::from_node(n));
-  const Value* wv = n.inputs[1];
-  if (wv->is_constant() && wv->dtype == DType::kFloat32) s.weights = wv->constant->data<float>();
-  s.bias = n.input(2) != nullptr;
-  return s;
-}
-
-Status does_not_fit(const Node& n, std::string_view kernel, std::string_view takes) {
-  return invalid_argument(str_cat(n.label(), ": rKernel ", kernel, " computes ", takes, " only"));
-}
-
-bool fits_winograd(const Node& n) {
-  auto s = conv_setup(n);
-  return s.ok() && s->weights != nullptr && winograd_fits(s->c);
-}
-bool fits_grouped(const Node& n) {
-  auto s = conv_setup(n);
-  return s.ok() && s->weights != nullptr && grouped_conv_fits(s->c);
-}
-bool fits_direct(const Node& n) {
-  auto s = conv_setup(n);
-  return s.ok() && s->weights != nullptr && direct_conv_fits(s->c);
-}
-bool fits_depthwise(const Node& n) {
-  auto s = conv_setup(n);
-  return s.ok() && conv_is_depthwise(s->c);
-}
-bool fits_pointwise(const Node& n) {
-  auto s = conv_setup(n);
-  return s.ok() && conv_is_pointwise(s->c);
-}
-
-Result<std::unique_ptr<ROp>> make_conv_winograd(const Node& n, const KernelParams& p) {
-  TESSERA_ASSIGN_OR_RETURN(ConvSetup s, conv_setup(n));
-  if (s.weights == nullptr || !winograd_fits(s.c))
-    return does_not_fit(n, "conv.winograd", "3x3 stride-1 convs with constant weights and enough channels per group");
-  return make_winograd(s.c, s.weights, s.bias, s.epi, p);
-}
-
-Result<std::unique_ptr<ROp>> make_conv_grouped(const Node& n, const KernelParams& p) {
-  TESSERA_ASSIGN_OR_RETURN(ConvSetup s, conv_setup(n));
-  if (s.weights == nullptr || !grouped_conv_fits(s.c))
-    return does_not_fit(n, "conv.grouped", "grouped convs of 2 to 64 channels per group with constant weights");
-  return make_grouped_conv(s.c, s.weights, s.bias, s.epi, p);
-}
-
-Result<std::unique_ptr<ROp>> make_conv_direct(const Node& n, const KernelParams& p) {
-  TESSERA_ASSIGN_OR_RETURN(ConvSetup s, conv_setup(n));
-  if (s.weights == nullptr || !direct_conv_fits(s.c))
-    return does_not_fit(n, "conv.direct", "dense convs of 1 to 4 input channels with constant weights");
-  return make_direct_conv(s.c, s.weights, s.bias, s.epi, p);
-}
-
-Result<std::unique_ptr<ROp>> make_conv_path(const Node& n, const KernelParams& p, ConvOp::Path path) {
-  TESSERA_ASSIGN_OR_RETURN(ConvSetup s, conv_setup(n));
-  if (path == ConvOp::Path::kDepthwise && !conv_is_depthwise(s.c))
-    return does_not_fit(n, "conv.depthwise", "convs of one input and one output channel per group");
-  if (path == ConvOp::Path::kPointwise && !conv_is_pointwise(s.c))
-    return does_not_fit(n, "conv.pointwise", "1x1 stride-1 unpadded convs");
-  auto op = std::make_unique<ConvOp>(s.c, path, s.bias, s.epi, s.weights, p);
-  op->describe_access();
-  return std::unique_ptr<ROp>(std::move(op));
-}
-
-Result<std::unique_ptr<ROp>> make_conv_depthwise(const Node& n, const KernelParams& p) {
-  return make_conv_path(n, p, ConvOp::Path::kDepthwise);
-}
-Result<std::unique_ptr<ROp>> make_conv_pointwise(const Node& n, const KernelParams& p) {
-  return make_conv_path(n, p, ConvOp::Path::kPointwise);
-}
-Result<std::unique_ptr<ROp>> make_conv_im2col(const Node& n, const KernelParams& p) {
-  return make_conv_path(n, p, ConvOp::Path::kIm2col);
-}
-
-// -------------------------------------------------------- ConvTranspose ---
-
-class ConvTransposeOp : public ROp {
- public:
-  ConvTransposeOp(const Conv2d& c, bool has_bias, const KernelParams& p) : c_(c), has_bias_(has_bias) {
-    cin_g_ = c.cin / c.group;
-    cout_g_ = c.cout / c.group;
-    in_px_ = c.ih * c.iw;
-    int64_t outer = c.batch * c.group;
-    double flops = 2.0 * c.batch * c.cin * in_px_ * cout_g_ * c.kh * c.kw;
-    int64_t target = p.tasks > 0 ? p.tasks
-                                 : std::clamp<int64_t>(static_cast<int64_t>(flops / kFlopsPerTask), 1, kMaxDefaultTasks);
-    int64_t per = outer >= target ? 1 : (target + outer - 1) / outer;
-    ob_ = std::clamp<int64_t>(per, 1, cout_g_);
-    tasks_ = outer * ob_;
-    int64_t max_oc = (cout_g_ + ob_ - 1) / ob_;
-    scratch_bytes_ = static_cast<size_t>(max_oc * c.kh * c.kw * in_px_) * sizeof(float);
-  }
-
-  void run(int64_t task, const TaskArgs& args) const override {
-    const float* x = static_cast<const float*>(args.in[0]);
-    const float* w = static_cast<const float*>(args.in[1]);  // [cin, cout/g, kh, kw]
-    const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) : nullptr;
-    float* y = static_cast<float*>(args.out[0]);
-    int64_t outer = task / ob_;
-    int64_t n = outer / c_.group, g = outer % c_.group;
-    int64_t o0, o1;
-    task_range(cout_g_, ob_, task % ob_, &o0, &o1);
-    if (o1 <= o0) return;
-    const int64_t kk = c_.kh * c_.kw;
-    const int64_t rows = (o1 - o0) * kk;
-    float* col = static_cast<float*>(args.scratch);
-    // col[(o, ky, kx), pixel] = sum_ci W[ci, o, ky, kx] * X[ci, pixel]:
-    // A = W_g^T restricted to rows of this block: W_g is [cin_g, cout_g*kk],
-    // so its block is columns [o0*kk, o1*kk) with leading dim cout_g*kk.
-    const float* wg = w + g * cin_g_ * cout_g_ * kk + o0 * kk;
-    const float* xg = x + (n * c_.cin + g * cin_g_) * in_px_;
-    sgemm(true, false, rows, in_px_, cin_g_, 1.f, wg, cout_g_ * kk, xg, in_px_, 0.f, col, in_px_);
-    const int64_t out_px = c_.oh * c_.ow;
-    for (int64_t o = o0; o < o1; ++o) {
-      float* yc = y + (n * c_.cout + g * cout_g_ + o) * out_px;
-      const float b = bias ? bias[g * cout_g_ + o] : 0.f;
-      for (int64_t i = 0; i < out_px; ++i) yc[i] = b;
-      for (int64_t ky = 0; ky < c_.kh; ++ky) {
-        for (int64_t kx = 0; kx < c_.kw; ++kx) {
-          const float* src = col + ((o - o0) * kk + ky * c_.kw + kx) * in_px_;
-          for (int64_t iy = 0; iy < c_.ih; ++iy) {
-            int64_t oy = iy * c_.sh - c_.ph + ky * c_.dh;
-            if (oy < 0 || oy >= c_.oh) continue;
-            for (int64_t ix = 0; ix < c_.iw; ++ix) {
-              int64_t ox = ix * c_.sw - c_.pw + kx * c_.dw;
-              if (ox < 0 || ox >= c_.ow) continue;
-              yc[oy * c_.ow + ox] += src[iy * c_.iw + ix];
-            }
-          }
-        }
-      }
-    }
-  }
-
- private:
-  Conv2d c_;
-  bool has_bias_;
-  int64_t cin_g_, cout_g_, in_px_, ob_ = 1;
-};
-
-Result<std::unique_ptr<ROp>> make_conv_transpose(const Node& n, const KernelParams& p) {
-  const Shape& x = n.inputs[0]->shape;
-  const Shape& w = n.inputs[1]->shape;
-  std::vector<int64_t> kernel(w.dims.begin() + 2, w.dims.end());
-  TESSERA_ASSIGN_OR_RETURN(WindowGeometry g, conv_transpose_geometry(n, x, kernel));
-  int64_t group = n.attr_int("group", 1);
-  auto c = conv2d_from(g, x, w[1] * group, group);
-  if (!c.ok()) return c.status().with_context(n.label());
-  return std::unique_ptr<ROp>(new ConvTransposeOp(*c, n.input(2) != nullptr, p));
-}
-
-// In the order the compiler tries them: the first that fits is where it
-// starts. TesseraFusedConv (a Conv with its residual Add and activation)
-// has the same rKernels, each with the epilogue applied per tile.
-const RKernel kKernels[] = {
-    {"Conv", "conv.winograd", "3x3 stride 1: Winograd F(2x2, 3x3), tiles of output channels and pixel blocks",
-     make_conv_winograd, fits_winograd},
-    {"Conv", "conv.grouped", "grouped, 2-64 channels per group: direct, tiles of groups and rows", make_conv_grouped,
-     fits_grouped},
-    {"Conv", "conv.direct", "1-4 input channels (a stem): direct, tiles of output rows", make_conv_direct, fits_direct},
-    {"Conv", "conv.depthwise", "one channel per group: direct loops, tiles of channel blocks and rows",
-     make_conv_depthwise, fits_depthwise},
-    {"Conv", "conv.pointwise", "1x1 stride 1: a GEMM on the input as it lies, tiles of channel and pixel blocks",
-     make_conv_pointwise, fits_pointwise},
-    {"Conv", "conv.im2col_gemm", "any conv: im2col then sgemm, tiles of (image, group, channel block, pixel block)",
-     make_conv_im2col},
-    {"TesseraFusedConv", "conv.winograd+epilogue", "conv.winograd with the epilogue fused", make_conv_winograd,
-     fits_winograd},
-    {"TesseraFusedConv", "conv.grouped+epilogue", "conv.grouped with the epilogue fused", make_conv_grouped,
-     fits_grouped},
-    {"TesseraFusedConv", "conv.direct+epilogue", "conv.direct with the epilogue fused", make_conv_direct, fits_direct},
-    {"TesseraFusedConv", "conv.depthwise+epilogue", "conv.depthwise with the epilogue fused", make_conv_depthwise,
-     fits_depthwise},
-    {"TesseraFusedConv", "conv.pointwise+epilogue", "conv.pointwise with the epilogue fused", make_conv_pointwise,
-     fits_pointwise},
-    {"TesseraFusedConv", "conv.im2col_gemm+epilogue", "conv.im2col_gemm with the epilogue fused", make_conv_im2col},
-    {"ConvTranspose", "conv_transpose.gemm_col2im", "tiles of (image, group, output-channel block)",
-     make_conv_transpose},
-};
-
 }  // namespace
+
+std::unique_ptr<ROp> make_conv_op(const Conv2d& c, ConvPath path, bool has_bias, const Epilogue& epi, const float* w,
+                                  const KernelParams& p) {
+  const ConvOp::Path q = path == ConvPath::kPointwise   ? ConvOp::Path::kPointwise
+                         : path == ConvPath::kDepthwise ? ConvOp::Path::kDepthwise
+                                                        : ConvOp::Path::kIm2col;
+  auto op = std::make_unique<ConvOp>(c, q, has_bias, epi, w, p);
+  op->describe_access();
+  return op;
+}
 
 Result<Conv2d> conv2d_from(const WindowGeometry& g, const Shape& x, int64_t cout, int64_t group) {
   if (g.spatial > 2) return unimplemented("3-D convolution is not supported");
@@ -908,6 +702,5 @@ Result<Conv2d> conv2d_from(const WindowGeometry& g, const Shape& x, int64_t cout
   return c;
 }
 
-std::span<const RKernel> conv_kernels() { return kKernels; }
 
 }  // namespace tessera

@@ -45,6 +45,7 @@ inline uint32_t lane_bits(int64_t lo, int64_t hi) {
 std::span<const RKernel> elementwise_kernels();
 std::span<const RKernel> matmul_kernels();
 std::span<const RKernel> conv_kernels();
+std::span<const RKernel> conv_transpose_kernels();
 std::span<const RKernel> inverted_residual_kernels();
 std::span<const RKernel> pool_kernels();
 std::span<const RKernel> norm_kernels();

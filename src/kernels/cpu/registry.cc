@@ -12,7 +12,8 @@ namespace tessera {
 std::span<const RKernel> cpu_kernels() {
   static const std::vector<RKernel> all = [] {
     std::vector<RKernel> v;
-    for (auto table : {elementwise_kernels(), matmul_kernels(), conv_kernels(), inverted_residual_kernels(),
+    for (auto table : {elementwise_kernels(), matmul_kernels(), conv_kernels(), conv_transpose_kernels(),
+                       inverted_residual_kernels(),
                        pool_kernels(), norm_kernels(), reduce_kernels(), layout_kernels(), rnn_kernels(),
                        resize_kernels(), rnn_lowered_kernels()})
       v.insert(v.end(), table.begin(), table.end());
