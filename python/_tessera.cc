@@ -341,10 +341,14 @@ PYBIND11_MODULE(_tessera, m) {
           py::arg("cores") = std::vector<int>{}, py::arg("pin") = true)
       .def(
           "save",
-          [](Model& x, const std::string& path, int veus) {
-            ok_or_raise(without_gil([&] { return x.save(path, veus); }));
+          [](Model& x, const std::string& path, int veus, const std::string& policy) {
+            SessionOptions o;
+            o.veus = veus;
+            o.policy = policy_of(policy);
+            ok_or_raise(without_gil([&] { return x.save(path, o); }));
           },
-          py::arg("path"), py::arg("veus") = 0)
+          py::arg("path"), py::arg("veus") = 0, py::arg("policy") = "auto",
+          "Writes an Executable (.tsx) with its Plan for `veus` vEUs (0: every core).")
       .def(
           "plan",
           [](Model& x, const std::string& device, int veus, const std::string& policy) {

@@ -27,7 +27,8 @@ def test_files(rt, tmp_path):
         rt.compile(str(bad))
     cut = tmp_path / "cut.tsx"
     m = rt.compile(zoo("mlp.onnx"), profile=False, measure=False)
-    m.save(str(cut), veus=1)
+    m.save(str(cut), veus=1, policy="critical-path")
+    assert tessera.inspect(str(cut))["plan"]["policy"] == "critical-path"
     cut.write_bytes(cut.read_bytes()[:3000])
     with pytest.raises(tessera.Error, match="cut.tsx"):
         rt.compile(str(cut))
