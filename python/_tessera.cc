@@ -92,6 +92,14 @@ py::array to_numpy(const Tensor& t) {
   return py::array(numpy_dtype(t.dtype()), shape, keep->raw(), owner);
 }
 
+// An input as a NumPy array over the same memory: arrays as they are,
+// anything else (DLPack tensors, lists) through the package's
+// tessera._as_array, which names the input when it cannot.
+py::array as_array(const std::string& name, py::handle value) {
+  if (py::isinstance<py::array>(value)) return py::reinterpret_borrow<py::array>(value);
+  return py::module_::import("tessera").attr("_as_array")(name, value).cast<py::array>();
+}
+
 // The feeds of one run: every array bound where it lies (the arrays kept
 // alive with the request), converted only with copy=True.
 struct Feeds {
@@ -99,9 +107,12 @@ struct Feeds {
   std::vector<py::array> keep;
 };
 
-Feeds feeds_of(const std::vector<TensorInfo>& inputs, const py::dict& given, bool copy) {
+Feeds feeds_of(const std::vector<TensorInfo>& inputs, py::handle given, bool copy) {
+  if (!py::isinstance<py::dict>(given))
+    raise(invalid_argument("inputs must be a dict of name -> array, got " +
+                           py::str(py::type::handle_of(given).attr("__name__")).cast<std::string>()));
   Feeds f;
-  for (auto item : given) {
+  for (auto item : py::reinterpret_borrow<py::dict>(given)) {
     const std::string name = py::str(item.first);
     const TensorInfo* info = nullptr;
     for (const TensorInfo& i : inputs)
@@ -111,7 +122,7 @@ Feeds feeds_of(const std::vector<TensorInfo>& inputs, const py::dict& given, boo
       for (const TensorInfo& i : inputs) names += (names.empty() ? "" : ", ") + i.name;
       raise(not_found("'" + name + "' is not an input of the model (inputs: " + names + ")"));
     }
-    py::array a = py::reinterpret_borrow<py::object>(item.second).cast<py::array>();
+    py::array a = as_array(name, item.second);
     const bool contiguous = (a.flags() & py::array::c_style) != 0;
     if (!same_dtype(a, info->dtype) || !contiguous) {
       if (!copy)
@@ -131,6 +142,76 @@ py::dict outputs_of(const NamedTensors& out) {
   py::dict d;
   for (const auto& [name, t] : out) d[py::str(name)] = to_numpy(t);
   return d;
+}
+
+// A Session as Python holds it: the C++ Session and, per output, the
+// arrays of earlier results that the session may write again. One whose
+// only reference is the pool's (the caller has let go of it, and of every
+// view, DLPack tensor or memoryview of it) is reused as it stands: no
+// memory to allocate, no array to make or free on the call's path.
+struct PySession : Session {
+  explicit PySession(Session s) : Session(std::move(s)), pool(outputs().size()) {}
+  struct Kept {
+    py::object array;
+    Tensor tensor;
+  };
+  static constexpr size_t kKept = 2;  // results alive at once in `y = s.run(x)`
+  std::vector<std::vector<Kept>> pool;
+
+  // Output i's array for the next run (a kept one that nothing else
+  // holds, else a fresh one, kept), and its Tensor.
+  std::pair<py::object, Tensor> output_array(size_t i) {
+    std::vector<Kept>& kept = pool[i];
+    for (Kept& k : kept)
+      if (k.array.ref_count() == 1) return {k.array, k.tensor};
+    const TensorInfo& o = outputs()[i];
+    Tensor t(o.dtype, o.shape);
+    py::object a = to_numpy(t);
+    if (kept.size() == kKept) kept.erase(kept.begin());
+    kept.push_back({a, t});
+    return {a, t};
+  }
+};
+
+// Session.run: everything Python needs is made before the GIL is let go
+// (the result dict, the outputs' arrays over Tessera's memory), so that
+// after the run, when a long run has left the caches cold, only the GIL
+// is taken back. The Plan writes the outputs into those arrays itself.
+py::dict run_session(PySession& s, py::handle feeds, py::handle out, bool copy) {
+  Feeds f = feeds_of(s.inputs(), feeds, copy);
+  NamedTensors into;
+  py::dict result;
+  py::dict given;
+  if (!out.is_none()) {
+    if (!py::isinstance<py::dict>(out)) raise(invalid_argument("out must be a dict of name -> array"));
+    given = py::reinterpret_borrow<py::dict>(out);
+  }
+  const std::vector<TensorInfo>& outputs = s.outputs();
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const TensorInfo& o = outputs[i];
+    py::str key(o.name);
+    if (given.contains(key)) {
+      py::object v = given[key];
+      if (!py::isinstance<py::array>(v)) raise(invalid_argument("out['" + o.name + "'] must be a NumPy array"));
+      py::array a = py::reinterpret_borrow<py::array>(v);
+      if (!same_dtype(a, o.dtype) || !(a.flags() & py::array::c_style) || !a.writeable())
+        raise(invalid_argument("out['" + o.name + "'] must be a writable C-contiguous " + std::string(dtype_name(o.dtype)) +
+                               " array, got " + dtype_text(a)));
+      std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
+      into.set(o.name, Tensor::wrap(o.dtype, shape, a.mutable_data()));
+      result[key] = a;
+    } else {
+      auto [a, t] = s.output_array(i);
+      result[key] = a;
+      into.set(o.name, std::move(t));
+    }
+  }
+  for (auto item : given) {
+    const std::string name = py::str(item.first);
+    if (!into.contains(name)) raise(not_found("'" + name + "' is not an output of the model"));
+  }
+  ok_or_raise(without_gil([&] { return s.run(f.tensors, into); }));
+  return result;
 }
 
 // submit()'s handle: the Event and what the request borrows.
@@ -249,62 +330,31 @@ PYBIND11_MODULE(_tessera, m) {
       .def("done", &Future::done)
       .def("result", &Future::result);
 
-  py::class_<Session>(m, "Session", "A model placed on a device's vEUs (tessera/runtime.h, Session).")
-      .def_property_readonly("inputs", [](const Session& s) { return infos(s.inputs()); })
-      .def_property_readonly("outputs", [](const Session& s) { return infos(s.outputs()); })
+  py::class_<PySession>(m, "Session", "A model placed on a device's vEUs (tessera/runtime.h, Session).")
+      .def_property_readonly("inputs", [](const PySession& s) { return infos(s.inputs()); })
+      .def_property_readonly("outputs", [](const PySession& s) { return infos(s.outputs()); })
       .def_property_readonly("device", &Session::device)
       .def_property_readonly("veus", &Session::veus)
       .def_property_readonly("cores", &Session::cores)
-      .def_property_readonly("executor", [](const Session& s) { return std::string(executor_name(s.executor())); })
-      .def(
-          "run",
-          [](Session& s, const py::dict& feeds, py::object out, bool copy) {
-            Feeds f = feeds_of(s.inputs(), feeds, copy);
-            // Outputs into caller memory: bound for this run, unbound after.
-            std::vector<std::string> bound;
-            std::vector<py::array> out_keep;
-            if (!out.is_none()) {
-              for (auto item : out.cast<py::dict>()) {
-                const std::string name = py::str(item.first);
-                py::array a = py::reinterpret_borrow<py::object>(item.second).cast<py::array>();
-                const TensorInfo* info = nullptr;
-                for (const TensorInfo& i : s.outputs())
-                  if (i.name == name) info = &i;
-                if (info == nullptr) raise(not_found("'" + name + "' is not an output of the model"));
-                if (!same_dtype(a, info->dtype) || !(a.flags() & py::array::c_style) || !a.writeable())
-                  raise(invalid_argument("out['" + name + "'] must be a writable C-contiguous " +
-                                         std::string(dtype_name(info->dtype)) + " array, got " + dtype_text(a)));
-                std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
-                ok_or_raise(s.bind_output(name, Tensor::wrap(info->dtype, shape, a.mutable_data())));
-                bound.push_back(name);
-                out_keep.push_back(a);
-              }
-            }
-            Result<NamedTensors> r = without_gil([&] { return s.run(f.tensors); });
-            for (const std::string& name : bound) (void)s.bind_output(name, Tensor());
-            NamedTensors outs = value_or_raise(std::move(r));
-            py::dict d;
-            for (const auto& [name, t] : outs) {
-              auto it = std::find(bound.begin(), bound.end(), name);
-              d[py::str(name)] = it != bound.end() ? py::object(out_keep[static_cast<size_t>(it - bound.begin())])
-                                                   : py::object(to_numpy(t));
-            }
-            return d;
-          },
+      .def_property_readonly("executor", [](const PySession& s) { return std::string(executor_name(s.executor())); })
+      .def("run", &run_session,
           py::arg("feeds"), py::arg("out") = py::none(), py::arg("copy") = false,
-          "Runs once; returns {output name: array} in model order. `out` writes outputs into the arrays given.")
+          "Runs once on `feeds` ({input name: array or DLPack tensor}); returns {output name: array} in model\n"
+          "order. `out` ({output name: array}) writes those outputs into the arrays given.")
       .def(
           "submit",
-          [](Session& s, const py::dict& feeds, bool copy) {
+          [](PySession& s, py::handle feeds, bool copy) {
             auto f = std::make_shared<Feeds>(feeds_of(s.inputs(), feeds, copy));
             Future fut;
             fut.feeds = f;
             fut.event = without_gil([&] { return s.submit(f->tensors); });
             return fut;
           },
-          py::arg("feeds"), py::arg("copy") = false, "Runs asynchronously; the arrays must stay unchanged until done.")
+          py::arg("feeds"), py::arg("copy") = false,
+          "Runs asynchronously; returns a Future (done(), result()). The inputs must stay alive and unchanged\n"
+          "until it is done.")
       .def_property_readonly("last_breakdown",
-                             [](const Session& s) {
+                             [](const PySession& s) {
                                RunBreakdown b = s.last_breakdown();
                                py::dict d;
                                d["copy_in_ms"] = b.copy_in_ms;
@@ -316,8 +366,8 @@ PYBIND11_MODULE(_tessera, m) {
                                d["copy_out_bytes"] = b.copy_out_bytes;
                                return d;
                              })
-      .def("trace_next_run", [](Session& s, const std::string& path) { ok_or_raise(s.trace_next_run(path)); })
-      .def("plan_json", [](const Session& s) { return s.plan_json(); });
+      .def("trace_next_run", [](PySession& s, const std::string& path) { ok_or_raise(s.trace_next_run(path)); })
+      .def("plan_json", [](const PySession& s) { return s.plan_json(); });
 
   py::class_<Model>(m, "Model", "A compiled model (tessera/runtime.h, Model).")
       .def_property_readonly("path", &Model::path)
@@ -335,7 +385,7 @@ PYBIND11_MODULE(_tessera, m) {
             o.policy = policy_of(policy);
             o.cores = std::move(cores);
             o.pin = pin;
-            return value_or_raise(without_gil([&] { return x.session(o); }));
+            return PySession(value_or_raise(without_gil([&] { return x.session(o); })));
           },
           py::arg("device") = "cpu", py::arg("veus") = 0, py::arg("executor") = "plan", py::arg("policy") = "auto",
           py::arg("cores") = std::vector<int>{}, py::arg("pin") = true)

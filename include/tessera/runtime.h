@@ -226,6 +226,12 @@ class Session {
   // with bind_output are written there and come back as borrowed Tensors
   // of that memory.
   Result<NamedTensors> run(const NamedTensors& inputs);
+  // The same, writing into `outputs`: an output present there by name is
+  // written into its Tensor's memory (dtype and shape as outputs() says;
+  // checked before the run), the others are added as run() would return
+  // them. Nothing is allocated for the outputs given, and a failed run
+  // leaves their contents unspecified.
+  Status run(const NamedTensors& inputs, NamedTensors& outputs);
   // The same, asynchronously: returns at once; the inputs are copied in
   // when the run starts, so they must stay alive and unchanged until the
   // Event finishes.

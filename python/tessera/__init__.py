@@ -77,25 +77,6 @@ def _feeds(feeds):
     return {name: _as_array(name, v) for name, v in feeds.items()}
 
 
-# Session.run / submit: DLPack objects in, then the C++ binding.
-_run, _submit = _tessera.Session.run, _tessera.Session.submit
-
-
-def _session_run(self, feeds, out=None, copy=False):
-    """Runs once on `feeds` ({input name: array}); returns {output name: array} in
-    model order. `out` ({output name: array}) writes those outputs into the arrays given."""
-    return _run(self, _feeds(feeds), out, copy)
-
-
-def _session_submit(self, feeds, copy=False):
-    """Runs asynchronously; returns a Future (done(), result()). The inputs must
-    stay alive and unchanged until it is done."""
-    return _submit(self, _feeds(feeds), copy)
-
-
-Session.run = _session_run
-Session.submit = _session_submit
-
 # --------------------------------------------------- ONNX Runtime's shape ---
 
 _ORT_TYPES = {"float32": "tensor(float)", "float64": "tensor(double)", "int64": "tensor(int64)",

@@ -44,6 +44,42 @@ def test_inputs_are_read_where_they_lie_and_outputs_are_tesseras(rt, quick):
     assert np.from_dlpack(out).ctypes.data == out.ctypes.data
 
 
+def test_output_memory_is_reused_only_once_nothing_holds_it(rt, quick):
+    s = rt.compile(zoo("mlp.onnx"), **quick).session(veus=1)
+    x = load("mlp.inputs.npz")["input"]
+    x2 = (x * 2).astype(np.float32)
+    a = s.run({"input": x})["output"]
+    want_a = a.copy()
+    want_b = s.run({"input": x2})["output"].copy()
+    # Results held are never written again, whatever runs after them.
+    view = a[0]
+    b = s.run({"input": x2})["output"]
+    c = s.run({"input": x2})["output"]
+    assert len({a.ctypes.data, b.ctypes.data, c.ctypes.data}) == 3
+    np.testing.assert_array_equal(a, want_a)
+    np.testing.assert_array_equal(b, want_b)
+    # A view, a memoryview or a DLPack tensor of a result holds it too.
+    del a
+    d = s.run({"input": x2})["output"]
+    assert d.ctypes.data != view.base.ctypes.data
+    np.testing.assert_array_equal(view, want_a[0])
+    mv = memoryview(b)
+    del b, view
+    e = s.run({"input": x})["output"]
+    assert e.ctypes.data != np.asarray(mv).ctypes.data
+    np.testing.assert_array_equal(np.asarray(mv), want_b)
+    np.testing.assert_array_equal(e, want_a)
+    # Let go of entirely, a result's memory serves a later run (no allocation).
+    del c, d, mv
+    kept = e.ctypes.data
+    del e
+    f = s.run({"input": x})["output"]
+    g = s.run({"input": x2})["output"]
+    assert kept in (f.ctypes.data, g.ctypes.data)
+    np.testing.assert_array_equal(f, want_a)
+    np.testing.assert_array_equal(g, want_b)
+
+
 def test_outputs_into_caller_memory(rt, quick):
     s = rt.compile(zoo("mlp.onnx"), **quick).session(veus=1)
     x = load("mlp.inputs.npz")["input"]

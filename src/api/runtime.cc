@@ -346,6 +346,7 @@ Result<Session> Model::session(const SessionOptions& so) {
   po.pin = so.pin;
   TESSERA_ASSIGN_OR_RETURN(st->loaded, device->load(std::move(program), po));
   st->bound.assign(st->outputs.size(), Tensor());
+  st->bound_outputs.assign(st->outputs.size(), nullptr);
   st->bound_inputs.assign(st->inputs.size(), nullptr);
   return Session(st);
 }

@@ -89,6 +89,29 @@ void SessionState::worker_main(std::shared_ptr<Turns> t, std::weak_ptr<SessionSt
 }
 
 Result<NamedTensors> SessionState::execute(const NamedTensors& given, double queue_ms) {
+  NamedTensors out;
+  TESSERA_RETURN_IF_ERROR(execute(given, queue_ms, out));
+  return out;
+}
+
+Status SessionState::execute(const NamedTensors& given, double queue_ms, NamedTensors& out) {
+  // Every output given is one of the model's, of its dtype and shape, with
+  // memory; checked before anything runs.
+  for (const auto& [name, t] : out) {
+    const TensorInfo* o = nullptr;
+    for (const TensorInfo& info : outputs)
+      if (info.name == name) o = &info;
+    if (o == nullptr) {
+      std::vector<std::string> names;
+      for (const TensorInfo& info : outputs) names.push_back(info.name);
+      return not_found(str_cat("'", name, "' is not an output of ", model->path, " (outputs: ", str_join(names, ", "), ")"));
+    }
+    if (t.dtype() != o->dtype || t.shape() != o->shape)
+      return invalid_argument(str_cat("output '", name, "' is ", dtype_name(o->dtype), " ", shape_string(o->shape),
+                                      "; the memory given is ", dtype_name(t.dtype()), " ", shape_string(t.shape())));
+    if (t.raw() == nullptr && t.nbytes() > 0)
+      return invalid_argument(str_cat("output '", name, "': the memory given has no bytes"));
+  }
   // Every input given, by name, of its dtype and shape; nothing else.
   for (const auto& [name, t] : given) {
     bool known = false;
@@ -121,6 +144,17 @@ Result<NamedTensors> SessionState::execute(const NamedTensors& given, double que
       copied_in += t->nbytes();
     }
   }
+  // Where each output goes: the memory given for this run, else the
+  // memory bound, else the session's own. The Plan writes it there itself
+  // where the device can (rebound only when it changes); else it is copied.
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Tensor* given_out = out.find(outputs[i].name);
+    void* dst = given_out != nullptr ? given_out->raw() : bound[i].defined() ? bound[i].raw() : nullptr;
+    if (dst != bound_outputs[i]) {
+      bound_outputs[i] = loaded->bind_output(i, dst).ok() ? dst : nullptr;
+      if (bound_outputs[i] == nullptr) (void)loaded->bind_output(i, nullptr);
+    }
+  }
   const int64_t t1 = now_ns();
   std::vector<std::pair<int64_t, int64_t>> spans;
   const bool tracing = !trace_path.empty() && loaded->program().plan;
@@ -136,16 +170,18 @@ Result<NamedTensors> SessionState::execute(const NamedTensors& given, double que
     TESSERA_RETURN_IF_ERROR(write_chrome_trace(path, loaded->program(), spans));
   }
   const int64_t t2 = now_ns();
-  NamedTensors out;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const TensorInfo& o = outputs[i];
-    Tensor t = bound[i].defined() ? bound[i] : Tensor(o.dtype, o.shape);
-    const void* src = loaded->output_data(i);
-    if (src != t.raw() && t.nbytes() > 0) {
-      std::memcpy(t.raw(), src, t.nbytes());
-      copied_out += t.nbytes();
+    Tensor* into = out.find(o.name);
+    if (into == nullptr) {
+      out.set(o.name, bound[i].defined() ? bound[i] : Tensor(o.dtype, o.shape));
+      into = out.find(o.name);
     }
-    out.set(o.name, std::move(t));
+    const void* src = loaded->output_data(i);
+    if (src != into->raw() && into->nbytes() > 0) {
+      std::memcpy(into->raw(), src, into->nbytes());
+      copied_out += into->nbytes();
+    }
   }
   const int64_t t3 = now_ns();
   last.copy_in_ms = static_cast<double>(t1 - t0) / 1e6;
@@ -155,7 +191,7 @@ Result<NamedTensors> SessionState::execute(const NamedTensors& given, double que
   last.copy_in_bytes = copied_in;
   last.copy_out_bytes = copied_out;
   last.wait_ms = loaded->wait_ms();
-  return out;
+  return Status();
 }
 
 }  // namespace detail
@@ -220,6 +256,16 @@ Result<NamedTensors> Session::run(const NamedTensors& inputs) {
   return out;
 }
 
+Status Session::run(const NamedTensors& inputs, NamedTensors& outputs) {
+  if (!s_) return empty_session();
+  const int64_t made = now_ns();
+  const uint64_t ticket = s_->turns->take();
+  s_->turns->await(ticket);
+  Status st = s_->execute(inputs, static_cast<double>(now_ns() - made) / 1e6, outputs);
+  s_->turns->end();
+  return st;
+}
+
 Event Session::submit(const NamedTensors& inputs) {
   auto ev = std::make_shared<EventState>();
   if (!s_) {
@@ -249,10 +295,7 @@ Status Session::bind_output(const std::string& name, Tensor dst) {
     // Between requests, so that no run sees half a binding.
     const uint64_t ticket = s_->turns->take();
     s_->turns->await(ticket);
-    s_->bound[i] = dst;
-    // Written there by the Plan itself where the device can; else copied.
-    if (!dst.defined() || !s_->loaded->bind_output(i, dst.raw()).ok())
-      (void)s_->loaded->bind_output(i, nullptr);
+    s_->bound[i] = dst;  // bound on the device by the next run
     s_->turns->end();
     return Status();
   }

@@ -94,11 +94,15 @@ struct SessionState : std::enable_shared_from_this<SessionState> {
   // Guarded by the turn (only the request being served touches them).
   std::vector<Tensor> bound;                // per output: caller memory, or undefined
   std::vector<const void*> bound_inputs;    // per input: the caller memory bound last run
+  std::vector<void*> bound_outputs;         // per output: the memory the device writes (nullptr: its own)
   RunBreakdown last;
   std::string trace_path;
 
   ~SessionState();
-  // Runs one request (its turn held): copy in, compute, copy out.
+  // Runs one request (its turn held): copy in, compute, copy out into
+  // `outputs` (an output already there is written into its memory; the
+  // others are added).
+  Status execute(const NamedTensors& inputs, double queue_ms, NamedTensors& outputs);
   Result<NamedTensors> execute(const NamedTensors& inputs, double queue_ms);
   // The worker: serves submitted requests while the session lives; one
   // left when it has gone fails its Event.

@@ -207,6 +207,49 @@ TEST_F(Api, BoundOutputIsWrittenInPlace) {
   EXPECT_TRUE(same_bytes(*again->find(o.name), *plain->find(o.name)));
 }
 
+// run(inputs, outputs): an output given is written into its memory by the
+// Plan itself, for that run only; a later run() leaves that memory alone;
+// a wrong output is refused before anything runs.
+TEST_F(Api, RunIntoGivenOutputsWritesThereForThatRunOnly) {
+  Model m = compile("resnet18");
+  NamedTensors in = inputs("resnet18");
+  Result<Session> s = m.session({.veus = 2});
+  ASSERT_TRUE(s.ok());
+  Result<NamedTensors> plain = s->run(in);
+  ASSERT_TRUE(plain.ok());
+  const TensorInfo& o = m.outputs()[0];
+  std::vector<float> buf(static_cast<size_t>(Tensor(o.dtype, o.shape).numel()), -7.f);
+  NamedTensors out{{o.name, Tensor::wrap(o.dtype, o.shape, buf.data())}};
+  ASSERT_TRUE(s->run(in, out).ok());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out.find(o.name)->raw(), buf.data());
+  EXPECT_TRUE(same_bytes(*out.find(o.name), *plain->find(o.name)));
+  EXPECT_EQ(s->last_breakdown().copy_out_bytes, 0u);
+  // The next plain run writes elsewhere: the caller's memory keeps what
+  // the caller put there since.
+  std::fill(buf.begin(), buf.end(), -7.f);
+  Result<NamedTensors> again = s->run(in);
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(again->find(o.name)->raw(), buf.data());
+  EXPECT_TRUE(same_bytes(*again->find(o.name), *plain->find(o.name)));
+  EXPECT_TRUE(std::all_of(buf.begin(), buf.end(), [](float v) { return v == -7.f; }));
+  // An empty `outputs` is filled as run() returns them.
+  NamedTensors fresh;
+  ASSERT_TRUE(s->run(in, fresh).ok());
+  ASSERT_NE(fresh.find(o.name), nullptr);
+  EXPECT_TRUE(same_bytes(*fresh.find(o.name), *plain->find(o.name)));
+  // Wrong shape, wrong name: refused by name, the memory untouched.
+  NamedTensors bad{{o.name, Tensor::wrap(o.dtype, {3}, buf.data())}};
+  Status st = s->run(in, bad);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find(o.name), std::string::npos);
+  EXPECT_TRUE(std::all_of(buf.begin(), buf.end(), [](float v) { return v == -7.f; }));
+  NamedTensors unknown{{"nope", Tensor::wrap(o.dtype, o.shape, buf.data())}};
+  st = s->run(in, unknown);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_NE(st.message().find("'nope'"), std::string::npos);
+}
+
 // Inputs are read where they lie: a run after the caller changed its
 // buffer in place sees the new values, and a run on another buffer sees
 // that one.
