@@ -310,6 +310,7 @@ PYBIND11_MODULE(_tessera, m) {
       {StatusCode::kUnimplemented, "Unimplemented"},     {StatusCode::kOutOfRange, "OutOfRange"},
       {StatusCode::kDataLoss, "DataLoss"},               {StatusCode::kFailedPrecondition, "FailedPrecondition"},
       {StatusCode::kResourceExhausted, "ResourceExhausted"}, {StatusCode::kInternal, "Internal"},
+      {StatusCode::kUnavailable, "Unavailable"},         {StatusCode::kPermissionDenied, "PermissionDenied"},
   };
   for (const auto& [code, name] : codes) {
     const std::string qual = std::string("tessera.") + name;
@@ -438,6 +439,19 @@ PYBIND11_MODULE(_tessera, m) {
             return l;
           },
           py::arg("device") = "cpu")
+      .def("status",
+           [](const Runtime& r) {
+             Result<ServerStatus> st = without_gil([&] { return r.status(); });
+             return py::module_::import("json").attr("loads")(status_to_json(value_or_raise(std::move(st))));
+           },
+           "The daemon as this tenant sees it (a dict, as `tessera status --json` prints it).")
+      .def("faults",
+           [](const Runtime& r) {
+             Result<std::vector<FaultInfo>> f = without_gil([&] { return r.faults(); });
+             return py::module_::import("json").attr("loads")(faults_to_json(value_or_raise(std::move(f))));
+           },
+           "The daemon's fault records (this tenant's; an admin's: all), as a list of dicts.")
+      .def("clear_fault", [](Runtime& r, uint64_t id) { ok_or_raise(without_gil([&] { return r.clear_fault(id); })); })
       .def("devices",
            [](const Runtime& r) {
              py::list l;
@@ -480,8 +494,16 @@ PYBIND11_MODULE(_tessera, m) {
       },
       py::arg("refresh") = false, "This host's map (docs/formats/host-map.md) as a dict.");
   m.def(
-      "connect", [](const std::string& uri) { return value_or_raise(connect(uri)); }, py::arg("uri") = "local",
-      "\"local\": this process (unix:// and tcp:// are for the daemon).");
+      "connect",
+      [](const std::string& uri, const std::string& token, const std::string& token_file, const std::string& client) {
+        ConnectOptions o{token, token_file, client};
+        return value_or_raise(without_gil([&] { return connect(uri, o); }));
+      },
+      py::arg("uri") = "local", py::arg("token") = "", py::arg("token_file") = "", py::arg("client") = "",
+      "\"local\": this process; \"unix:///path\": the daemon listening there, as the tenant whose token is\n"
+      "given (else $TESSERA_TOKEN or $TESSERA_TOKEN_FILE).");
+  m.def("token_hash", [](const std::string& token) { return token_hash(token); },
+        "The SHA-256 hex of a token, as tesserad's config stores it.");
   m.def("set_log_level", [](const std::string& level) {
     const std::map<std::string, LogLevel> levels = {{"debug", LogLevel::kDebug}, {"info", LogLevel::kInfo},
                                                     {"warning", LogLevel::kWarning}, {"error", LogLevel::kError},

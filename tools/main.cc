@@ -20,7 +20,10 @@ void print_help() {
       "  profile MODEL.onnx   measure every op's rTask cost (cached for later compiles)\n"
       "  topo                 show the host map: PUs, measured costs between them, what the planner concludes\n"
       "  devices              list the devices sessions run on (cpu, null; cuda where there is a GPU)\n"
-      "  ops                  list supported ops and their rKernels\n\n"
+      "  ops                  list supported ops and their rKernels\n"
+      "  status               show a daemon (tesserad): tenants, sessions, vDevices (--connect URI)\n"
+      "  faults               list a daemon's fault records; --clear ID\n"
+      "  token                hash a tenant's token for tesserad's config, or make a new one\n\n"
       "options:\n"
       "  --version            print the version\n"
       "  --help, -h           show this help (also: tessera <command> --help)\n");
@@ -53,7 +56,10 @@ int main(int argc, char** argv) {
   if (cmd == "profile") return tessera::tools::profile_main(argc - 2, argv + 2);
   if (cmd == "topo") return tessera::tools::topo_main(argc - 2, argv + 2);
   if (cmd == "devices") return tessera::tools::devices_main(argc - 2, argv + 2);
-  std::fprintf(stderr, "tessera: error: unknown command '%s' (commands: run, compile, inspect, plan, profile, topo, devices, ops; see tessera --help)\n",
+  if (cmd == "status") return tessera::tools::status_main(argc - 2, argv + 2);
+  if (cmd == "faults") return tessera::tools::faults_main(argc - 2, argv + 2);
+  if (cmd == "token") return tessera::tools::token_main(argc - 2, argv + 2);
+  std::fprintf(stderr, "tessera: error: unknown command '%s' (commands: run, compile, inspect, plan, profile, topo, devices, ops, status, faults, token; see tessera --help)\n",
                cmd.c_str());
   return 2;
 }

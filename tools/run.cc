@@ -40,6 +40,10 @@ const cli::Command kRun = {
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
         {"--json", "", "print one JSON object on stdout at the end"},
         {"--quiet", "", "no human-readable text on stderr"},
+        {"--connect", "URI", "run as a tenant of the daemon at unix:///PATH (default: $TESSERA_CONNECT, else\n"
+                             "                          this process alone): on the cores it leases (appliance mode)"},
+        {"--token", "TOKEN", "the tenant's token with --connect (default: $TESSERA_TOKEN)"},
+        {"--token-file", "FILE", "a file whose first line is the token (default: $TESSERA_TOKEN_FILE)"},
     }),
     "Inputs not given are filled with seeded random values: floats uniform in [-1, 1),\n"
     "integers uniform in [0, 16), bools fair coins.\n\n"
@@ -238,7 +242,7 @@ int run_main(int argc, char** argv) {
   so.veus = static_cast<int>(*threads);
   so.pin = !a.has("--no-pin");
   so.device = a.get("--device", "cpu");
-  auto rt = connect();
+  auto rt = connect_from(a);
   if (!rt.ok()) return cli::fail(rt.status());
   std::vector<std::string> names;
   for (const DeviceInfo& d : rt->devices()) names.push_back(d.name);

@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/daemon.h"
 #include "tessera/status.h"
 #include "tessera/tensor.h"
 
@@ -309,14 +310,24 @@ class Runtime {
   // op name (tessera/inspect.h).
   Result<std::vector<OpSupport>> ops(const std::string& device = "cpu") const;
 
+  // A daemon's Runtime (tessera/daemon.h): the daemon as this tenant sees
+  // it, its fault records (an admin's: all), and clearing one (admins
+  // only). FailedPrecondition for "local".
+  Result<ServerStatus> status() const;
+  Result<std::vector<FaultInfo>> faults() const;
+  Status clear_fault(uint64_t id);
+
  private:
-  friend Result<Runtime> connect(const std::string& uri);
+  friend Result<Runtime> connect(const std::string& uri, const ConnectOptions& options);
   explicit Runtime(std::shared_ptr<detail::RuntimeState> s) : s_(std::move(s)) {}
   std::shared_ptr<detail::RuntimeState> s_;
 };
 
-// "local" (this process; the default). The same interface will serve
-// "unix:///path" (a local daemon) and "tcp://host:port" (a remote one).
-Result<Runtime> connect(const std::string& uri = "local");
+// "local" (this process; the default), or "unix:///path": the daemon
+// listening there (tessera/daemon.h), as the tenant whose token `options`
+// gives. Sessions of a daemon's Runtime run on the cores it leases them;
+// the leases end with the session, or with this process. ("tcp://" will
+// serve remote daemons.)
+Result<Runtime> connect(const std::string& uri = "local", const ConnectOptions& options = {});
 
 }  // namespace tessera

@@ -28,6 +28,8 @@ enum class StatusCode : uint8_t {
   kFailedPrecondition,  // called in the wrong state
   kResourceExhausted,   // memory, quota
   kInternal,            // a bug: an invariant that should have held
+  kUnavailable,         // a daemon not reachable, a connection lost
+  kPermissionDenied,    // a token, uid or role that does not allow it
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -60,6 +62,8 @@ inline Status data_loss(std::string m) { return {StatusCode::kDataLoss, std::mov
 inline Status failed_precondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status permission_denied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
 
 // A value or the Status saying why there is none.
 template <typename T>

@@ -22,6 +22,7 @@
 
 #include <cstdio>  // the examples print with std::printf
 
+#include "tessera/daemon.h"
 #include "tessera/dtype.h"
 #include "tessera/host_map.h"
 #include "tessera/inspect.h"

@@ -32,22 +32,25 @@ from ._tessera import (  # noqa: F401  (the public names)
     Model,
     NotFound,
     OutOfRange,
+    PermissionDenied,
     ResourceExhausted,
     Runtime,
     Session,
+    Unavailable,
     Unimplemented,
     __version__,
     connect,
     host_map,
     inspect,
     set_log_level,
+    token_hash,
 )
 from . import _tessera
 
 __all__ = [
-    "connect", "devices", "inspect", "host_map", "set_log_level", "Runtime", "Model", "Session", "Future", "InferenceSession",
+    "connect", "token_hash", "devices", "inspect", "host_map", "set_log_level", "Runtime", "Model", "Session", "Future", "InferenceSession",
     "compile_module", "Error", "InvalidArgument", "NotFound", "Unimplemented", "OutOfRange", "DataLoss",
-    "FailedPrecondition", "ResourceExhausted", "Internal", "__version__",
+    "FailedPrecondition", "ResourceExhausted", "Internal", "Unavailable", "PermissionDenied", "__version__",
 ]
 
 

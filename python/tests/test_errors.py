@@ -60,8 +60,10 @@ def test_options_and_uris(rt):
         m.session(policy="greedy")
     with pytest.raises(tessera.NotFound, match="no device 'tpu'"):
         m.session(device="tpu")
-    with pytest.raises(tessera.Unimplemented, match="daemon"):
-        tessera.connect("unix:///run/tessera.sock")
+    with pytest.raises(tessera.Unavailable, match="no daemon at /nonexistent/tessera.sock"):
+        tessera.connect("unix:///nonexistent/tessera.sock")
+    with pytest.raises(tessera.Unimplemented, match="remote daemons"):
+        tessera.connect("tcp://10.0.0.1:7000")
     with pytest.raises(tessera.InvalidArgument):
         tessera.connect("http://x")
     with pytest.raises(tessera.InvalidArgument):

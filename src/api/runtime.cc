@@ -1,6 +1,7 @@
 // Runtime and Model (tessera/runtime.h): connecting, compiling, placing a
 // model on a device.
 #include <algorithm>
+#include <filesystem>
 
 #include "api/state.h"
 #include "base/clock.h"
@@ -17,6 +18,7 @@
 
 namespace tessera {
 
+using detail::DaemonLink;
 using detail::ModelState;
 using detail::RuntimeState;
 using detail::SessionState;
@@ -197,7 +199,13 @@ Result<std::unique_ptr<Program>> detail::compile_plan(ModelState& m, const Sessi
 
 // ---------------------------------------------------------------- Runtime ---
 
-Result<Runtime> connect(const std::string& uri) {
+Result<Runtime> connect(const std::string& uri, const ConnectOptions& options) {
+  if (uri.rfind("unix://", 0) == 0) {
+    auto s = std::make_shared<RuntimeState>();
+    s->uri = uri;
+    TESSERA_ASSIGN_OR_RETURN(s->daemon, DaemonLink::open(uri, options));
+    return Runtime(s);
+  }
   if (uri.empty() || uri == "local") {
     static std::mutex mu;
     static std::weak_ptr<RuntimeState> local;
@@ -210,10 +218,10 @@ Result<Runtime> connect(const std::string& uri) {
     }
     return Runtime(s);
   }
-  for (const char* scheme : {"unix://", "tcp://", "tls://"})
+  for (const char* scheme : {"tcp://", "tls://"})
     if (uri.rfind(scheme, 0) == 0)
-      return unimplemented(str_cat("connect: '", uri, "' needs the Tessera daemon, which this build does not have yet; ",
-                                   "use \"local\""));
+      return unimplemented(str_cat("connect: '", uri, "': remote daemons are not served yet; use \"local\" or a ",
+                                   "daemon on this machine (unix:///path)"));
   return invalid_argument(str_cat("connect: '", uri, "' is not a Tessera URI (\"local\", unix:///path, tcp://host:port)"));
 }
 
@@ -321,7 +329,15 @@ Result<Session> Model::session(const SessionOptions& so) {
   TESSERA_ASSIGN_OR_RETURN(int veus, session_veus(*s_, so, program.get()));
   // Cores first (the cpu's vDevice), so that the Plan is chosen on the
   // cores it will run on.
-  if (device->info().kind == "cpu") {
+  if (device->info().kind == "cpu" && s_->runtime->daemon) {
+    if (!so.cores.empty())
+      return invalid_argument(str_cat("SessionOptions: cores ", str_join(so.cores, ","), " are given, but the daemon at ",
+                                      s_->runtime->daemon->path(), " chooses a session's cores"));
+    std::error_code ec;
+    const uint64_t bytes = std::filesystem::file_size(s_->path, ec);
+    TESSERA_ASSIGN_OR_RETURN(st->slots, s_->runtime->lease(veus, ec ? 0 : bytes, s_->path, &st->lease));
+    veus = static_cast<int>(st->slots.size());
+  } else if (device->info().kind == "cpu") {
     bool shared = false;
     TESSERA_ASSIGN_OR_RETURN(st->slots, s_->runtime->acquire(veus, so.cores, &shared));
     veus = static_cast<int>(st->slots.size());

@@ -59,7 +59,8 @@ SessionState::~SessionState() {
     else worker.join();
   }
   loaded.reset();
-  if (runtime) runtime->release(slots);
+  if (runtime && lease != 0) runtime->end_lease(lease);
+  else if (runtime) runtime->release(slots);
 }
 
 void SessionState::worker_main(std::shared_ptr<Turns> t, std::weak_ptr<SessionState> session) {

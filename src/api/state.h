@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "api/daemon_link.h"
 #include "compiler/program.h"
 #include "devices/device.h"
 #include "tessera/inspect.h"
@@ -32,6 +33,11 @@ struct RuntimeState {
   // *shared says so. Explicit `cores` are taken as given (checked).
   Result<std::vector<int>> acquire(int wanted, const std::vector<int>& cores, bool* shared);
   void release(const std::vector<int>& slots);
+  // Connected to a daemon: its leases give the cores (acquire() is not
+  // used), and end with the session or the connection.
+  std::shared_ptr<DaemonLink> daemon;
+  Result<std::vector<int>> lease(int wanted, uint64_t memory_bytes, const std::string& session, uint64_t* id);
+  void end_lease(uint64_t id);
   // This host's map, obtained once; `file` overrides (not cached here).
   Result<const HostMap*> map(const std::string& file, const CompileOptions& o, HostMap* scratch);
 };
@@ -81,6 +87,7 @@ struct SessionState : std::enable_shared_from_this<SessionState> {
   SessionOptions options;
   std::string device;
   std::vector<int> slots;  // held in the Runtime (cpu)
+  uint64_t lease = 0;      // a daemon's lease of those cores (0: none)
   std::vector<TensorInfo> inputs, outputs;
   CompileReport report;
   std::shared_ptr<Device> device_ptr;

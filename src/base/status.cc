@@ -13,6 +13,8 @@ std::string_view status_code_name(StatusCode code) {
     case StatusCode::kFailedPrecondition: return "failed precondition";
     case StatusCode::kResourceExhausted: return "resource exhausted";
     case StatusCode::kInternal: return "internal error";
+    case StatusCode::kUnavailable: return "unavailable";
+    case StatusCode::kPermissionDenied: return "permission denied";
   }
   return "unknown";
 }

@@ -73,10 +73,18 @@ TEST_F(Api, ConnectLocalAndRefuseOthersByName) {
   Result<Runtime> a = connect(), b = connect("local");
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->uri(), "local");
-  Result<Runtime> d = connect("unix:///run/tesserad.sock");
+  // A daemon's URI where none listens: Unavailable, naming the socket.
+  const std::string nowhere = str_cat(dir_, "/none.sock");
+  Result<Runtime> d = connect("unix://" + nowhere);
   ASSERT_FALSE(d.ok());
-  EXPECT_EQ(d.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(d.status().message().find("unix:///run/tesserad.sock"), std::string::npos);
+  EXPECT_EQ(d.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(d.status().message().find(nowhere), std::string::npos);
+  Result<Runtime> remote = connect("tcp://10.0.0.1:7000");
+  ASSERT_FALSE(remote.ok());
+  EXPECT_EQ(remote.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(remote.status().message().find("tcp://10.0.0.1:7000"), std::string::npos);
+  // The local Runtime is no daemon: no status, no faults.
+  EXPECT_EQ(a->status().status().code(), StatusCode::kFailedPrecondition);
   Result<Runtime> bad = connect("gpu0");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);

@@ -1,0 +1,47 @@
+// A client's connection to tesserad (docs/formats/protocol.md): the
+// handshake, one request at a time, and a heartbeat thread that keeps the
+// connection's leases alive while the process is.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "daemon/wire.h"
+#include "tessera/daemon.h"
+#include "tessera/status.h"
+
+namespace tessera::detail {
+
+class DaemonLink {
+ public:
+  // Connects to `uri` ("unix:///path") and says Hello with the token.
+  static Result<std::shared_ptr<DaemonLink>> open(const std::string& uri, const ConnectOptions& options);
+  ~DaemonLink();
+  DaemonLink(const DaemonLink&) = delete;
+  DaemonLink& operator=(const DaemonLink&) = delete;
+
+  // One request and its reply; the reply's error as a Status naming the
+  // daemon.
+  Result<daemon::Reply> call(daemon::Request request);
+  const daemon::Welcome& welcome() const { return welcome_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  DaemonLink() = default;
+  void heartbeat();
+
+  std::string path_;
+  int fd_ = -1;
+  daemon::Welcome welcome_;
+  std::mutex mu_;  // one request in flight
+  uint64_t next_id_ = 1;
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread heartbeat_;
+};
+
+}  // namespace tessera::detail

@@ -1,0 +1,129 @@
+#include "daemon/wire.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/strings.h"
+
+namespace tessera::daemon {
+namespace {
+
+Status fill_address(const std::string& path, sockaddr_un* a) {
+  std::memset(a, 0, sizeof *a);
+  a->sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof a->sun_path)
+    return invalid_argument(str_cat("socket path '", path, "' must have 1 to ", sizeof a->sun_path - 1, " bytes"));
+  std::memcpy(a->sun_path, path.data(), path.size());
+  return Status();
+}
+
+uint32_t load_le32(const char* p) {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  return uint32_t{u[0]} | uint32_t{u[1]} << 8 | uint32_t{u[2]} << 16 | uint32_t{u[3]} << 24;
+}
+
+}  // namespace
+
+Result<std::string> unix_socket_path(const std::string& uri) {
+  constexpr std::string_view kScheme = "unix://";
+  if (uri.compare(0, kScheme.size(), kScheme) != 0 || uri.size() == kScheme.size())
+    return invalid_argument(str_cat("'", uri, "' is not a unix:///path URI"));
+  return uri.substr(kScheme.size());
+}
+
+Result<int> connect_unix(const std::string& path) {
+  sockaddr_un a;
+  TESSERA_RETURN_IF_ERROR(fill_address(path, &a));
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return unavailable(str_cat("socket: ", std::strerror(errno)));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return unavailable(str_cat("no daemon at ", path, ": ", std::strerror(e)));
+  }
+  return fd;
+}
+
+Result<int> listen_unix(const std::string& path) {
+  sockaddr_un a;
+  TESSERA_RETURN_IF_ERROR(fill_address(path, &a));
+  // A socket file left by a daemon that died: replaced; a live one: refused.
+  if (::access(path.c_str(), F_OK) == 0) {
+    Result<int> probe = connect_unix(path);
+    if (probe.ok()) {
+      ::close(*probe);
+      return failed_precondition(str_cat("a daemon already listens on ", path));
+    }
+    ::unlink(path.c_str());
+  }
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return internal_error(str_cat("socket: ", std::strerror(errno)));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::chmod(path.c_str(), 0666) != 0 ||
+      ::listen(fd, 64) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return failed_precondition(str_cat("cannot listen on ", path, ": ", std::strerror(e)));
+  }
+  return fd;
+}
+
+Status write_frame(int fd, const google::protobuf::MessageLite& m) {
+  std::string bytes(4, '\0');
+  if (!m.AppendToString(&bytes)) return internal_error("a message did not serialize");
+  const size_t n = bytes.size() - 4;
+  if (n > kMaxFrameBytes) return out_of_range(str_cat("a message of ", n, " bytes is over the ", kMaxFrameBytes, " limit"));
+  for (int i = 0; i < 4; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t w = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return unavailable(str_cat("the connection closed while writing: ", std::strerror(errno)));
+    done += static_cast<size_t>(w);
+  }
+  return Status();
+}
+
+namespace {
+Status read_exact(int fd, char* p, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::recv(fd, p + done, n - done, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) return unavailable("the daemon closed the connection");
+    if (r < 0) return unavailable(str_cat("the connection failed: ", std::strerror(errno)));
+    done += static_cast<size_t>(r);
+  }
+  return Status();
+}
+}  // namespace
+
+Status read_frame(int fd, google::protobuf::MessageLite* m) {
+  char head[4];
+  TESSERA_RETURN_IF_ERROR(read_exact(fd, head, 4));
+  const uint32_t n = load_le32(head);
+  if (n > kMaxFrameBytes) return data_loss(str_cat("a frame of ", n, " bytes is over the ", kMaxFrameBytes, " limit"));
+  std::string payload(n, '\0');
+  TESSERA_RETURN_IF_ERROR(read_exact(fd, payload.data(), n));
+  if (!m->ParseFromString(payload)) return data_loss(str_cat("a frame of ", n, " bytes is not a valid message"));
+  return Status();
+}
+
+Result<bool> FrameReader::next(std::string* payload) {
+  if (buffer_.size() - start_ < 4) return false;
+  const uint32_t n = load_le32(buffer_.data() + start_);
+  if (n > kMaxFrameBytes) return data_loss(str_cat("a frame of ", n, " bytes is over the ", kMaxFrameBytes, " limit"));
+  if (buffer_.size() - start_ - 4 < n) return false;
+  payload->assign(buffer_, start_ + 4, n);
+  start_ += 4 + n;
+  if (start_ == buffer_.size()) buffer_.clear(), start_ = 0;
+  else if (start_ > (size_t{1} << 20)) buffer_.erase(0, start_), start_ = 0;
+  return true;
+}
+
+}  // namespace tessera::daemon

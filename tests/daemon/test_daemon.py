@@ -1,0 +1,362 @@
+"""tesserad from its clients' side: config errors, authentication, appliance
+leases and quotas, reclaim of a client killed or gone silent, hostile and
+forged requests, faults that survive a restart. Each test starts its own
+daemon on a socket in a temporary directory and stops it by its pid."""
+import hashlib
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+# What the tests measure (the host map) stays out of the user's cache.
+os.environ.setdefault("TESSERA_CACHE", tempfile.mkdtemp(prefix="tesserad-test-cache-"))
+import tessera  # noqa: E402
+
+BUILD = os.environ.get("TESSERA_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+TESSERAD = os.path.join(BUILD, "bin", "tesserad")
+TESSERA = os.path.join(BUILD, "bin", "tessera")
+ZOO = os.path.join(BUILD, "zoo")
+ALICE, BOB, ROOT = "alice-token", "bob-token", "root-token"
+
+
+def sha(t):
+    return hashlib.sha256(t.encode()).hexdigest()
+
+
+def config_text(d, lease_timeout=1.0, alice_extra="", bob_extra=""):
+    return textwrap.dedent(f"""\
+        [daemon]
+        socket = "{d}/d.sock"
+        state_dir = "{d}/state"
+        lease_timeout_s = {lease_timeout}
+
+        [[tenant]]
+        name = "alice"
+        token_sha256 = "{sha(ALICE)}"
+        max_veus = 1
+        {alice_extra}
+
+        [[tenant]]
+        name = "bob"
+        token_sha256 = "{sha(BOB)}"
+        max_veus = 1
+        {bob_extra}
+
+        [[tenant]]
+        name = "root"
+        token_sha256 = "{sha(ROOT)}"
+        admin = true
+        max_veus = 2
+        """)
+
+
+class Daemon:
+    def __init__(self, d, text):
+        self.dir = d
+        self.config = os.path.join(d, "t.toml")
+        with open(self.config, "w") as f:
+            f.write(text)
+        self.uri = f"unix://{d}/d.sock"
+        self.log = open(os.path.join(d, "tesserad.log"), "ab")
+        self.proc = subprocess.Popen([TESSERAD, "--config", self.config], stderr=self.log)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(f"{d}/d.sock"):
+            assert self.proc.poll() is None, open(os.path.join(d, "tesserad.log")).read()
+            assert time.monotonic() < deadline, "tesserad did not start in 30 s"
+            time.sleep(0.02)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            rc = self.proc.wait(timeout=10)
+            assert rc == 0
+        self.log.close()
+
+    def connect(self, token, **kw):
+        return tessera.connect(self.uri, token=token, **kw)
+
+    def status(self):
+        return self.connect(ROOT).status()
+
+    def leases(self):
+        return self.status()["devices"][0]["vdevices"]
+
+
+@pytest.fixture
+def daemon():
+    d = tempfile.mkdtemp(prefix="tesserad-test-")
+    started = []
+
+    def start(**kw):
+        dm = Daemon(d, config_text(d, **kw))
+        started.append(dm)
+        return dm
+
+    yield start
+    for dm in started:
+        dm.stop()
+
+
+def zoo(name):
+    return os.path.join(ZOO, name)
+
+
+def wait_until(pred, limit_s):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit_s:
+        if pred():
+            return time.monotonic() - t0
+        time.sleep(0.01)
+    return None
+
+
+# ------------------------------------------------------------------ config ---
+
+@pytest.mark.parametrize("bad, says", [
+    ('[[tenant]]\nname = "a"\n', "'token_sha256' is required"),
+    (f'[[tenant]]\nname = "a"\ntoken_sha256 = "{sha("x")}"\nmode = "fast"\n', "must be \"appliance\" or \"cloud\""),
+    (f'[[tenant]]\nname = "a"\ntoken_sha256 = "{sha("x")}"\nmax_vues = 2\n', "'max_vues' is not a key of"),
+    (f'[[tenant]]\nname = "a"\ntoken_sha256 = "{sha("x")}"\n[[tenant]]\nname = "a"\ntoken_sha256 = "{sha("y")}"\n',
+     "listed twice"),
+    (f'[[tenant]]\nname = "a"\ntoken_sha256 = "{sha("x")}"\nmax_memory = "lots"\n', "is not a size"),
+    ('[daemon]\nsocket = 3\n', "'socket' must be a string"),
+    ('[daemon\n', "t.toml:1"),
+])
+def test_bad_config_is_refused_naming_file_line_and_key(tmp_path, bad, says):
+    path = tmp_path / "t.toml"
+    path.write_text(bad)
+    r = subprocess.run([TESSERAD, "--config", str(path)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    assert str(path) in r.stderr and says in r.stderr, r.stderr
+
+
+def test_example_config_checks_and_its_example_token_is_its_hash():
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "tesserad.toml")
+    r = subprocess.run([TESSERAD, "--config", example, "--check"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert "alice" in r.stdout and "ops" in r.stdout and "admin" in r.stdout
+    assert sha("alice-example-token") in open(example).read()
+
+
+def test_token_hash_is_sha256():
+    assert tessera.token_hash("s3cret") == hashlib.sha256(b"s3cret").hexdigest()
+    out = subprocess.run([TESSERA, "token", "hash"], input="s3cret\n", capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == hashlib.sha256(b"s3cret").hexdigest()
+    new = subprocess.run([TESSERA, "token", "new"], capture_output=True, text=True, check=True).stdout.split()
+    assert new[0] == "token" and new[2] == "token_sha256" and new[3] == hashlib.sha256(new[1].encode()).hexdigest()
+
+
+# -------------------------------------------------------------------- auth ---
+
+def test_wrong_token_and_wrong_uid_are_refused(daemon):
+    dm = daemon(alice_extra=f"uids = [{os.getuid() + 1}]")
+    with pytest.raises(tessera.PermissionDenied, match="no tenant has this token"):
+        dm.connect("nope")
+    with pytest.raises(tessera.PermissionDenied, match=f"uid {os.getuid()} may not act as tenant 'alice'"):
+        dm.connect(ALICE)
+    kinds = [f["kind"] for f in dm.connect(ROOT).faults()]
+    assert kinds.count("auth_refused") == 2
+    # A tenant sees its own faults only.
+    assert dm.connect(BOB).faults() == []
+
+
+# --------------------------------------------------------------- appliance ---
+
+def test_appliance_runs_match_embedded_on_disjoint_leased_cores(daemon):
+    dm = daemon()
+    with np.load(zoo("resnet18.inputs.npz")) as z:
+        feeds = {k: z[k] for k in z.files}
+    want = tessera.connect().compile(zoo("resnet18.onnx"), profile=False, measure=False).session(veus=1).run(feeds)
+    a = dm.connect(ALICE).compile(zoo("resnet18.onnx"), profile=False, measure=False).session()
+    b = dm.connect(BOB).compile(zoo("mlp.onnx"), profile=False, measure=False).session()
+    leases = dm.leases()
+    assert sorted(v["tenant"] for v in leases) == ["alice", "bob"]
+    cores = [set(v["cores"]) for v in leases]
+    assert cores[0].isdisjoint(cores[1]) and all(len(c) == 1 for c in cores)
+    assert set(a.cores) == next(set(v["cores"]) for v in leases if v["tenant"] == "alice")
+    got = a.run(feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
+    with np.load(zoo("mlp.inputs.npz")) as z:
+        b.run({k: z[k] for k in z.files})
+    del a, b
+    assert wait_until(lambda: dm.leases() == [], 2) is not None
+
+
+def test_quotas_are_refused_naming_tenant_and_limit(daemon):
+    dm = daemon(alice_extra="max_sessions = 1", bob_extra='max_memory = "1KiB"')
+    rt = dm.connect(ALICE)
+    m = rt.compile(zoo("mlp.onnx"), profile=False, measure=False)
+    with pytest.raises(tessera.ResourceExhausted, match="tenant 'alice' asks for 2 vEU.*max_veus is 1"):
+        m.session(veus=2)
+    s = m.session()
+    with pytest.raises(tessera.ResourceExhausted, match="max_sessions is 1"):
+        m.session()
+    with pytest.raises(tessera.ResourceExhausted, match="tenant 'bob' would use .* max_memory is 1024"):
+        dm.connect(BOB).compile(zoo("mlp.onnx"), profile=False, measure=False).session()
+    with pytest.raises(tessera.InvalidArgument, match="chooses a session's cores"):
+        m.session(cores=[0])
+    del s
+
+
+CLIENT = textwrap.dedent("""\
+    import sys, time, tessera
+    rt = tessera.connect(sys.argv[1], token=sys.argv[2])
+    s = rt.compile(sys.argv[3], profile=False, measure=False).session()
+    print("ready", flush=True)
+    time.sleep(60)
+    """)
+
+
+def start_client(dm, token):
+    p = subprocess.Popen([sys.executable, "-c", CLIENT, dm.uri, token, zoo("mlp.onnx")], stdout=subprocess.PIPE,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert p.stdout.readline().strip() == b"ready"
+    return p
+
+
+def test_killed_client_loses_its_lease_within_a_second(daemon):
+    dm = daemon(lease_timeout=10)
+    p = start_client(dm, ALICE)
+    assert [v["tenant"] for v in dm.leases()] == ["alice"]
+    p.kill()
+    took = wait_until(lambda: dm.leases() == [], 1.0)
+    p.wait()
+    assert took is not None, "the lease outlived its client by more than 1 s"
+    faults = [f for f in dm.connect(ROOT).faults() if f["kind"] == "client_died"]
+    assert len(faults) == 1 and faults[0]["tenant"] == "alice" and f"pid {p.pid}" in faults[0]["message"]
+
+
+def test_silent_client_is_reclaimed_after_its_lease_timeout(daemon):
+    dm = daemon(lease_timeout=0.5)
+    p = start_client(dm, ALICE)
+    os.kill(p.pid, signal.SIGSTOP)
+    try:
+        took = wait_until(lambda: dm.leases() == [], 3.0)
+        assert took is not None and took >= 0.3, took
+        assert any(f["kind"] == "lease_expired" for f in dm.connect(ROOT).faults())
+    finally:
+        os.kill(p.pid, signal.SIGKILL)
+        os.kill(p.pid, signal.SIGCONT)
+        p.wait()
+
+
+# ----------------------------------------------------------------- hostile ---
+
+def protocol_module(tmp):
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+    subprocess.run(["protoc", f"--python_out={tmp}", f"-I{src}", os.path.join(src, "daemon", "protocol.proto")], check=True)
+    sys.path.insert(0, tmp)
+    from daemon import protocol_pb2  # noqa: E402
+    return protocol_pb2
+
+
+def raw(dm, payload):
+    """Sends bytes on a fresh connection; returns what came back before the daemon closed it."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(5)
+    s.connect(dm.uri[len("unix://"):])
+    s.sendall(payload)
+    s.shutdown(socket.SHUT_WR)
+    got = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    s.close()
+    return got
+
+
+def frame(msg):
+    b = msg.SerializeToString()
+    return struct.pack("<I", len(b)) + b
+
+
+def test_hostile_and_forged_requests_are_refused_and_the_daemon_lives(daemon, tmp_path):
+    pb = protocol_module(str(tmp_path))
+    dm = daemon()
+    before = len(dm.connect(ROOT).faults())
+
+    def reply_of(data):
+        n = struct.unpack("<I", data[:4])[0]
+        r = pb.Reply()
+        r.ParseFromString(data[4:4 + n])
+        return r
+
+    rng = np.random.default_rng(0)
+    # Random bytes, an oversized length, a truncated frame, a frame that is no message.
+    for blob in [rng.bytes(100) for _ in range(20)] + [struct.pack("<I", 1 << 30) + b"x" * 10,
+                                                       struct.pack("<I", 100) + b"x" * 10,
+                                                       struct.pack("<I", 3) + b"\xff\xff\xff"]:
+        raw(dm, blob)
+    # A request before Hello; a Hello of another version.
+    req = pb.Request(id=1)
+    req.status.SetInParent()
+    r = reply_of(raw(dm, frame(req)))
+    assert r.code != 0 and "first request on a connection must be Hello" in r.message
+    hello = pb.Request(id=1)
+    hello.hello.version = 99
+    hello.hello.token = ALICE
+    r = reply_of(raw(dm, frame(hello)))
+    assert r.code != 0 and "protocol version 1; the client speaks 99" in r.message
+    # Releasing a lease of another tenant's, and an unknown one.
+    s = dm.connect(BOB).compile(zoo("mlp.onnx"), profile=False, measure=False).session()
+    bobs = dm.leases()[0]["lease"]
+    hello.hello.version = 1
+    for lease in (bobs, 12345):
+        rel = pb.Request(id=2)
+        rel.release.lease = lease
+        data = raw(dm, frame(hello) + frame(rel))
+        n = struct.unpack("<I", data[:4])[0]
+        r = reply_of(data[4 + n:])
+        assert r.id == 2 and r.code != 0 and f"no lease {lease} on this connection" in r.message
+    assert [v["lease"] for v in dm.leases()] == [bobs]  # untouched
+    del s
+    faults = dm.connect(ROOT).faults()[before:]
+    kinds = [f["kind"] for f in faults]
+    assert kinds.count("refused_request") >= 3 and "bad_message" in kinds, kinds
+    assert dm.proc.poll() is None
+
+
+def test_faults_survive_a_restart_and_admins_clear_them(daemon):
+    dm = daemon()
+    with pytest.raises(tessera.PermissionDenied):
+        dm.connect("nope")
+    ids = [f["id"] for f in dm.connect(ROOT).faults()]
+    assert len(ids) == 1
+    dm.stop()
+    assert not os.path.exists(dm.uri[len("unix://"):])
+    dm2 = daemon()
+    assert [f["id"] for f in dm2.connect(ROOT).faults()] == ids
+    with pytest.raises(tessera.PermissionDenied, match="not an admin"):
+        dm2.connect(ALICE).clear_fault(ids[0])
+    dm2.connect(ROOT).clear_fault(ids[0])
+    assert dm2.connect(ROOT).faults() == []
+    with pytest.raises(tessera.NotFound):
+        dm2.connect(ROOT).clear_fault(ids[0])
+
+
+def test_cli_status_and_run_through_the_daemon(daemon):
+    dm = daemon()
+    env = dict(os.environ, TESSERA_CONNECT=dm.uri, TESSERA_TOKEN=ROOT)
+    out = subprocess.run([TESSERA, "status", "--json"], env=env, capture_output=True, text=True, check=True)
+    st = json.loads(out.stdout)
+    assert st["tenant"] == "root" and st["admin"] and {t["name"] for t in st["tenants"]} == {"alice", "bob", "root"}
+    for t in st["tenants"]:
+        assert {"name", "mode", "sessions", "veus", "memory_bytes"} <= set(t)
+    run = subprocess.run([TESSERA, "run", zoo("mlp.onnx"), "--iters", "3", "--json", "--quiet", "--no-profile",
+                          "--no-measure"], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert len(json.loads(run.stdout)["runs"]) == 3
+    bad = subprocess.run([TESSERA, "status", "--connect", dm.uri, "--token", "nope"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "no tenant has this token" in bad.stderr

@@ -1,0 +1,169 @@
+// tessera token | status | faults: the daemon from its clients' side
+// (docs/daemon.md). A client of the public API only (include/tessera/).
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "tessera/tessera.h"
+#include "cli.h"
+#include "commands.h"
+
+namespace tessera::tools {
+
+namespace {
+
+const std::vector<cli::OptionSpec> kConnectOptions = {
+    {"--connect", "URI", "the daemon, unix:///PATH (default: $TESSERA_CONNECT)"},
+    {"--token", "TOKEN", "the tenant's token (default: $TESSERA_TOKEN)"},
+    {"--token-file", "FILE", "a file whose first line is the token (default: $TESSERA_TOKEN_FILE)"},
+};
+
+std::vector<cli::OptionSpec> with_connect(std::vector<cli::OptionSpec> own) {
+  own.insert(own.begin(), kConnectOptions.begin(), kConnectOptions.end());
+  return own;
+}
+
+const cli::Command kToken = {
+    "token",
+    "tessera token hash [TOKEN] | tessera token new",
+    "Tokens for tesserad's tenants: `hash` prints a token's SHA-256 (what the config's token_sha256\n"
+    "holds; the token is read from stdin when not given), `new` makes a random token and prints it\n"
+    "and its hash.",
+    {},
+    "examples:\n"
+    "  tessera token new\n"
+    "  printf %s \"$TOKEN\" | tessera token hash\n"};
+
+const cli::Command kStatus = {
+    "status",
+    "tessera status --connect unix:///PATH [options]",
+    "Show a daemon as this tenant sees it: tenants (an admin sees all), sessions, vEUs, memory, and\n"
+    "the devices' vDevices with the tenant leasing each.",
+    with_connect({{"--json", "", "print one JSON object on stdout"}}),
+    "examples:\n"
+    "  tessera status --connect unix:///run/tessera/tesserad.sock --token-file ~/.tessera-token\n"
+    "  TESSERA_CONNECT=unix:///tmp/t.sock TESSERA_TOKEN=... tessera status --json\n"};
+
+const cli::Command kFaults = {
+    "faults",
+    "tessera faults --connect unix:///PATH [options]",
+    "List a daemon's fault records (a client that died holding leases, a lease reclaimed for\n"
+    "silence, a refused request, a message that did not decode): this tenant's, or all for an admin.",
+    with_connect({{"--json", "", "print a JSON list on stdout"}, {"--clear", "ID", "remove record ID (admins only)"}}),
+    "examples:\n"
+    "  tessera faults --connect unix:///run/tessera/tesserad.sock\n"
+    "  tessera faults --connect unix:///run/tessera/tesserad.sock --clear 3\n"};
+
+}  // namespace
+
+std::string connect_uri(const cli::Args& a) {
+  std::string uri = a.get("--connect");
+  if (uri.empty())
+    if (const char* e = std::getenv("TESSERA_CONNECT")) uri = e;
+  return uri.empty() ? "local" : uri;
+}
+
+Result<Runtime> connect_from(const cli::Args& a) {
+  ConnectOptions o;
+  o.token = a.get("--token");
+  o.token_file = a.get("--token-file");
+  return connect(connect_uri(a), o);
+}
+
+int token_main(int argc, char** argv) {
+  Result<cli::Args> parsed = cli::parse(kToken, argc, argv);
+  if (!parsed.ok()) return cli::usage_error(kToken, parsed.status().message());
+  const cli::Args& a = *parsed;
+  if (a.help) {
+    std::fputs(cli::help_text(kToken).c_str(), stdout);
+    return 0;
+  }
+  if (a.positional.empty() || a.positional.size() > 2) return cli::usage_error(kToken, "takes hash [TOKEN] or new");
+  const std::string& what = a.positional[0];
+  if (what == "hash") {
+    std::string token;
+    if (a.positional.size() > 1) {
+      token = a.positional[1];
+    } else if (!std::getline(std::cin, token)) {
+      return cli::fail(invalid_argument("tessera token hash: no token given and none on stdin"));
+    }
+    while (!token.empty() && (token.back() == '\r' || token.back() == '\n')) token.pop_back();
+    std::printf("%s\n", token_hash(token).c_str());
+    return 0;
+  }
+  if (what == "new" && a.positional.size() == 1) {
+    std::ifstream rnd("/dev/urandom", std::ios::binary);
+    unsigned char bytes[24];
+    if (!rnd.read(reinterpret_cast<char*>(bytes), sizeof bytes))
+      return cli::fail(internal_error("cannot read /dev/urandom"));
+    static const char kHex[] = "0123456789abcdef";
+    std::string token = "tsr_";
+    for (unsigned char b : bytes) token += kHex[b >> 4], token += kHex[b & 15];
+    std::printf("token        %s\ntoken_sha256 %s\n", token.c_str(), token_hash(token).c_str());
+    return 0;
+  }
+  return cli::usage_error(kToken, "takes hash [TOKEN] or new");
+}
+
+int status_main(int argc, char** argv) {
+  cli::Args a;
+  if (int rc = cli::start(kStatus, argc, argv, 0, "takes no arguments", &a); rc >= 0) return rc;
+  Result<Runtime> rt = connect_from(a);
+  if (!rt.ok()) return cli::fail(rt.status());
+  Result<ServerStatus> s = rt->status();
+  if (!s.ok()) return cli::fail(s.status());
+  if (a.has("--json")) {
+    std::printf("%s\n", status_to_json(*s).c_str());
+    return 0;
+  }
+  std::printf("tesserad pid %d, protocol %d, up %.0f s; you are tenant '%s' (%s%s); %llu fault record(s)\n\n", s->pid,
+              s->version, s->uptime_s, s->tenant.c_str(), s->mode.c_str(), s->admin ? ", admin" : "",
+              static_cast<unsigned long long>(s->faults));
+  std::printf("%-16s %-9s %-9s %-9s %-17s %s\n", "TENANT", "MODE", "SESSIONS", "vEUs", "MEMORY (MiB)", "CONNECTIONS");
+  for (const TenantStatus& t : s->tenants) {
+    const std::string sessions = std::to_string(t.sessions) + "/" + std::to_string(t.max_sessions);
+    const std::string veus = std::to_string(t.veus) + "/" + std::to_string(t.max_veus);
+    const std::string memory = std::to_string(t.memory_bytes >> 20) + "/" + std::to_string(t.max_memory >> 20);
+    std::printf("%-16s %-9s %-9s %-9s %-17s %d\n", t.name.c_str(), t.mode.c_str(), sessions.c_str(), veus.c_str(),
+                memory.c_str(), t.connections);
+  }
+  for (const DeviceStatus& d : s->devices) {
+    std::printf("\ndevice %s: %zu PU(s), %d free\n", d.name.c_str(), d.pus.size(), d.free_veus);
+    std::printf("  %-6s %-12s %-16s %-8s %s\n", "LEASE", "CORES", "TENANT", "PID", "SESSION");
+    for (const VDeviceStatus& v : d.vdevices) {
+      std::string cores;
+      for (int c : v.cores) cores += (cores.empty() ? "" : ",") + std::to_string(c);
+      std::printf("  %-6llu %-12s %-16s %-8d %s\n", static_cast<unsigned long long>(v.lease), cores.c_str(),
+                  v.tenant.c_str(), v.pid, v.session.c_str());
+    }
+  }
+  return 0;
+}
+
+int faults_main(int argc, char** argv) {
+  cli::Args a;
+  if (int rc = cli::start(kFaults, argc, argv, 0, "takes no arguments", &a); rc >= 0) return rc;
+  Result<Runtime> rt = connect_from(a);
+  if (!rt.ok()) return cli::fail(rt.status());
+  if (a.has("--clear")) {
+    Result<int64_t> id = a.get_int("--clear", 0, 1, INT64_MAX);
+    if (!id.ok()) return cli::fail(id.status());
+    if (Status st = rt->clear_fault(static_cast<uint64_t>(*id)); !st.ok()) return cli::fail(st);
+    std::fprintf(stderr, "fault %lld cleared\n", static_cast<long long>(*id));
+    return 0;
+  }
+  Result<std::vector<FaultInfo>> f = rt->faults();
+  if (!f.ok()) return cli::fail(f.status());
+  if (a.has("--json")) {
+    std::printf("%s\n", faults_to_json(*f).c_str());
+    return 0;
+  }
+  std::printf("%-5s %-24s %-12s %-16s %s\n", "ID", "TIME", "TENANT", "KIND", "MESSAGE");
+  for (const FaultInfo& r : *f)
+    std::printf("%-5llu %-24s %-12s %-16s %s\n", static_cast<unsigned long long>(r.id), r.time.c_str(),
+                r.tenant.empty() ? "-" : r.tenant.c_str(), r.kind.c_str(), r.message.c_str());
+  return 0;
+}
+
+}  // namespace tessera::tools
