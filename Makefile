@@ -14,6 +14,7 @@
 #   make bench      Tessera vs ONNX Runtime and PyTorch, interleaved; writes
 #                   bench/RESULTS.md (bench-quick: a short smoke run)
 #   make bench-gemm measure tile-sized GEMM across math libraries
+#   make soak       tesserad under load for longer (many clients x runs)
 #   make clean      remove build outputs
 #
 # Variables: BUILD_TYPE (Release), WERROR (ON in CI), JOBS, FUZZ_SECONDS.
@@ -26,7 +27,7 @@ PYTHON := /usr/bin/python3
 BUILD := build
 TESSERA := $(BUILD)/bin/tessera
 
-.PHONY: all deps configure build demo test check-erf zoo fuzz fuzz-smoke asan tsan bench bench-quick bench-deps bench-gemm clean
+.PHONY: all deps configure build demo test check-erf zoo fuzz fuzz-smoke asan tsan bench bench-quick bench-deps bench-gemm soak clean
 
 all: build
 
@@ -65,7 +66,7 @@ $(FUZZ_BUILD)/build.ninja: CMakeLists.txt
 	  -DTESSERA_FUZZ=ON -DTESSERA_TESTS=OFF -DTESSERA_WERROR=$(WERROR)
 
 fuzz-build: deps $(FUZZ_BUILD)/build.ninja
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_import fuzz_executable_load tessera
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_import fuzz_executable_load fuzz_daemon_request tessera
 
 # A short run inside `make test`; `make fuzz` runs longer.
 fuzz-smoke: fuzz-build
@@ -106,6 +107,13 @@ bench-deps:
 bench: build zoo bench-deps
 	$(PYTHON) bench/run_bench.py --build $(BUILD) --unseen
 	$(PYTHON) bench/python_overhead.py --build $(BUILD) --out $(BUILD)/bench/RESULTS-python.md
+	$(PYTHON) bench/daemon_bench.py --build $(BUILD) --out $(BUILD)/bench/RESULTS-daemon.md
+
+# tesserad under load for longer: N clients x M runs, a hundred times the
+# test's count.
+soak: build zoo
+	TESSERA_SOAK=1 PYTHONPATH=$(BUILD)/python TESSERA_BUILD=$(BUILD) $(PYTHON) -m pytest -q -s -p no:cacheprovider \
+	  tests/daemon -k load
 
 bench-quick: build zoo bench-deps
 	$(PYTHON) bench/run_bench.py --build $(BUILD) --quick --out $(BUILD)/bench/RESULTS-quick.md

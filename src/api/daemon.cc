@@ -1,8 +1,14 @@
 // A Runtime connected to tesserad (tessera/daemon.h): leases for sessions,
 // the daemon's status and fault records.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "api/state.h"
+#include "base/clock.h"
 #include "base/sha256.h"
 #include "base/strings.h"
 
@@ -26,6 +32,131 @@ Result<std::vector<int>> RuntimeState::lease(int wanted, uint64_t memory_bytes, 
   std::vector<int> cores(reply.granted().cores().begin(), reply.granted().cores().end());
   if (cores.empty()) return internal_error(str_cat("daemon at ", daemon->path(), ": a lease of no cores"));
   return cores;
+}
+
+bool is_cloud(const RuntimeState& rt) { return rt.daemon && rt.daemon->welcome().mode() == "cloud"; }
+
+Status not_in_cloud(const char* what) {
+  return failed_precondition(str_cat(what, ": a cloud tenant's models compile and run in the daemon's workers"));
+}
+
+namespace {
+
+std::vector<TensorInfo> infos_of(const google::protobuf::RepeatedPtrField<daemon::TensorDesc>& ds) {
+  std::vector<TensorInfo> out;
+  for (const daemon::TensorDesc& d : ds) {
+    TensorInfo t;
+    t.name = d.name();
+    t.dtype = static_cast<DType>(d.dtype());
+    t.shape = {d.shape().begin(), d.shape().end()};
+    t.symbols.assign(t.shape.size(), "");
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<ModelState>> compile_remote(const std::shared_ptr<RuntimeState>& rt, const std::string& path,
+                                                   const CompileOptions& options) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return not_found(str_cat("cannot open '", path, "': ", std::strerror(errno)));
+  daemon::Request req;
+  daemon::Load* l = req.mutable_load();
+  l->set_model_in_fd(true);
+  l->set_name(path);
+  for (const auto& [name, shape] : options.shapes) {
+    daemon::TensorDesc* d = l->add_shapes();
+    d->set_name(name);
+    for (int64_t x : shape) d->add_shape(x);
+  }
+  Result<daemon::Reply> reply = rt->daemon->call(std::move(req), fd);
+  ::close(fd);
+  if (!reply.ok()) return reply.status().with_context(path);
+  auto m = std::make_shared<ModelState>();
+  m->runtime = rt;
+  m->path = path;
+  m->options = options;
+  m->remote = reply->loaded().model();
+  m->inputs = infos_of(reply->loaded().inputs());
+  m->outputs = infos_of(reply->loaded().outputs());
+  return m;
+}
+
+Result<std::shared_ptr<SessionState>> open_remote(const std::shared_ptr<ModelState>& m, const SessionOptions& so) {
+  if (so.device != "cpu") return invalid_argument(str_cat("device '", so.device, "': a cloud daemon's sessions run on its cpu"));
+  if (!so.cores.empty())
+    return invalid_argument(str_cat("SessionOptions: cores ", str_join(so.cores, ","), " are given, but the daemon at ",
+                                    m->runtime->daemon->path(), " chooses a session's cores"));
+  if (so.veus < 0 || so.veus > 1024) return invalid_argument(str_cat("SessionOptions: veus ", so.veus, " is out of range"));
+  daemon::Request req;
+  req.mutable_open()->set_model(m->remote);
+  req.mutable_open()->set_veus(static_cast<uint32_t>(so.veus));
+  TESSERA_ASSIGN_OR_RETURN(daemon::Reply reply, m->runtime->daemon->call(std::move(req)));
+  auto st = std::make_shared<SessionState>();
+  st->model = m;
+  st->runtime = m->runtime;
+  st->options = so;
+  st->device = "cpu";
+  st->remote = reply.opened().session();
+  st->slots = {reply.opened().cores().begin(), reply.opened().cores().end()};
+  st->veus = reply.opened().veus();
+  st->inputs = infos_of(reply.opened().inputs());
+  st->outputs = infos_of(reply.opened().outputs());
+  st->bound.assign(st->outputs.size(), Tensor());
+  st->bound_outputs.assign(st->outputs.size(), nullptr);
+  st->bound_inputs.assign(st->inputs.size(), nullptr);
+  return st;
+}
+
+void close_remote(SessionState& s) {
+  daemon::Request req;
+  req.mutable_close()->set_session(s.remote);
+  (void)s.runtime->daemon->call(std::move(req));  // a daemon gone has closed it already
+}
+
+Status SessionState::execute_remote(const NamedTensors& given, double queue_ms, NamedTensors& out) {
+  const int64_t t0 = now_ns();
+  daemon::Request req;
+  daemon::Run* run = req.mutable_run();
+  run->set_session(remote);
+  uint64_t in_bytes = 0;
+  for (const auto& [name, t] : given) {
+    daemon::TensorData* d = run->add_inputs();
+    d->set_name(name);
+    d->set_dtype(static_cast<int32_t>(t.dtype()));
+    for (int64_t x : t.shape()) d->add_shape(x);
+    d->set_data(static_cast<const char*>(t.raw()), t.nbytes());
+    in_bytes += t.nbytes();
+  }
+  const int64_t t1 = now_ns();
+  TESSERA_ASSIGN_OR_RETURN(daemon::Reply reply, runtime->daemon->call(std::move(req)));
+  const int64_t t2 = now_ns();
+  uint64_t out_bytes = 0;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const TensorInfo& o = outputs[i];
+    const daemon::TensorData* d = nullptr;
+    for (const daemon::TensorData& x : reply.result().outputs())
+      if (x.name() == o.name) d = &x;
+    Tensor* into = out.find(o.name);
+    if (into == nullptr) {
+      out.set(o.name, bound[i].defined() ? bound[i] : Tensor(o.dtype, o.shape));
+      into = out.find(o.name);
+    }
+    if (d == nullptr || d->data().size() != into->nbytes())
+      return data_loss(str_cat("daemon at ", runtime->daemon->path(), ": output '", o.name, "' came back malformed"));
+    std::memcpy(into->raw(), d->data().data(), d->data().size());
+    out_bytes += d->data().size();
+  }
+  const int64_t t3 = now_ns();
+  last = {};
+  last.copy_in_ms = static_cast<double>(t1 - t0) / 1e6;
+  last.queue_ms = queue_ms;
+  last.compute_ms = static_cast<double>(t2 - t1) / 1e6;  // as the client sees it: the daemon and its worker
+  last.copy_out_ms = static_cast<double>(t3 - t2) / 1e6;
+  last.copy_in_bytes = in_bytes;
+  last.copy_out_bytes = out_bytes;
+  return Status();
 }
 
 void RuntimeState::end_lease(uint64_t id) {

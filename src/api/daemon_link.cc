@@ -65,10 +65,10 @@ DaemonLink::~DaemonLink() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Result<daemon::Reply> DaemonLink::call(daemon::Request request) {
+Result<daemon::Reply> DaemonLink::call(daemon::Request request, int pass_fd) {
   std::lock_guard<std::mutex> lock(mu_);
   request.set_id(next_id_++);
-  Status st = daemon::write_frame(fd_, request);
+  Status st = daemon::write_frame(fd_, request, pass_fd);
   daemon::Reply reply;
   if (st.ok()) st = daemon::read_frame(fd_, &reply);
   if (!st.ok()) return Status(st.code(), str_cat("daemon at ", path_, ": ", st.message()));

@@ -25,7 +25,8 @@ class DaemonLink {
 
   // One request and its reply; the reply's error as a Status naming the
   // daemon.
-  Result<daemon::Reply> call(daemon::Request request);
+  // `pass_fd` (when not -1) travels with the request (SCM_RIGHTS).
+  Result<daemon::Reply> call(daemon::Request request, int pass_fd = -1);
   const daemon::Welcome& welcome() const { return welcome_; }
   const std::string& path() const { return path_; }
 

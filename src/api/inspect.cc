@@ -169,6 +169,7 @@ Result<std::vector<OpSupport>> Runtime::ops(const std::string& device) const {
 
 Result<PlanInfo> Model::plan(const SessionOptions& options) {
   if (!s_) return failed_precondition("Model: empty (use Runtime::compile)");
+  if (!s_->remote.empty()) return detail::not_in_cloud("Model::plan");
   if (options.executor != Executor::kPlan)
     return invalid_argument(str_cat("the ", executor_name(options.executor), " executor runs no Plan"));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Program> p, detail::compile_plan(*s_, options));
@@ -177,6 +178,7 @@ Result<PlanInfo> Model::plan(const SessionOptions& options) {
 
 Result<ProfileReport> Model::profile(bool refresh) {
   if (!s_) return failed_precondition("Model: empty (use Runtime::compile)");
+  if (!s_->remote.empty()) return detail::not_in_cloud("Model::profile");
   std::unique_ptr<Program> p;
   if (s_->executable) {
     TESSERA_ASSIGN_OR_RETURN(p, load_executable(s_->path));
@@ -214,6 +216,7 @@ Result<ProfileReport> Model::profile(bool refresh) {
 
 Result<PlanInfo> Session::plan() const {
   if (!s_) return failed_precondition("Session: empty (use Model::session)");
+  if (!s_->loaded) return detail::not_in_cloud("Session::plan");
   const Program& p = s_->loaded->program();
   if (!p.plan || s_->options.executor != Executor::kPlan)
     return failed_precondition(str_cat("the session runs the ", executor_name(s_->options.executor),
@@ -224,7 +227,7 @@ Result<PlanInfo> Session::plan() const {
 CompileReport Session::compile_report() const { return s_ ? s_->report : CompileReport{}; }
 
 std::string Session::plan_json(const std::vector<double>& wait_ms) const {
-  if (!s_) return "{}";
+  if (!s_ || !s_->loaded) return "{}";
   const Program& p = s_->loaded->program();
   if (!p.plan) return "{}";
   if (!wait_ms.empty()) return plan_summary_json(*p.plan, wait_ms);

@@ -247,6 +247,10 @@ std::vector<DeviceInfo> Runtime::devices() const {
 
 Result<Model> Runtime::compile(const std::string& path, const CompileOptions& options) {
   if (!s_) return failed_precondition("Runtime: not connected (use tessera::connect)");
+  if (detail::is_cloud(*s_)) {
+    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<ModelState> m, detail::compile_remote(s_, path, options));
+    return Model(m);
+  }
   auto m = std::make_shared<ModelState>();
   m->runtime = s_;
   m->path = path;
@@ -310,6 +314,10 @@ bool Model::is_executable() const { return s_ && s_->executable; }
 
 Result<Session> Model::session(const SessionOptions& so) {
   if (!s_) return failed_precondition("Model: empty (use Runtime::compile)");
+  if (!s_->remote.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<SessionState> st, detail::open_remote(s_, so));
+    return Session(st);
+  }
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Device> device, find_device(so.device));
   if (so.veus < 0 || so.veus > 1024) return invalid_argument(str_cat("SessionOptions: veus ", so.veus, " is out of range"));
   if (s_->executable && so.executor != Executor::kPlan)
@@ -375,6 +383,7 @@ Status Model::save(const std::string& path, int veus) {
 
 Status Model::save(const std::string& path, const SessionOptions& options) {
   if (!s_) return failed_precondition("Model: empty (use Runtime::compile)");
+  if (!s_->remote.empty()) return detail::not_in_cloud("Model::save");
   if (options.executor != Executor::kPlan || options.device != "cpu")
     return invalid_argument("an Executable holds a Plan for the cpu device: save with the plan executor on the cpu");
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Program> p, detail::compile_plan(*s_, options));

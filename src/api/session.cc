@@ -59,7 +59,8 @@ SessionState::~SessionState() {
     else worker.join();
   }
   loaded.reset();
-  if (runtime && lease != 0) runtime->end_lease(lease);
+  if (remote != 0) close_remote(*this);
+  else if (runtime && lease != 0) runtime->end_lease(lease);
   else if (runtime) runtime->release(slots);
 }
 
@@ -113,6 +114,7 @@ Status SessionState::execute(const NamedTensors& given, double queue_ms, NamedTe
     if (t.raw() == nullptr && t.nbytes() > 0)
       return invalid_argument(str_cat("output '", name, "': the memory given has no bytes"));
   }
+  if (remote != 0) return execute_remote(given, queue_ms, out);
   // Every input given, by name, of its dtype and shape; nothing else.
   for (const auto& [name, t] : given) {
     bool known = false;
@@ -316,6 +318,7 @@ RunBreakdown Session::last_breakdown() const {
 
 Status Session::trace_next_run(const std::string& path) {
   if (!s_) return empty_session();
+  if (!s_->loaded) return detail::not_in_cloud("a trace");
   if (!s_->loaded->program().plan || s_->options.executor != Executor::kPlan || s_->device != "cpu")
     return failed_precondition("a trace needs the plan executor on the cpu device");
   const uint64_t ticket = s_->turns->take();

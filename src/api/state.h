@@ -48,6 +48,7 @@ struct ModelState {
   bool executable = false;
   CompileOptions options;
   std::vector<TensorInfo> inputs, outputs;
+  std::string remote;  // a cloud daemon's name for it (its content hash); "" when local
 };
 
 struct EventState {
@@ -88,6 +89,7 @@ struct SessionState : std::enable_shared_from_this<SessionState> {
   std::string device;
   std::vector<int> slots;  // held in the Runtime (cpu)
   uint64_t lease = 0;      // a daemon's lease of those cores (0: none)
+  uint64_t remote = 0;     // a cloud daemon's session (0: local); `loaded` is then empty
   std::vector<TensorInfo> inputs, outputs;
   CompileReport report;
   std::shared_ptr<Device> device_ptr;
@@ -111,10 +113,22 @@ struct SessionState : std::enable_shared_from_this<SessionState> {
   // others are added).
   Status execute(const NamedTensors& inputs, double queue_ms, NamedTensors& outputs);
   Result<NamedTensors> execute(const NamedTensors& inputs, double queue_ms);
+  // execute() for a cloud session: the daemon validates the request and
+  // its worker runs it (daemon.cc).
+  Status execute_remote(const NamedTensors& inputs, double queue_ms, NamedTensors& outputs);
   // The worker: serves submitted requests while the session lives; one
   // left when it has gone fails its Event.
   static void worker_main(std::shared_ptr<Turns> turns, std::weak_ptr<SessionState> session);
 };
+
+// A cloud daemon's Runtime: compiling sends the model to the daemon, and
+// sessions run in its workers (daemon.cc).
+Result<std::shared_ptr<ModelState>> compile_remote(const std::shared_ptr<RuntimeState>& rt, const std::string& path,
+                                                   const CompileOptions& options);
+Result<std::shared_ptr<SessionState>> open_remote(const std::shared_ptr<ModelState>& m, const SessionOptions& so);
+void close_remote(SessionState& s);
+bool is_cloud(const RuntimeState& rt);
+Status not_in_cloud(const char* what);
 
 // The compiler's configuration for a model's options (no Plan).
 CompileConfig config_of(const CompileOptions& o);

@@ -4,12 +4,19 @@
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <set>
 
@@ -17,6 +24,7 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "base/strings.h"
+#include "tessera/dtype.h"
 
 namespace tessera::daemon {
 namespace {
@@ -68,41 +76,106 @@ Status Server::start(const HostMap& map) {
 }
 
 Status Server::serve() {
-  epoll_event events[64];
   for (;;) {
-    const int n = ::epoll_wait(epoll_fd_, events, 64, -1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return internal_error(str_cat("epoll_wait: ", std::strerror(errno)));
-    for (int i = 0; i < n; ++i) {
-      const int fd = events[i].data.fd;
-      if (fd == signal_fd_) {
-        signalfd_siginfo si;
-        if (::read(signal_fd_, &si, sizeof si) > 0)
-          log_info("tesserad: signal ", si.ssi_signo, ": closing ", conns_.size(), " connection(s) and ", leases_.size(),
-                   " lease(s)");
-        while (!conns_.empty()) drop(conns_.begin()->first, "", "");
-        return Status();
-      }
-      if (fd == timer_fd_) {
-        uint64_t ticks;
-        (void)!::read(timer_fd_, &ticks, sizeof ticks);
-        expire_silent();
-      } else if (fd == listen_fd_) {
-        accept_all();
-      } else {
-        auto it = conns_.find(fd);
-        if (it != conns_.end() && !serve_connection(it->second)) drop(fd, "", "");
-      }
+    Result<bool> more = step(-1);
+    if (!more.ok()) return more.status();
+    if (!*more) return Status();
+  }
+}
+
+Result<bool> Server::step(int timeout_ms) {
+  epoll_event events[64];
+  const int n = ::epoll_wait(epoll_fd_, events, 64, timeout_ms);
+  if (n < 0 && errno == EINTR) return true;
+  if (n < 0) return internal_error(str_cat("epoll_wait: ", std::strerror(errno)));
+  for (int i = 0; i < n; ++i) {
+    const int fd = events[i].data.fd;
+    if ((events[i].events & EPOLLOUT) && !flush(fd)) {
+      if (conns_.count(fd)) drop(fd, "", "");
+      else if (workers_.count(fd)) ::kill(workers_[fd].pid, SIGKILL);
+      continue;
+    }
+    if (!(events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) continue;
+    if (fd == signal_fd_) {
+      signalfd_siginfo si;
+      if (::read(signal_fd_, &si, sizeof si) > 0)
+        log_info("tesserad: signal ", si.ssi_signo, ": closing ", conns_.size(), " connection(s) and ", leases_.size(),
+                 " lease(s)");
+      while (!conns_.empty()) drop(conns_.begin()->first, "", "");
+      return false;
+    }
+    if (fd == timer_fd_) {
+      uint64_t ticks;
+      (void)!::read(timer_fd_, &ticks, sizeof ticks);
+      expire_silent();
+    } else if (fd == listen_fd_) {
+      accept_all();
+    } else if (workers_.count(fd)) {
+      serve_worker(fd);
+    } else if (worker_pidfds_.count(fd)) {
+      reap_worker(fd);
+    } else {
+      auto it = conns_.find(fd);
+      if (it != conns_.end() && !serve_connection(it->second)) drop(fd, "", "");
     }
   }
+  return true;
+}
+
+Status Server::send_frame(int fd, const google::protobuf::MessageLite& m) {
+  std::string bytes(4, '\0');
+  if (!m.AppendToString(&bytes)) return internal_error("a message did not serialize");
+  const size_t n = bytes.size() - 4;
+  if (n > kMaxFrameBytes) return out_of_range(str_cat("a reply of ", n, " bytes is over the ", kMaxFrameBytes, " limit"));
+  for (int i = 0; i < 4; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  std::string& out = outbox_[fd];
+  if (out.size() + bytes.size() > kMaxOutbox)
+    return resource_exhausted(str_cat("a peer that reads nothing: ", out.size(), " bytes wait for it"));
+  const bool was_empty = out.empty();
+  out += bytes;
+  if (!was_empty) return Status();
+  if (!flush(fd)) return unavailable("the peer has gone");
+  return Status();
+}
+
+bool Server::flush(int fd) {
+  auto it = outbox_.find(fd);
+  if (it == outbox_.end()) return true;
+  std::string& out = it->second;
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t w = ::send(fd, out.data() + done, out.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (w <= 0) {
+      outbox_.erase(it);
+      return false;
+    }
+    done += static_cast<size_t>(w);
+  }
+  out.erase(0, done);
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | (out.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT));
+  ev.data.fd = fd;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev);
+  if (out.empty()) outbox_.erase(it);
+  return true;
 }
 
 void Server::accept_all() {
   for (;;) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;  // EAGAIN: all taken
+    adopt(fd);
+  }
+}
+
+void Server::adopt(int fd) {
+  {
     Connection c;
     c.fd = fd;
+    c.serial = next_serial_++;
+    serial_fd_[c.serial] = fd;
     ucred cred{};
     socklen_t len = sizeof cred;
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) c.uid = cred.uid, c.pid = cred.pid;
@@ -120,19 +193,13 @@ std::string Server::who(const Connection& c) const {
 }
 
 bool Server::serve_connection(Connection& c) {
-  char buf[65536];
-  bool closed = false;
-  for (;;) {
-    const ssize_t r = ::recv(c.fd, buf, sizeof buf, 0);
-    if (r > 0) {
-      c.in.append(buf, static_cast<size_t>(r));
-      continue;
-    }
-    if (r < 0 && errno == EINTR) continue;
-    closed = r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
-    break;
-  }
+  const bool closed = !receive_available(c.fd, &c.in, &c.fds);
   c.last_seen_ns = now_ns();
+  if (c.fds.size() > 4) {  // descriptors nobody asked for
+    faults_.add(c.tenant ? c.tenant->name : "", "cpu", "bad_message",
+                str_cat(who(c), " sent ", c.fds.size(), " file descriptors unasked"));
+    return false;
+  }
   std::string payload;
   for (;;) {
     Result<bool> got = c.in.next(&payload);
@@ -140,7 +207,7 @@ bool Server::serve_connection(Connection& c) {
       faults_.add(c.tenant ? c.tenant->name : "", "cpu", "bad_message", str_cat(who(c), ": ", got.status().message()));
       Reply reply;
       set_error(&reply, got.status());
-      (void)write_frame(c.fd, reply);
+      (void)send_frame(c.fd, reply);
       return false;
     }
     if (!*got) break;
@@ -150,12 +217,15 @@ bool Server::serve_connection(Connection& c) {
       faults_.add(c.tenant ? c.tenant->name : "", "cpu", "bad_message",
                   str_cat(who(c), ": a frame of ", payload.size(), " bytes is not a request"));
       set_error(&reply, data_loss(str_cat("a frame of ", payload.size(), " bytes is not a request")));
-      (void)write_frame(c.fd, reply);
+      (void)send_frame(c.fd, reply);
       return false;
     }
     reply.set_id(req.id());
+    deferred_ = false;
     const bool keep = handle(c, req, &reply);
-    if (!write_frame(c.fd, reply).ok() || !keep) return false;
+    if (deferred_) ++c.awaiting;
+    else if (!send_frame(c.fd, reply).ok()) return false;
+    if (!keep) return false;
   }
   if (closed) {
     // The peer has gone: with leases held, it died (a client that ends
@@ -203,6 +273,21 @@ bool Server::handle(Connection& c, const Request& req, Reply* reply) {
       }
       if (Status st = faults_.clear(req.fault_clear().id()); !st.ok()) set_error(reply, st);
       return true;
+    case Request::kLoad: load(c, req, reply); return true;
+    case Request::kOpen: open_session(c, req, reply); return true;
+    case Request::kRun: run(c, req, reply); return true;
+    case Request::kClose:
+      if (session_of(c, req.close().session(), "close", reply) != nullptr) close_session(req.close().session(), false);
+      return true;
+    case Request::kCrash: {
+      if (!config_.fault_injection) {
+        set_error(reply, permission_denied("fault injection is off (the config's [testing] fault_injection)"));
+        return true;
+      }
+      CloudSession* s = session_of(c, req.crash().session(), "crash", reply);
+      if (s != nullptr) (void)send_frame(s->worker, req);
+      return true;
+    }
     case Request::BODY_NOT_SET: break;
   }
   set_error(reply, invalid_argument("an empty or unknown request"));
@@ -281,12 +366,23 @@ std::vector<int> Server::choose_cores(int n) const {
 }
 
 void Server::lease(Connection& c, const Lease& l, Reply* reply) {
-  const TenantConfig& t = *c.tenant;
-  if (t.mode == Mode::kCloud) {
-    set_error(reply, unimplemented(str_cat("tenant '", t.name,
-                                           "' is a cloud tenant; this daemon serves appliance tenants only so far")));
+  if (c.tenant->mode == Mode::kCloud) {
+    set_error(reply, failed_precondition(str_cat("tenant '", c.tenant->name,
+                                                 "' is a cloud tenant: its sessions run in the daemon's workers")));
     return;
   }
+  Result<uint64_t> id = grant(c, l.veus(), l.memory_bytes(), l.session());
+  if (!id.ok()) {
+    set_error(reply, id.status());
+    return;
+  }
+  Granted* g = reply->mutable_granted();
+  g->set_lease(*id);
+  for (int p : leases_[*id].cores) g->add_cores(p);
+}
+
+Result<uint64_t> Server::grant(Connection& c, uint32_t want, uint64_t memory_bytes, const std::string& name) {
+  const TenantConfig& t = *c.tenant;
   int sessions = 0, veus = 0;
   uint64_t memory = 0;
   for (const auto& [id, h] : leases_) {
@@ -295,53 +391,43 @@ void Server::lease(Connection& c, const Lease& l, Reply* reply) {
     veus += static_cast<int>(h.cores.size());
     memory += h.memory_bytes;
   }
-  if (sessions + 1 > t.max_sessions) {
-    set_error(reply, resource_exhausted(str_cat("tenant '", t.name, "' holds ", sessions, " session(s); max_sessions is ",
-                                                t.max_sessions)));
-    return;
-  }
-  if (l.memory_bytes() > t.max_memory || memory + l.memory_bytes() > t.max_memory) {
-    set_error(reply, resource_exhausted(str_cat("tenant '", t.name, "' would use ", memory + l.memory_bytes(),
-                                                " bytes; max_memory is ", t.max_memory, " (", memory, " held)")));
-    return;
-  }
+  if (sessions + 1 > t.max_sessions)
+    return resource_exhausted(str_cat("tenant '", t.name, "' holds ", sessions, " session(s); max_sessions is ",
+                                      t.max_sessions));
+  if (memory_bytes > t.max_memory || memory + memory_bytes > t.max_memory)
+    return resource_exhausted(str_cat("tenant '", t.name, "' would use ", memory + memory_bytes, " bytes; max_memory is ",
+                                      t.max_memory, " (", memory, " held)"));
   const int room = t.max_veus - veus;
-  const int wanted = l.veus() == 0 ? std::min(room, free_pus()) : static_cast<int>(std::min<uint32_t>(l.veus(), 1u << 20));
-  if (l.veus() > 0 && wanted > room) {
-    set_error(reply, resource_exhausted(str_cat("tenant '", t.name, "' asks for ", wanted, " vEU(s) holding ", veus,
-                                                "; max_veus is ", t.max_veus)));
-    return;
-  }
-  if (wanted <= 0 || wanted > free_pus()) {
-    set_error(reply, resource_exhausted(str_cat("tenant '", t.name, "' asks for ", std::max(wanted, 1), " vEU(s); ",
-                                                free_pus(), " of ", map_.size(), " core(s) are free",
-                                                room <= 0 ? str_cat(" and it holds its max_veus (", t.max_veus, ")") : "")));
-    return;
-  }
+  const int wanted = want == 0 ? std::min(room, free_pus()) : static_cast<int>(std::min<uint32_t>(want, 1u << 20));
+  if (want > 0 && wanted > room)
+    return resource_exhausted(str_cat("tenant '", t.name, "' asks for ", wanted, " vEU(s) holding ", veus,
+                                      "; max_veus is ", t.max_veus));
+  if (wanted <= 0 || wanted > free_pus())
+    return resource_exhausted(str_cat("tenant '", t.name, "' asks for ", std::max(wanted, 1), " vEU(s); ", free_pus(),
+                                      " of ", map_.size(), " core(s) are free",
+                                      room <= 0 ? str_cat(" and it holds its max_veus (", t.max_veus, ")") : ""));
   std::vector<int> cores = choose_cores(wanted);
-  if (static_cast<int>(cores.size()) != wanted) {
-    set_error(reply, internal_error("no set of free cores found"));
-    return;
-  }
+  if (static_cast<int>(cores.size()) != wanted) return internal_error("no set of free cores found");
   Held h;
   h.id = next_lease_++;
   h.fd = c.fd;
   h.tenant = &t;
   h.cores = cores;
-  h.memory_bytes = l.memory_bytes();
-  h.session = l.session().substr(0, 200);
+  h.memory_bytes = memory_bytes;
+  h.session = name.substr(0, 200);
   h.pid = c.pid;
   for (int p : cores) pu_lease_[static_cast<size_t>(p)] = h.id;
-  Granted* g = reply->mutable_granted();
-  g->set_lease(h.id);
-  for (int p : cores) g->add_cores(p);
   log_info("tesserad: lease ", h.id, " to tenant '", t.name, "': cores ", str_join(cores, ","), " (", h.session, ")");
-  leases_.emplace(h.id, std::move(h));
+  const uint64_t id = h.id;
+  leases_.emplace(id, std::move(h));
+  return id;
 }
 
 void Server::release(Connection& c, uint64_t id, Reply* reply) {
   auto it = leases_.find(id);
-  if (it == leases_.end() || it->second.fd != c.fd) {
+  bool cloud = false;
+  for (const auto& [sid, cs] : sessions_) cloud = cloud || cs.lease == id;
+  if (it == leases_.end() || it->second.fd != c.fd || cloud) {
     set_error(reply, not_found(str_cat("no lease ", id, " on this connection")));
     faults_.add(c.tenant->name, "cpu", "refused_request", str_cat(who(c), " released lease ", id, ", not one of its own"));
     return;
@@ -393,25 +479,384 @@ void Server::status(const Connection& c, ServerStatus* out) const {
 void Server::drop(int fd, const std::string& kind, const std::string& why) {
   auto it = conns_.find(fd);
   if (it == conns_.end()) return;
+  int held = 0;
+  for (const auto& [id, h] : leases_) held += h.fd == fd;
+  if (held > 0 && !why.empty()) faults_.add(it->second.tenant ? it->second.tenant->name : "", "cpu", kind, why);
+  std::vector<uint64_t> theirs;
+  for (const auto& [id, cs] : sessions_)
+    if (cs.client == it->second.serial) theirs.push_back(id);
+  for (uint64_t id : theirs) close_session(id, true);
+  for (int f : it->second.fds) ::close(f);
+  serial_fd_.erase(it->second.serial);
   std::vector<uint64_t> mine;
   for (const auto& [id, h] : leases_)
     if (h.fd == fd) mine.push_back(id);
-  if (!mine.empty() && !why.empty())
-    faults_.add(it->second.tenant ? it->second.tenant->name : "", "cpu", kind, why);
   for (uint64_t id : mine) {
     for (int p : leases_[id].cores) pu_lease_[static_cast<size_t>(p)] = 0;
     leases_.erase(id);
   }
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   ::close(fd);
+  outbox_.erase(fd);
   conns_.erase(it);
+}
+
+// ------------------------------------------------------------- cloud mode ---
+
+void Server::answer(uint64_t client, Reply& reply) {
+  auto it = serial_fd_.find(client);
+  if (it == serial_fd_.end()) return;  // the client has gone
+  Connection& c = conns_[it->second];
+  if (c.awaiting > 0) --c.awaiting;
+  c.last_seen_ns = now_ns();  // its silence counts from the answer
+  if (!send_frame(it->second, reply).ok()) drop(it->second, "", "");
+}
+
+Server::CloudSession* Server::session_of(Connection& c, uint64_t id, const char* what, Reply* reply) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end() || it->second.client != c.serial) {
+    set_error(reply, not_found(str_cat("no session ", id, " on this connection")));
+    faults_.add(c.tenant->name, "cpu", "refused_request", str_cat(who(c), " asked to ", what, " session ", id,
+                                                                   ", not one of its own"));
+    return nullptr;
+  }
+  return &it->second;
+}
+
+void Server::load(Connection& c, const Request& req, Reply* reply) {
+  const Load& l = req.load();
+  if (c.tenant->mode != Mode::kCloud) {
+    set_error(reply, failed_precondition(str_cat("tenant '", c.tenant->name,
+                                                 "' is an appliance tenant: it compiles and runs in its own process")));
+    return;
+  }
+  // The bytes, into the daemon's own copy (whatever the client does to its
+  // file afterwards), named by their hash.
+  std::string bytes;
+  if (l.model_in_fd()) {
+    if (c.fds.empty()) {
+      set_error(reply, invalid_argument("Load says the model is in a file descriptor, but none came with it"));
+      return;
+    }
+    const int fd = c.fds.front();
+    c.fds.erase(c.fds.begin());
+    struct stat st{};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > c.tenant->max_memory) {
+      ::close(fd);
+      set_error(reply, invalid_argument(str_cat("the model's descriptor must be a regular file of at most max_memory (",
+                                                c.tenant->max_memory, ") bytes")));
+      return;
+    }
+    bytes.resize(static_cast<size_t>(st.st_size));
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t r = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+      if (r <= 0) break;
+      done += static_cast<size_t>(r);
+    }
+    ::close(fd);
+    bytes.resize(done);
+  } else {
+    bytes = l.model();
+  }
+  if (bytes.empty()) {
+    set_error(reply, invalid_argument("Load: the model has no bytes"));
+    return;
+  }
+  const std::string hash = sha256_hex(bytes);
+  const std::string dir = config_.state_dir + "/models";
+  const std::string path = dir + "/" + hash + ".onnx";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!std::filesystem::exists(path)) {
+    const std::string tmp = str_cat(path, ".tmp");
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    f.close();
+    if (!f || std::rename(tmp.c_str(), path.c_str()) != 0) {
+      set_error(reply, internal_error(str_cat("cannot write ", path)));
+      return;
+    }
+  }
+  // Inspected in a worker: the daemon does not parse what tenants send.
+  SessionOpen inspect;
+  inspect.set_model_path(path);
+  for (const TensorDesc& d : l.shapes()) *inspect.add_shapes() = d;
+  Result<int> w = spawn_worker(inspect, 0, c.tenant->name);
+  if (!w.ok()) {
+    set_error(reply, w.status());
+    return;
+  }
+  Worker& k = workers_[*w];
+  k.model = hash;
+  k.pending.push_back({c.serial, req.id(), Worker::Pending::kInspect});
+  c.models[hash] = {path, l.name().substr(0, 200), {l.shapes().begin(), l.shapes().end()}, {}, {}};
+  deferred_ = true;
+}
+
+void Server::open_session(Connection& c, const Request& req, Reply* reply) {
+  const SessionOpen& o = req.open();
+  auto m = c.models.find(o.model());
+  if (m == c.models.end() || m->second.inputs.empty()) {
+    set_error(reply, not_found(str_cat("no model '", o.model().substr(0, 80), "' loaded on this connection")));
+    return;
+  }
+  if (!o.model_path().empty() || o.cores_size() > 0) {
+    set_error(reply, invalid_argument("SessionOpen: model_path and cores are the daemon's to set"));
+    faults_.add(c.tenant->name, "cpu", "refused_request", str_cat(who(c), " set model_path or cores in SessionOpen"));
+    return;
+  }
+  std::error_code ec;
+  const uint64_t bytes = std::filesystem::file_size(m->second.path, ec);
+  Result<uint64_t> lease = grant(c, o.veus(), ec ? 0 : bytes, m->second.name);
+  if (!lease.ok()) {
+    set_error(reply, lease.status());
+    return;
+  }
+  SessionOpen start;
+  start.set_model_path(m->second.path);
+  for (int p : leases_[*lease].cores) start.add_cores(static_cast<int32_t>(p));
+  start.set_veus(static_cast<uint32_t>(start.cores_size()));
+  for (const TensorDesc& d : m->second.shapes) *start.add_shapes() = d;
+  const uint64_t id = next_session_++;
+  Result<int> w = spawn_worker(start, id, c.tenant->name);
+  if (!w.ok()) {
+    for (int p : leases_[*lease].cores) pu_lease_[static_cast<size_t>(p)] = 0;
+    leases_.erase(*lease);
+    set_error(reply, w.status());
+    return;
+  }
+  CloudSession s;
+  s.id = id;
+  s.client = c.serial;
+  s.tenant = c.tenant;
+  s.lease = *lease;
+  s.model = o.model();
+  s.inputs = m->second.inputs;
+  s.outputs = m->second.outputs;
+  s.worker = *w;
+  sessions_.emplace(id, std::move(s));
+  workers_[*w].pending.push_back({c.serial, req.id(), Worker::Pending::kOpen});
+  deferred_ = true;
+}
+
+void Server::run(Connection& c, const Request& req, Reply* reply) {
+  CloudSession* s = session_of(c, req.run().session(), "run", reply);
+  if (s == nullptr) return;
+  // Every input the session takes, once, of its dtype and shape, with
+  // exactly its bytes; nothing else.
+  const auto& given = req.run().inputs();
+  Status bad;
+  for (const TensorDesc& in : s->inputs) {
+    int seen = 0;
+    for (const TensorData& d : given) {
+      if (d.name() != in.name()) continue;
+      ++seen;
+      uint64_t n = dtype_size(static_cast<DType>(in.dtype()));
+      for (int64_t x : in.shape()) n *= static_cast<uint64_t>(x);
+      const bool same_shape = std::equal(d.shape().begin(), d.shape().end(), in.shape().begin(), in.shape().end());
+      if (d.dtype() != in.dtype() || !same_shape)
+        bad = invalid_argument(str_cat("input '", in.name(), "' must be ", dtype_name(static_cast<DType>(in.dtype())), " ",
+                                       str_join(in.shape(), "x")));
+      else if (d.data().size() != n)
+        bad = invalid_argument(str_cat("input '", in.name(), "' has ", d.data().size(), " bytes; its dtype and shape make ", n));
+    }
+    if (seen != 1 && bad.ok())
+      bad = invalid_argument(str_cat("input '", in.name(), "' is given ", seen, " times (once expected)"));
+  }
+  if (bad.ok() && given.size() != static_cast<int>(s->inputs.size()))
+    bad = invalid_argument(str_cat("the session takes ", s->inputs.size(), " input(s); ", given.size(), " given"));
+  if (!bad.ok()) {
+    set_error(reply, bad);
+    faults_.add(c.tenant->name, "cpu", "refused_request", str_cat(who(c), ", session ", s->id, ": ", bad.message()));
+    return;
+  }
+  Worker& w = workers_[s->worker];
+  if (!send_frame(w.fd, req).ok()) {
+    set_error(reply, unavailable(str_cat("session ", s->id, ": its worker is restarting; run again")));
+    return;
+  }
+  w.pending.push_back({c.serial, req.id(), Worker::Pending::kRun});
+  deferred_ = true;
+}
+
+void Server::close_session(uint64_t id, bool kill_worker) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  auto w = workers_.find(it->second.worker);
+  if (w != workers_.end()) {
+    w->second.closing = true;
+    w->second.session = 0;
+    if (kill_worker) {
+      ::kill(w->second.pid, SIGKILL);
+    } else {
+      Request bye;
+      bye.mutable_close()->set_session(id);
+      if (!send_frame(w->second.fd, bye).ok()) ::kill(w->second.pid, SIGKILL);
+    }
+  }
+  auto l = leases_.find(it->second.lease);
+  if (l != leases_.end()) {
+    for (int p : l->second.cores) pu_lease_[static_cast<size_t>(p)] = 0;
+    leases_.erase(l);
+  }
+  sessions_.erase(it);
+}
+
+Result<int> Server::spawn_worker(const SessionOpen& open, uint64_t session, const std::string& tenant) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    return resource_exhausted(str_cat("socketpair: ", std::strerror(errno)));
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(sv[0]), ::close(sv[1]);
+    return resource_exhausted(str_cat("fork: ", std::strerror(errno)));
+  }
+  if (pid == 0) {  // the worker: its socket as fd 3, nothing else inherited
+    ::dup2(sv[1], 3);
+    ::close_range(4, ~0u, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    // Its cores are set by the session it opens (each vEU's thread pinned
+    // to its core, the caller's at the first run, before the gate closes).
+    ::execl(worker_exe_.c_str(), "tesserad", "--worker", "3", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(sv[1]);
+  const int fd = sv[0];
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  Worker w;
+  w.session = session;
+  w.pid = pid;
+  w.fd = fd;
+  w.pidfd = pidfd;
+  w.open = open;
+  w.tenant = tenant;
+  Request first;
+  *first.mutable_open() = open;
+  if (pidfd < 0 || !write_frame(fd, first).ok()) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    ::close(fd);
+    if (pidfd >= 0) ::close(pidfd);
+    return internal_error("cannot start a worker");
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  for (int f : {fd, pidfd}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = f;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, f, &ev);
+  }
+  worker_pidfds_[pidfd] = fd;
+  workers_.emplace(fd, std::move(w));
+  return fd;
+}
+
+void Server::serve_worker(int fd) {
+  Worker& w = workers_[fd];
+  std::vector<int> stray;
+  const bool open = receive_available(fd, &w.in, &stray);
+  for (int f : stray) ::close(f);
+  std::string payload;
+  for (;;) {
+    Result<bool> got = w.in.next(&payload);
+    if (!got.ok() || !*got) break;
+    Reply reply;
+    if (!reply.ParseFromString(payload) || w.pending.empty()) break;
+    const Worker::Pending p = w.pending.front();
+    w.pending.pop_front();
+    reply.set_id(p.request);
+    if (p.kind == Worker::Pending::kInspect) {
+      auto c = serial_fd_.count(p.client) ? conns_.find(serial_fd_[p.client]) : conns_.end();
+      if (c != conns_.end()) {
+        auto m = c->second.models.find(w.model);
+        if (reply.code() != 0) {
+          if (m != c->second.models.end()) c->second.models.erase(m);
+        } else if (m != c->second.models.end()) {
+          m->second.inputs = {reply.loaded().inputs().begin(), reply.loaded().inputs().end()};
+          m->second.outputs = {reply.loaded().outputs().begin(), reply.loaded().outputs().end()};
+          reply.mutable_loaded()->set_model(w.model);
+        }
+      }
+      answer(p.client, reply);
+    } else if (p.kind == Worker::Pending::kOpen) {
+      auto s = sessions_.find(w.session);
+      if (reply.code() != 0 || s == sessions_.end()) {
+        if (p.client == 0 && s != sessions_.end())
+          faults_.add(w.tenant, "cpu", "worker_restart_failed", str_cat("session ", w.session, ": ", reply.message()));
+        if (s != sessions_.end()) close_session(s->first, true);
+        if (p.client != 0) answer(p.client, reply);
+        continue;
+      }
+      if (p.client != 0) {
+        reply.mutable_opened()->set_session(s->first);
+        answer(p.client, reply);
+      }
+    } else {
+      answer(p.client, reply);
+    }
+  }
+  if (!open) {  // it has gone, or is going: make sure, and let its pidfd tell
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    ::kill(w.pid, SIGKILL);
+  }
+}
+
+void Server::reap_worker(int pidfd) {
+  const int fd = worker_pidfds_[pidfd];
+  worker_pidfds_.erase(pidfd);
+  Worker w = std::move(workers_[fd]);
+  workers_.erase(fd);
+  int status = 0;
+  ::waitpid(w.pid, &status, WNOHANG);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, pidfd, nullptr);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  ::close(pidfd);
+  ::close(fd);
+  outbox_.erase(fd);
+  const char* abbrev = WIFSIGNALED(status) ? sigabbrev_np(WTERMSIG(status)) : nullptr;
+  const std::string how = WIFSIGNALED(status) ? str_cat("signal ", WTERMSIG(status), " (SIG", abbrev ? abbrev : "?", ": ",
+                                                        strsignal(WTERMSIG(status)), ")")
+                                              : str_cat("exit status ", WEXITSTATUS(status));
+  // What it still owed: an error each.
+  for (const Worker::Pending& p : w.pending) {
+    Reply r;
+    r.set_id(p.request);
+    set_error(&r, internal_error(str_cat(p.kind == Worker::Pending::kInspect ? "the model's inspection" : "the session's worker",
+                                         " ended (", how, ")",
+                                         w.session != 0 && !w.closing ? "; it is restarting: run again" : "")));
+    answer(p.client, r);
+  }
+  if (w.closing || w.session == 0) {
+    if (w.session == 0 && WIFSIGNALED(status) && !w.closing)
+      faults_.add(w.tenant, "cpu", "worker_crash", str_cat("inspecting a model: ", how));
+    return;
+  }
+  auto s = sessions_.find(w.session);
+  if (s == sessions_.end()) return;
+  faults_.add(w.tenant, "cpu", "worker_crash", str_cat("session ", w.session, " (pid ", w.pid, "): ", how));
+  if (++s->second.restarts > 10) {
+    faults_.add(w.tenant, "cpu", "worker_restart_failed", str_cat("session ", w.session, ": 10 restarts; closed"));
+    close_session(w.session, true);
+    return;
+  }
+  Result<int> again = spawn_worker(w.open, w.session, w.tenant);
+  if (!again.ok()) {
+    faults_.add(w.tenant, "cpu", "worker_restart_failed", str_cat("session ", w.session, ": ", again.status().message()));
+    close_session(w.session, true);
+    return;
+  }
+  s->second.worker = *again;
+  workers_[*again].pending.push_back({0, 0, Worker::Pending::kOpen});
 }
 
 void Server::expire_silent() {
   const int64_t now = now_ns(), limit = static_cast<int64_t>(config_.lease_timeout_s * 1e9);
   std::vector<std::pair<int, std::string>> silent;
   for (const auto& [fd, c] : conns_)
-    if (now - c.last_seen_ns > limit)
+    if (c.awaiting == 0 && now - c.last_seen_ns > limit)
       silent.emplace_back(fd, str_cat(who(c), " was silent for ", (now - c.last_seen_ns) / 1000000, " ms (lease_timeout_s ",
                                       config_.lease_timeout_s, "); its leases are reclaimed"));
   for (const auto& [fd, why] : silent) drop(fd, "lease_expired", why);

@@ -6,7 +6,10 @@
 // them), and records faults. docs/daemon.md explains the model.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -29,15 +32,32 @@ class Server {
   // through a signalfd), then closes every connection; the leases go with
   // them.
   Status serve();
+  // One turn of the loop: waits up to `timeout_ms` (-1: until something
+  // happens) and serves what happened. False once a signal has ended it.
+  Result<bool> step(int timeout_ms);
+  // A connected socket (non-blocking) served as if accepted on the
+  // daemon's socket; the fuzzer feeds requests through it.
+  void adopt(int fd);
+  // The program started as `PROGRAM --worker FD` for workers (default:
+  // this one).
+  void set_worker_program(std::string path) { worker_exe_ = std::move(path); }
 
  private:
+  struct ModelInfo {  // a model a cloud connection has loaded
+    std::string path, name;
+    std::vector<TensorDesc> shapes, inputs, outputs;
+  };
   struct Connection {
+    uint64_t serial = 0;  // never reused (fds are): replies find their client by it
+    std::vector<int> fds;  // received with its frames, not yet taken by a request
+    std::map<std::string, ModelInfo> models;  // by content hash
     int fd = -1;
     uint32_t uid = 0;
     int pid = 0;
     std::string client;
     const TenantConfig* tenant = nullptr;  // after a good Hello
     int64_t last_seen_ns = 0;
+    int awaiting = 0;  // requests the daemon answers later (not silence while it does)
     FrameReader in;
   };
   struct Held {  // a lease granted
@@ -50,6 +70,42 @@ class Server {
     int pid = 0;
   };
 
+  // A cloud session: its lease, what it takes and gives, and its worker.
+  struct CloudSession {
+    uint64_t id = 0;
+    uint64_t client = 0;  // Connection::serial
+    const TenantConfig* tenant = nullptr;
+    uint64_t lease = 0;
+    std::string model;
+    std::vector<TensorDesc> inputs, outputs;
+    int worker = -1;  // its worker's socket
+    int restarts = 0;
+  };
+  // A worker process: a session's, or one inspecting a model (session 0).
+  struct Worker {
+    uint64_t session = 0;
+    pid_t pid = -1;
+    int fd = -1, pidfd = -1;
+    FrameReader in;
+    SessionOpen open;  // what it was started with
+    std::string tenant;
+    std::string model;  // inspect: the hash it inspects
+    struct Pending {
+      uint64_t client;  // Connection::serial; 0: the daemon's own (a restart)
+      uint64_t request;
+      enum Kind { kInspect, kOpen, kRun } kind;
+    };
+    std::deque<Pending> pending;  // requests it has, in order
+    bool closing = false;  // the daemon ended it
+  };
+
+  // A frame to a client or worker, without blocking: what the socket does
+  // not take now waits in its outbox and goes when it can (EPOLLOUT). A
+  // peer that lets more than kMaxOutbox wait is dropped.
+  Status send_frame(int fd, const google::protobuf::MessageLite& m);
+  bool flush(int fd);
+  static constexpr size_t kMaxOutbox = size_t{64} << 20;
+
   void accept_all();
   // Reads what the connection sent and answers each whole request; false
   // when the connection is to be closed.
@@ -60,6 +116,18 @@ class Server {
   void lease(Connection& c, const Lease& l, Reply* reply);
   void release(Connection& c, uint64_t id, Reply* reply);
   void status(const Connection& c, ServerStatus* out) const;
+  // Cloud mode.
+  void load(Connection& c, const Request& req, Reply* reply);
+  void open_session(Connection& c, const Request& req, Reply* reply);
+  void run(Connection& c, const Request& req, Reply* reply);
+  void close_session(uint64_t id, bool kill_worker);
+  CloudSession* session_of(Connection& c, uint64_t id, const char* what, Reply* reply);
+  Result<int> spawn_worker(const SessionOpen& open, uint64_t session, const std::string& tenant);
+  void serve_worker(int fd);
+  void reap_worker(int pidfd);
+  void answer(uint64_t client, Reply& reply);
+  // A lease of `veus` cores for tenant `t` (quotas checked).
+  Result<uint64_t> grant(Connection& c, uint32_t veus, uint64_t memory_bytes, const std::string& session);
   // Closes a connection and reclaims its leases; `why` (when not empty)
   // is recorded as a fault of `kind` if it held any.
   void drop(int fd, const std::string& kind, const std::string& why);
@@ -77,6 +145,14 @@ class Server {
   std::map<int, Connection> conns_;
   std::map<uint64_t, Held> leases_;
   std::vector<uint64_t> pu_lease_;  // per PU: the lease holding it, 0 free
+  std::map<uint64_t, CloudSession> sessions_;
+  std::map<int, Worker> workers_;    // by socket
+  std::map<int, int> worker_pidfds_;  // pidfd -> its worker's socket
+  std::map<uint64_t, int> serial_fd_;  // Connection::serial -> fd
+  uint64_t next_serial_ = 1, next_session_ = 1;
+  std::map<int, std::string> outbox_;  // per fd: bytes the socket has not taken yet
+  bool deferred_ = false;
+  std::string worker_exe_ = "/proc/self/exe";  // the request being handled is answered later
   uint64_t next_lease_ = 1;
   int64_t started_ns_ = 0;
 };

@@ -2,12 +2,14 @@
 // clients (docs/daemon.md). Foreground; logs to stderr; SIGTERM or SIGINT
 // closes every connection (their leases go with them) and exits 0.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "base/log.h"
 #include "daemon/config.h"
 #include "daemon/server.h"
+#include "daemon/worker.h"
 #include "tessera/host_map.h"
 #include "tessera/runtime.h"
 
@@ -38,6 +40,11 @@ int fail(const std::string& what) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A cloud session's worker, started by the daemon (worker.h).
+  if (argc == 3 && std::strcmp(argv[1], "--worker") == 0) {
+    tessera::log_set_level(tessera::LogLevel::kWarning);
+    return tessera::daemon::worker_main(std::atoi(argv[2]));
+  }
   std::string config_path;
   bool check = false;
   tessera::log_set_level(tessera::LogLevel::kInfo);

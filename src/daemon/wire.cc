@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -73,13 +74,32 @@ Result<int> listen_unix(const std::string& path) {
   return fd;
 }
 
-Status write_frame(int fd, const google::protobuf::MessageLite& m) {
+Status write_frame(int fd, const google::protobuf::MessageLite& m, int pass_fd) {
   std::string bytes(4, '\0');
   if (!m.AppendToString(&bytes)) return internal_error("a message did not serialize");
   const size_t n = bytes.size() - 4;
   if (n > kMaxFrameBytes) return out_of_range(str_cat("a message of ", n, " bytes is over the ", kMaxFrameBytes, " limit"));
   for (int i = 0; i < 4; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
   size_t done = 0;
+  if (pass_fd >= 0) {  // the descriptor rides on the frame's first bytes
+    iovec iov{bytes.data(), bytes.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    ssize_t w;
+    do w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    while (w < 0 && errno == EINTR);
+    if (w <= 0) return unavailable(str_cat("the connection closed while writing: ", std::strerror(errno)));
+    done = static_cast<size_t>(w);
+  }
   while (done < bytes.size()) {
     const ssize_t w = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
@@ -112,6 +132,33 @@ Status read_frame(int fd, google::protobuf::MessageLite* m) {
   TESSERA_RETURN_IF_ERROR(read_exact(fd, payload.data(), n));
   if (!m->ParseFromString(payload)) return data_loss(str_cat("a frame of ", n, " bytes is not a valid message"));
   return Status();
+}
+
+bool receive_available(int fd, FrameReader* in, std::vector<int>* fds) {
+  char buf[65536];
+  for (;;) {
+    iovec iov{buf, sizeof buf};
+    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t r = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < k; ++i) {
+        int got;
+        std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        fds->push_back(got);
+      }
+    }
+    if (r == 0) return false;
+    in->append(buf, static_cast<size_t>(r));
+  }
 }
 
 Result<bool> FrameReader::next(std::string* payload) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "daemon/protocol.pb.h"
 #include "tessera/status.h"
@@ -27,8 +28,14 @@ Result<int> connect_unix(const std::string& path);
 // socket file nobody listens on is replaced; a live one is refused.
 Result<int> listen_unix(const std::string& path);
 
-// One frame, written whole (blocking; no SIGPIPE).
-Status write_frame(int fd, const google::protobuf::MessageLite& m);
+// One frame, written whole (blocking; no SIGPIPE); `pass_fd` (when not
+// -1) travels with it as SCM_RIGHTS.
+Status write_frame(int fd, const google::protobuf::MessageLite& m, int pass_fd = -1);
+// What arrived on a non-blocking socket: bytes into `in`, file
+// descriptors passed with them appended to `fds` (close-on-exec). Returns
+// false once the peer has closed (or the socket failed).
+class FrameReader;
+bool receive_available(int fd, FrameReader* in, std::vector<int>* fds);
 // One frame, read whole and parsed (blocking). Unavailable when the peer
 // has closed; DataLoss for a frame that is too long or does not parse.
 Status read_frame(int fd, google::protobuf::MessageLite* m);

@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""Writes small valid ONNX models into a folder: the fuzzer's seed corpus."""
+"""Writes the fuzzers' seed corpora: small valid ONNX models into a folder,
+or (--daemon OUT SRC) good request sequences for tesserad, whose first
+byte (odd: a Hello is put first by the fuzzer) is followed by frames."""
 import os
 import sys
 
@@ -50,5 +52,39 @@ def main(out):
         onnx.save(m, os.path.join(out, name + ".onnx"))
 
 
+def daemon_seeds(out, src):
+    import struct
+    import subprocess
+    import tempfile
+    gen = tempfile.mkdtemp()
+    subprocess.run(["protoc", f"--python_out={gen}", f"-I{src}", os.path.join(src, "daemon", "protocol.proto")], check=True)
+    sys.path.insert(0, gen)
+    from daemon import protocol_pb2 as pb
+
+    def frame(i, fill):
+        r = pb.Request(id=i)
+        fill(r)
+        b = r.SerializeToString()
+        return struct.pack("<I", len(b)) + b
+
+    os.makedirs(out, exist_ok=True)
+    seqs = {
+        "status": [lambda r: r.status.SetInParent(), lambda r: r.faults.SetInParent(), lambda r: r.ping.SetInParent()],
+        "lease": [lambda r: setattr(r.lease, "veus", 1), lambda r: setattr(r.release, "lease", 1),
+                  lambda r: setattr(r.release, "lease", 7)],
+        "run": [lambda r: setattr(r.load, "model", b"\x08\x07"), lambda r: setattr(r.open, "model", "0" * 64),
+                lambda r: (setattr(r.run, "session", 1), r.run.inputs.add(name="x", dtype=1, shape=[2], data=b"\0" * 8)),
+                lambda r: setattr(r.close, "session", 1), lambda r: setattr(r.crash, "session", 1)],
+        "clear": [lambda r: setattr(r.fault_clear, "id", 1)],
+    }
+    for name, fills in seqs.items():
+        for first in (1, 5):  # appliance or cloud tenant
+            with open(os.path.join(out, f"{name}-{first}.bin"), "wb") as f:
+                f.write(bytes([first]) + b"".join(frame(i + 2, fill) for i, fill in enumerate(fills)))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--daemon":
+        daemon_seeds(sys.argv[2], sys.argv[3])
+    else:
+        main(sys.argv[1])

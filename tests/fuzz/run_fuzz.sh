@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the libFuzzer targets: run_fuzz.sh FUZZ_BUILD_DIR SECONDS
 # Each target gets SECONDS: fuzz_onnx_import (ONNX bytes through the
-# importer and compiler) and fuzz_executable_load (Executable bytes through
-# the loader, then a run). Corpora live in FUZZ_BUILD_DIR/corpus-<target>
+# importer and compiler), fuzz_executable_load (Executable bytes through
+# the loader, then a run) and fuzz_daemon_request (a client's bytes through
+# tesserad's framing, decoding and validation). Corpora live in FUZZ_BUILD_DIR/corpus-<target>
 # (seeded with small models) and grow across runs; crashes are written to
 # FUZZ_BUILD_DIR/crashes/.
 set -euo pipefail
@@ -43,3 +44,7 @@ run() {  # run TARGET SEEDS
 }
 run fuzz_onnx_import "$build/seeds"
 run fuzz_executable_load "$build/seeds-tsx"
+# Daemon requests: seeds are good request sequences (Hello, then Status,
+# Lease, Release, Load, Run, ...), written by make_seeds.py --daemon.
+/usr/bin/python3 "$here/make_seeds.py" --daemon "$build/seeds-daemon" "$here/../../src"
+run fuzz_daemon_request "$build/seeds-daemon"
