@@ -20,6 +20,8 @@ int devices_main(int argc, char** argv);
 int token_main(int argc, char** argv);
 int status_main(int argc, char** argv);
 int faults_main(int argc, char** argv);
+int daemon_main(int argc, char** argv);
+int top_main(int argc, char** argv);
 // --connect URI (else $TESSERA_CONNECT, else "local"), --token,
 // --token-file: the Runtime a command talks to (daemon_cmds.cc).
 std::string connect_uri(const cli::Args& a);

@@ -23,7 +23,9 @@ void print_help() {
       "  ops                  list supported ops and their rKernels\n"
       "  status               show a daemon (tesserad): tenants, sessions, vDevices (--connect URI)\n"
       "  faults               list a daemon's fault records; --clear ID\n"
-      "  token                hash a tenant's token for tesserad's config, or make a new one\n\n"
+      "  top                  a live view of a daemon: vDevices, runs/s, latency, tenants\n"
+      "  token                hash a tenant's token for tesserad's config, or make a new one\n"
+      "  daemon               start, stop or check tesserad (--config FILE)\n\n"
       "options:\n"
       "  --version            print the version\n"
       "  --help, -h           show this help (also: tessera <command> --help)\n");
@@ -59,7 +61,9 @@ int main(int argc, char** argv) {
   if (cmd == "status") return tessera::tools::status_main(argc - 2, argv + 2);
   if (cmd == "faults") return tessera::tools::faults_main(argc - 2, argv + 2);
   if (cmd == "token") return tessera::tools::token_main(argc - 2, argv + 2);
-  std::fprintf(stderr, "tessera: error: unknown command '%s' (commands: run, compile, inspect, plan, profile, topo, devices, ops, status, faults, token; see tessera --help)\n",
+  if (cmd == "daemon") return tessera::tools::daemon_main(argc - 2, argv + 2);
+  if (cmd == "top") return tessera::tools::top_main(argc - 2, argv + 2);
+  std::fprintf(stderr, "tessera: error: unknown command '%s' (commands: run, compile, inspect, plan, profile, topo, devices, ops, status, faults, top, token, daemon; see tessera --help)\n",
                cmd.c_str());
   return 2;
 }

@@ -40,6 +40,12 @@ struct VDeviceStatus {
   std::string tenant, session;
   uint64_t memory_bytes = 0;
   int pid = 0;  // the client process holding it
+  std::string mode;  // its tenant's: "appliance" or "cloud"
+  // Since the lease began: runs finished, the time they computed, the sum
+  // of their latencies (cloud: as the daemon sees them; appliance: as the
+  // client reports them with its pings, a fraction of a lease timeout late).
+  uint64_t runs = 0;
+  double busy_s = 0, latency_s = 0, age_s = 0;
 };
 
 struct DeviceStatus {

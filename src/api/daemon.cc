@@ -197,7 +197,8 @@ Result<ServerStatus> Runtime::status() const {
   for (const daemon::DeviceStatus& d : r.devices()) {
     DeviceStatus ds{d.name(), d.kind(), {d.pus().begin(), d.pus().end()}, static_cast<int>(d.free_veus()), {}};
     for (const daemon::VDevice& v : d.vdevices())
-      ds.vdevices.push_back({v.lease(), {v.cores().begin(), v.cores().end()}, v.tenant(), v.session(), v.memory_bytes(), v.pid()});
+      ds.vdevices.push_back({v.lease(), {v.cores().begin(), v.cores().end()}, v.tenant(), v.session(), v.memory_bytes(),
+                             v.pid(), v.mode(), v.runs(), v.busy_s(), v.latency_s(), v.age_s()});
     out.devices.push_back(std::move(ds));
   }
   return out;
@@ -235,7 +236,8 @@ std::string status_to_json(const ServerStatus& s) {
     dj["vdevices"] = nlohmann::json::array();
     for (const VDeviceStatus& v : d.vdevices)
       dj["vdevices"].push_back({{"lease", v.lease}, {"cores", v.cores}, {"tenant", v.tenant}, {"session", v.session},
-                                {"memory_bytes", v.memory_bytes}, {"pid", v.pid}});
+                                {"memory_bytes", v.memory_bytes}, {"pid", v.pid}, {"mode", v.mode}, {"runs", v.runs},
+                                {"busy_s", v.busy_s}, {"latency_s", v.latency_s}, {"age_s", v.age_s}});
     j["devices"].push_back(std::move(dj));
   }
   return j.dump();

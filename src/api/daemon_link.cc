@@ -87,9 +87,11 @@ void DaemonLink::heartbeat() {
   const auto period = std::chrono::milliseconds(std::max<uint32_t>(welcome_.lease_timeout_ms() / 4, 10));
   std::unique_lock<std::mutex> lock(stop_mu_);
   while (!stop_cv_.wait_for(lock, period, [&] { return stopping_; })) {
+    std::function<void(daemon::Ping*)> stats = ping_stats_;
     lock.unlock();
     daemon::Request ping;
     ping.mutable_ping();
+    if (stats) stats(ping.mutable_ping());
     Result<daemon::Reply> r = call(std::move(ping));
     lock.lock();
     if (!r.ok()) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +29,12 @@ class DaemonLink {
   // `pass_fd` (when not -1) travels with the request (SCM_RIGHTS).
   Result<daemon::Reply> call(daemon::Request request, int pass_fd = -1);
   const daemon::Welcome& welcome() const { return welcome_; }
+  // What each ping carries besides being one (appliance sessions' counts);
+  // called on the heartbeat thread. Set before the first ping matters.
+  void set_ping_stats(std::function<void(daemon::Ping*)> f) {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    ping_stats_ = std::move(f);
+  }
   const std::string& path() const { return path_; }
 
  private:
@@ -42,6 +49,7 @@ class DaemonLink {
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;
+  std::function<void(daemon::Ping*)> ping_stats_;  // guarded by stop_mu_
   std::thread heartbeat_;
 };
 

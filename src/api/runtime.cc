@@ -204,6 +204,16 @@ Result<Runtime> connect(const std::string& uri, const ConnectOptions& options) {
     auto s = std::make_shared<RuntimeState>();
     s->uri = uri;
     TESSERA_ASSIGN_OR_RETURN(s->daemon, DaemonLink::open(uri, options));
+    s->daemon->set_ping_stats([rt = s.get()](daemon::Ping* ping) {
+      std::lock_guard<std::mutex> lock(rt->mu);
+      for (const auto& [lease, c] : rt->leased) {
+        daemon::LeaseStats* x = ping->add_stats();
+        x->set_lease(lease);
+        x->set_runs(c->runs.load(std::memory_order_relaxed));
+        x->set_busy_s(static_cast<double>(c->busy_ns.load(std::memory_order_relaxed)) / 1e9);
+        x->set_latency_s(static_cast<double>(c->wall_ns.load(std::memory_order_relaxed)) / 1e9);
+      }
+    });
     return Runtime(s);
   }
   if (uri.empty() || uri == "local") {
@@ -345,6 +355,10 @@ Result<Session> Model::session(const SessionOptions& so) {
     const uint64_t bytes = std::filesystem::file_size(s_->path, ec);
     TESSERA_ASSIGN_OR_RETURN(st->slots, s_->runtime->lease(veus, ec ? 0 : bytes, s_->path, &st->lease));
     veus = static_cast<int>(st->slots.size());
+    {
+      std::lock_guard<std::mutex> lock(s_->runtime->mu);
+      s_->runtime->leased[st->lease] = st->counters;
+    }
   } else if (device->info().kind == "cpu") {
     bool shared = false;
     TESSERA_ASSIGN_OR_RETURN(st->slots, s_->runtime->acquire(veus, so.cores, &shared));

@@ -60,7 +60,13 @@ SessionState::~SessionState() {
   }
   loaded.reset();
   if (remote != 0) close_remote(*this);
-  else if (runtime && lease != 0) runtime->end_lease(lease);
+  else if (runtime && lease != 0) {
+    {
+      std::lock_guard<std::mutex> lock(runtime->mu);
+      runtime->leased.erase(lease);
+    }
+    runtime->end_lease(lease);
+  }
   else if (runtime) runtime->release(slots);
 }
 
@@ -194,6 +200,9 @@ Status SessionState::execute(const NamedTensors& given, double queue_ms, NamedTe
   last.copy_in_bytes = copied_in;
   last.copy_out_bytes = copied_out;
   last.wait_ms = loaded->wait_ms();
+  counters->runs.fetch_add(1, std::memory_order_relaxed);
+  counters->busy_ns.fetch_add(t2 - t1, std::memory_order_relaxed);
+  counters->wall_ns.fetch_add(t3 - t0 + static_cast<int64_t>(queue_ms * 1e6), std::memory_order_relaxed);
   return Status();
 }
 

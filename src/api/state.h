@@ -2,7 +2,9 @@
 // Runtime, Model, Session and Event. Internal to src/api.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <map>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -22,6 +24,12 @@ namespace tessera::detail {
 
 // The local Runtime: one per process, whatever connect("local") is called
 // how often, so that its sessions get disjoint cores.
+// Runs a session finished, their compute time and wall time.
+struct RunCounters {
+  std::atomic<uint64_t> runs{0};
+  std::atomic<int64_t> busy_ns{0}, wall_ns{0};
+};
+
 struct RuntimeState {
   std::string uri;
   std::mutex mu;
@@ -33,6 +41,9 @@ struct RuntimeState {
   // *shared says so. Explicit `cores` are taken as given (checked).
   Result<std::vector<int>> acquire(int wanted, const std::vector<int>& cores, bool* shared);
   void release(const std::vector<int>& slots);
+  // Appliance sessions' counts by lease, which the pings carry (guarded
+  // by mu). Declared before `daemon`, whose heartbeat reads them.
+  std::map<uint64_t, std::shared_ptr<struct RunCounters>> leased;
   // Connected to a daemon: its leases give the cores (acquire() is not
   // used), and end with the session or the connection.
   std::shared_ptr<DaemonLink> daemon;
@@ -90,6 +101,7 @@ struct SessionState : std::enable_shared_from_this<SessionState> {
   std::vector<int> slots;  // held in the Runtime (cpu)
   uint64_t lease = 0;      // a daemon's lease of those cores (0: none)
   uint64_t remote = 0;     // a cloud daemon's session (0: local); `loaded` is then empty
+  std::shared_ptr<RunCounters> counters = std::make_shared<RunCounters>();  // a daemon's status
   std::vector<TensorInfo> inputs, outputs;
   CompileReport report;
   std::shared_ptr<Device> device_ptr;

@@ -38,6 +38,12 @@ void set_error(Reply* r, const Status& st) {
 
 }  // namespace
 
+void Server::record(const std::string& tenant, const std::string& device, const std::string& kind,
+                    const std::string& message) {
+  faults_.add(tenant, device, kind, message);
+  metrics_.fault(tenant, kind);
+}
+
 Server::~Server() {
   for (auto& [fd, c] : conns_) ::close(fd);
   for (int fd : {listen_fd_, epoll_fd_, signal_fd_, timer_fd_})
@@ -48,14 +54,17 @@ Server::~Server() {
 Status Server::start(const HostMap& map) {
   map_ = map;
   pu_lease_.assign(static_cast<size_t>(map_.size()), 0);
-  TESSERA_RETURN_IF_ERROR(faults_.open(config_.state_dir));
-  TESSERA_ASSIGN_OR_RETURN(listen_fd_, listen_unix(config_.socket));
-  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  // SIGTERM and SIGINT come through the signalfd: blocked before any
+  // thread starts (the metrics exporter's inherit the mask).
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGINT);
   ::pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  TESSERA_RETURN_IF_ERROR(faults_.open(config_.state_dir));
+  TESSERA_RETURN_IF_ERROR(metrics_.serve(config_.metrics));
+  TESSERA_ASSIGN_OR_RETURN(listen_fd_, listen_unix(config_.socket));
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   signal_fd_ = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
   if (epoll_fd_ < 0 || signal_fd_ < 0 || timer_fd_ < 0)
@@ -71,7 +80,7 @@ Status Server::start(const HostMap& map) {
   }
   started_ns_ = now_ns();
   log_info("tesserad: listening on ", config_.socket, "; ", config_.tenants.size(), " tenant(s); ", map_.size(),
-           " PU(s); faults in ", faults_.path());
+           " PU(s); faults in ", faults_.path(), config_.metrics.empty() ? "" : "; metrics on http://" + config_.metrics + "/metrics");
   return Status();
 }
 
@@ -108,6 +117,7 @@ Result<bool> Server::step(int timeout_ms) {
       uint64_t ticks;
       (void)!::read(timer_fd_, &ticks, sizeof ticks);
       expire_silent();
+      if (now_ns() - gauged_ns_ >= 1000000000) update_gauges(true);
     } else if (fd == listen_fd_) {
       accept_all();
     } else if (workers_.count(fd)) {
@@ -119,6 +129,7 @@ Result<bool> Server::step(int timeout_ms) {
       if (it != conns_.end() && !serve_connection(it->second)) drop(fd, "", "");
     }
   }
+  if (n > 0) update_gauges(false);  // what the events changed, seen by the next scrape
   return true;
 }
 
@@ -196,7 +207,7 @@ bool Server::serve_connection(Connection& c) {
   const bool closed = !receive_available(c.fd, &c.in, &c.fds);
   c.last_seen_ns = now_ns();
   if (c.fds.size() > 4) {  // descriptors nobody asked for
-    faults_.add(c.tenant ? c.tenant->name : "", "cpu", "bad_message",
+    record(c.tenant ? c.tenant->name : "", "cpu", "bad_message",
                 str_cat(who(c), " sent ", c.fds.size(), " file descriptors unasked"));
     return false;
   }
@@ -204,7 +215,7 @@ bool Server::serve_connection(Connection& c) {
   for (;;) {
     Result<bool> got = c.in.next(&payload);
     if (!got.ok()) {
-      faults_.add(c.tenant ? c.tenant->name : "", "cpu", "bad_message", str_cat(who(c), ": ", got.status().message()));
+      record(c.tenant ? c.tenant->name : "", "cpu", "bad_message", str_cat(who(c), ": ", got.status().message()));
       Reply reply;
       set_error(&reply, got.status());
       (void)send_frame(c.fd, reply);
@@ -214,7 +225,7 @@ bool Server::serve_connection(Connection& c) {
     Request req;
     Reply reply;
     if (!req.ParseFromString(payload)) {
-      faults_.add(c.tenant ? c.tenant->name : "", "cpu", "bad_message",
+      record(c.tenant ? c.tenant->name : "", "cpu", "bad_message",
                   str_cat(who(c), ": a frame of ", payload.size(), " bytes is not a request"));
       set_error(&reply, data_loss(str_cat("a frame of ", payload.size(), " bytes is not a request")));
       (void)send_frame(c.fd, reply);
@@ -242,7 +253,7 @@ bool Server::serve_connection(Connection& c) {
 bool Server::handle(Connection& c, const Request& req, Reply* reply) {
   if (c.tenant == nullptr && req.body_case() != Request::kHello) {
     set_error(reply, failed_precondition("the first request on a connection must be Hello"));
-    faults_.add("", "cpu", "refused_request", str_cat(who(c), " sent a request before Hello"));
+    record("", "cpu", "refused_request", str_cat(who(c), " sent a request before Hello"));
     return false;
   }
   switch (req.body_case()) {
@@ -255,7 +266,16 @@ bool Server::handle(Connection& c, const Request& req, Reply* reply) {
       return reply->code() == 0;
     case Request::kLease: lease(c, req.lease(), reply); return true;
     case Request::kRelease: release(c, req.release().lease(), reply); return true;
-    case Request::kPing: return true;
+    case Request::kPing:
+      for (const LeaseStats& st : req.ping().stats()) {
+        auto l = leases_.find(st.lease());
+        if (l == leases_.end() || l->second.fd != c.fd || c.tenant->mode != Mode::kAppliance) continue;
+        if (st.runs() > l->second.runs) metrics_.runs_reported(c.tenant->name, st.runs() - l->second.runs);
+        l->second.runs = std::max(l->second.runs, st.runs());
+        l->second.busy_s = std::max(l->second.busy_s, st.busy_s());
+        l->second.latency_s = std::max(l->second.latency_s, st.latency_s());
+      }
+      return true;
     case Request::kStatus: status(c, reply->mutable_status()); return true;
     case Request::kFaults:
       for (const FaultRecord& f : faults_.records()) {
@@ -291,7 +311,7 @@ bool Server::handle(Connection& c, const Request& req, Reply* reply) {
     case Request::BODY_NOT_SET: break;
   }
   set_error(reply, invalid_argument("an empty or unknown request"));
-  faults_.add(c.tenant->name, "cpu", "refused_request", str_cat(who(c), " sent an empty or unknown request"));
+  record(c.tenant->name, "cpu", "refused_request", str_cat(who(c), " sent an empty or unknown request"));
   return true;
 }
 
@@ -308,13 +328,13 @@ void Server::hello(Connection& c, const Hello& h, Reply* reply) {
     if (equal_constant_time(hash, t.token_sha256)) tenant = &t;
   if (tenant == nullptr) {
     set_error(reply, permission_denied("no tenant has this token"));
-    faults_.add("", "cpu", "auth_refused", str_cat(who(c), ": no tenant has its token"));
+    record("", "cpu", "auth_refused", str_cat(who(c), ": no tenant has its token"));
     return;
   }
   if (!tenant->uids.empty() && std::find(tenant->uids.begin(), tenant->uids.end(), c.uid) == tenant->uids.end()) {
     set_error(reply, permission_denied(str_cat("uid ", c.uid, " may not act as tenant '", tenant->name, "' (its uids: ",
                                                str_join(tenant->uids, ", "), ")")));
-    faults_.add(tenant->name, "cpu", "auth_refused", str_cat(who(c), ": uid not among the tenant's"));
+    record(tenant->name, "cpu", "auth_refused", str_cat(who(c), ": uid not among the tenant's"));
     return;
   }
   c.tenant = tenant;
@@ -416,6 +436,7 @@ Result<uint64_t> Server::grant(Connection& c, uint32_t want, uint64_t memory_byt
   h.memory_bytes = memory_bytes;
   h.session = name.substr(0, 200);
   h.pid = c.pid;
+  h.granted_ns = now_ns();
   for (int p : cores) pu_lease_[static_cast<size_t>(p)] = h.id;
   log_info("tesserad: lease ", h.id, " to tenant '", t.name, "': cores ", str_join(cores, ","), " (", h.session, ")");
   const uint64_t id = h.id;
@@ -429,7 +450,7 @@ void Server::release(Connection& c, uint64_t id, Reply* reply) {
   for (const auto& [sid, cs] : sessions_) cloud = cloud || cs.lease == id;
   if (it == leases_.end() || it->second.fd != c.fd || cloud) {
     set_error(reply, not_found(str_cat("no lease ", id, " on this connection")));
-    faults_.add(c.tenant->name, "cpu", "refused_request", str_cat(who(c), " released lease ", id, ", not one of its own"));
+    record(c.tenant->name, "cpu", "refused_request", str_cat(who(c), " released lease ", id, ", not one of its own"));
     return;
   }
   for (int p : it->second.cores) pu_lease_[static_cast<size_t>(p)] = 0;
@@ -473,6 +494,11 @@ void Server::status(const Connection& c, ServerStatus* out) const {
     v->set_session(h.session);
     v->set_memory_bytes(h.memory_bytes);
     v->set_pid(h.pid);
+    v->set_mode(mode_name(h.tenant->mode));
+    v->set_runs(h.runs);
+    v->set_busy_s(h.busy_s);
+    v->set_latency_s(h.latency_s);
+    v->set_age_s(static_cast<double>(now_ns() - h.granted_ns) / 1e9);
   }
 }
 
@@ -481,7 +507,7 @@ void Server::drop(int fd, const std::string& kind, const std::string& why) {
   if (it == conns_.end()) return;
   int held = 0;
   for (const auto& [id, h] : leases_) held += h.fd == fd;
-  if (held > 0 && !why.empty()) faults_.add(it->second.tenant ? it->second.tenant->name : "", "cpu", kind, why);
+  if (held > 0 && !why.empty()) record(it->second.tenant ? it->second.tenant->name : "", "cpu", kind, why);
   std::vector<uint64_t> theirs;
   for (const auto& [id, cs] : sessions_)
     if (cs.client == it->second.serial) theirs.push_back(id);
@@ -516,7 +542,7 @@ Server::CloudSession* Server::session_of(Connection& c, uint64_t id, const char*
   auto it = sessions_.find(id);
   if (it == sessions_.end() || it->second.client != c.serial) {
     set_error(reply, not_found(str_cat("no session ", id, " on this connection")));
-    faults_.add(c.tenant->name, "cpu", "refused_request", str_cat(who(c), " asked to ", what, " session ", id,
+    record(c.tenant->name, "cpu", "refused_request", str_cat(who(c), " asked to ", what, " session ", id,
                                                                    ", not one of its own"));
     return nullptr;
   }
@@ -589,7 +615,7 @@ void Server::load(Connection& c, const Request& req, Reply* reply) {
   }
   Worker& k = workers_[*w];
   k.model = hash;
-  k.pending.push_back({c.serial, req.id(), Worker::Pending::kInspect});
+  k.pending.push_back({c.serial, req.id(), Worker::Pending::kInspect, now_ns()});
   c.models[hash] = {path, l.name().substr(0, 200), {l.shapes().begin(), l.shapes().end()}, {}, {}};
   deferred_ = true;
 }
@@ -603,7 +629,7 @@ void Server::open_session(Connection& c, const Request& req, Reply* reply) {
   }
   if (!o.model_path().empty() || o.cores_size() > 0) {
     set_error(reply, invalid_argument("SessionOpen: model_path and cores are the daemon's to set"));
-    faults_.add(c.tenant->name, "cpu", "refused_request", str_cat(who(c), " set model_path or cores in SessionOpen"));
+    record(c.tenant->name, "cpu", "refused_request", str_cat(who(c), " set model_path or cores in SessionOpen"));
     return;
   }
   std::error_code ec;
@@ -636,7 +662,7 @@ void Server::open_session(Connection& c, const Request& req, Reply* reply) {
   s.outputs = m->second.outputs;
   s.worker = *w;
   sessions_.emplace(id, std::move(s));
-  workers_[*w].pending.push_back({c.serial, req.id(), Worker::Pending::kOpen});
+  workers_[*w].pending.push_back({c.serial, req.id(), Worker::Pending::kOpen, now_ns()});
   deferred_ = true;
 }
 
@@ -668,15 +694,16 @@ void Server::run(Connection& c, const Request& req, Reply* reply) {
     bad = invalid_argument(str_cat("the session takes ", s->inputs.size(), " input(s); ", given.size(), " given"));
   if (!bad.ok()) {
     set_error(reply, bad);
-    faults_.add(c.tenant->name, "cpu", "refused_request", str_cat(who(c), ", session ", s->id, ": ", bad.message()));
+    record(c.tenant->name, "cpu", "refused_request", str_cat(who(c), ", session ", s->id, ": ", bad.message()));
     return;
   }
   Worker& w = workers_[s->worker];
+  const int64_t sent = now_ns();  // before: the worker may run on this core as soon as it is woken
   if (!send_frame(w.fd, req).ok()) {
     set_error(reply, unavailable(str_cat("session ", s->id, ": its worker is restarting; run again")));
     return;
   }
-  w.pending.push_back({c.serial, req.id(), Worker::Pending::kRun});
+  w.pending.push_back({c.serial, req.id(), Worker::Pending::kRun, sent});
   deferred_ = true;
 }
 
@@ -785,7 +812,7 @@ void Server::serve_worker(int fd) {
       auto s = sessions_.find(w.session);
       if (reply.code() != 0 || s == sessions_.end()) {
         if (p.client == 0 && s != sessions_.end())
-          faults_.add(w.tenant, "cpu", "worker_restart_failed", str_cat("session ", w.session, ": ", reply.message()));
+          record(w.tenant, "cpu", "worker_restart_failed", str_cat("session ", w.session, ": ", reply.message()));
         if (s != sessions_.end()) close_session(s->first, true);
         if (p.client != 0) answer(p.client, reply);
         continue;
@@ -795,6 +822,17 @@ void Server::serve_worker(int fd) {
         answer(p.client, reply);
       }
     } else {
+      auto s = sessions_.find(w.session);
+      if (s != sessions_.end()) {
+        const double latency = static_cast<double>(now_ns() - p.sent_ns) / 1e9;
+        metrics_.run(w.tenant, "cloud", latency, reply.code() == 0);
+        auto l = leases_.find(s->second.lease);
+        if (l != leases_.end() && reply.code() == 0) {
+          ++l->second.runs;
+          l->second.busy_s += reply.result().compute_ms() / 1e3;
+          l->second.latency_s += latency;
+        }
+      }
       answer(p.client, reply);
     }
   }
@@ -831,25 +869,52 @@ void Server::reap_worker(int pidfd) {
   }
   if (w.closing || w.session == 0) {
     if (w.session == 0 && WIFSIGNALED(status) && !w.closing)
-      faults_.add(w.tenant, "cpu", "worker_crash", str_cat("inspecting a model: ", how));
+      record(w.tenant, "cpu", "worker_crash", str_cat("inspecting a model: ", how));
     return;
   }
   auto s = sessions_.find(w.session);
   if (s == sessions_.end()) return;
-  faults_.add(w.tenant, "cpu", "worker_crash", str_cat("session ", w.session, " (pid ", w.pid, "): ", how));
+  record(w.tenant, "cpu", "worker_crash", str_cat("session ", w.session, " (pid ", w.pid, "): ", how));
   if (++s->second.restarts > 10) {
-    faults_.add(w.tenant, "cpu", "worker_restart_failed", str_cat("session ", w.session, ": 10 restarts; closed"));
+    record(w.tenant, "cpu", "worker_restart_failed", str_cat("session ", w.session, ": 10 restarts; closed"));
     close_session(w.session, true);
     return;
   }
   Result<int> again = spawn_worker(w.open, w.session, w.tenant);
   if (!again.ok()) {
-    faults_.add(w.tenant, "cpu", "worker_restart_failed", str_cat("session ", w.session, ": ", again.status().message()));
+    record(w.tenant, "cpu", "worker_restart_failed", str_cat("session ", w.session, ": ", again.status().message()));
     close_session(w.session, true);
     return;
   }
   s->second.worker = *again;
-  workers_[*again].pending.push_back({0, 0, Worker::Pending::kOpen});
+  metrics_.restart(w.tenant);
+  workers_[*again].pending.push_back({0, 0, Worker::Pending::kOpen, now_ns()});
+}
+
+void Server::update_gauges(bool tick) {
+  const int64_t now = now_ns();
+  double busy = 0;
+  int leased = 0;
+  for (const TenantConfig& t : config_.tenants) {
+    int sessions = 0, veus = 0, connections = 0;
+    uint64_t memory = 0;
+    for (const auto& [id, h] : leases_)
+      if (h.tenant == &t) ++sessions, veus += static_cast<int>(h.cores.size()), memory += h.memory_bytes;
+    for (const auto& [fd, c] : conns_) connections += c.tenant == &t;
+    metrics_.tenant(t.name, mode_name(t.mode), sessions, connections, veus, memory, t.max_memory);
+  }
+  for (const auto& [id, h] : leases_) busy += h.busy_s, leased += static_cast<int>(h.cores.size());
+  if (!tick) {  // counts changed; utilization waits for the tick
+    metrics_.device("cpu", map_.size(), leased, utilization_);
+    return;
+  }
+  // The busy time of leases that ended is gone from the sum: count only growth.
+  const double elapsed = gauged_ns_ > 0 ? static_cast<double>(now - gauged_ns_) / 1e9 : 0;
+  const double grown = std::max(0.0, busy - gauged_busy_s_);
+  utilization_ = elapsed > 0 && leased > 0 ? std::min(1.0, grown / (elapsed * leased)) : 0;
+  metrics_.device("cpu", map_.size(), leased, utilization_);
+  gauged_ns_ = now;
+  gauged_busy_s_ = busy;
 }
 
 void Server::expire_silent() {

@@ -17,6 +17,7 @@
 
 #include "daemon/config.h"
 #include "daemon/faults.h"
+#include "daemon/metrics.h"
 #include "daemon/wire.h"
 #include "tessera/host_map.h"
 
@@ -68,6 +69,11 @@ class Server {
     uint64_t memory_bytes = 0;
     std::string session;
     int pid = 0;
+    int64_t granted_ns = 0;
+    // What its session ran: counted here (cloud) or reported by the
+    // client's pings (appliance).
+    uint64_t runs = 0;
+    double busy_s = 0, latency_s = 0;
   };
 
   // A cloud session: its lease, what it takes and gives, and its worker.
@@ -94,6 +100,7 @@ class Server {
       uint64_t client;  // Connection::serial; 0: the daemon's own (a restart)
       uint64_t request;
       enum Kind { kInspect, kOpen, kRun } kind;
+      int64_t sent_ns;
     };
     std::deque<Pending> pending;  // requests it has, in order
     bool closing = false;  // the daemon ended it
@@ -132,6 +139,11 @@ class Server {
   // is recorded as a fault of `kind` if it held any.
   void drop(int fd, const std::string& kind, const std::string& why);
   void expire_silent();
+  // The gauges from the daemon's state; on the tick (once a second) also
+  // the device's utilization over the last second.
+  void update_gauges(bool tick);
+  // A fault: recorded (faults.jsonl) and counted (metrics).
+  void record(const std::string& tenant, const std::string& device, const std::string& kind, const std::string& message);
   // Free PUs for `n` vEUs, near one another by the host map (a vDevice does
   // not straddle what is slow to cross).
   std::vector<int> choose_cores(int n) const;
@@ -140,6 +152,9 @@ class Server {
 
   DaemonConfig config_;
   FaultLog faults_;
+  Metrics metrics_;
+  int64_t gauged_ns_ = 0;
+  double gauged_busy_s_ = 0, utilization_ = 0;
   HostMap map_;
   int listen_fd_ = -1, epoll_fd_ = -1, signal_fd_ = -1, timer_fd_ = -1;
   std::map<int, Connection> conns_;

@@ -32,9 +32,10 @@ def sha(t):
     return hashlib.sha256(t.encode()).hexdigest()
 
 
-def config_text(d, lease_timeout=1.0, alice_extra="", bob_extra="", fault_injection=False):
+def config_text(d, lease_timeout=1.0, alice_extra="", bob_extra="", fault_injection=False, metrics=""):
     return textwrap.dedent(f"""\
         [daemon]
+        {f'metrics = "{metrics}"' if metrics else ""}
         socket = "{d}/d.sock"
         state_dir = "{d}/state"
         lease_timeout_s = {lease_timeout}
@@ -615,3 +616,96 @@ def test_load_every_result_comes_back_once_to_its_run(daemon):
         lat = sorted(latency[name])
         print(f"\n{name}: {runs} runs, median {1e6 * lat[len(lat) // 2]:.0f} us, "
               f"p99 {1e6 * lat[int(len(lat) * 0.99) - 1]:.0f} us")
+
+
+def test_cli_daemon_start_status_stop(tmp_path):
+    cfg = tmp_path / "t.toml"
+    cfg.write_text(config_text(str(tmp_path)))
+    run = lambda *a: subprocess.run([TESSERA, "daemon", *a, "--config", str(cfg)], capture_output=True, text=True,  # noqa: E731
+                                    timeout=60)
+    assert run("status").returncode == 3
+    started = run("start")
+    assert started.returncode == 0 and "running, pid" in started.stdout, started.stderr
+    pid = int(open(tmp_path / "state" / "tesserad.pid").read())
+    try:
+        assert run("status").returncode == 0
+        assert tessera.connect(f"unix://{tmp_path}/d.sock", token=ROOT).status()["pid"] == pid
+        again = run("start")  # a second one on the same socket is refused
+        assert again.returncode != 0
+    finally:
+        stopped = run("stop")
+    assert stopped.returncode == 0 and f"stopped (pid {pid})" in stopped.stdout
+    assert run("status").returncode == 3
+    assert not os.path.exists(tmp_path / "d.sock") and not os.path.exists(tmp_path / "state" / "tesserad.pid")
+
+
+
+# ------------------------------------------------------- metrics and top ---
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def scrape(port):
+    import urllib.request
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    series = {}
+    for line in text.splitlines():
+        if line.startswith("tessera_"):
+            name, value = line.rsplit(" ", 1)
+            series[name] = float(value)
+    return series
+
+
+def test_metrics_and_top_count_what_ran(daemon):
+    port = free_port()
+    dm = daemon(metrics=f"127.0.0.1:{port}")
+    feeds = inputs_of("mlp")
+    c = dm.connect(CAROL).compile(zoo("mlp.onnx")).session()
+    a = dm.connect(ALICE).compile(zoo("mlp.onnx"), profile=False, measure=False).session()
+    for _ in range(25):
+        c.run(feeds)
+    for _ in range(40):
+        a.run(feeds)
+    with pytest.raises(tessera.PermissionDenied):
+        dm.connect("nope")
+    # Appliance runs reach the daemon with the client's pings (every quarter
+    # of the 1 s lease timeout).
+    key = 'tessera_runs_total{mode="appliance",tenant="alice"}'
+    assert wait_until(lambda: scrape(port).get(key) == 40, 3) is not None, scrape(port)
+    m = scrape(port)
+    assert m['tessera_runs_total{mode="cloud",tenant="carol"}'] == 25
+    assert m['tessera_run_latency_seconds_count{tenant="carol"}'] == 25
+    assert 0 < m['tessera_run_latency_seconds_sum{tenant="carol"}'] < 25
+    assert m['tessera_faults_total{kind="auth_refused",tenant=""}'] == 1
+    assert m['tessera_device_veus{device="cpu"}'] == len(os.sched_getaffinity(dm.proc.pid))
+    assert m['tessera_device_veus_leased{device="cpu"}'] == 2
+    assert m['tessera_sessions{mode="cloud",tenant="carol"}'] == 1
+    assert m['tessera_memory_used_bytes{tenant="alice"}'] == os.path.getsize(zoo("mlp.onnx"))
+    # Status carries the same counts; top shows them per vDevice.
+    v = {x["tenant"]: x for x in dm.status()["devices"][0]["vdevices"]}
+    assert v["carol"]["runs"] == 25 and v["alice"]["runs"] == 40 and v["carol"]["mode"] == "cloud"
+    stop = []
+
+    def keep_running():
+        while not stop:
+            c.run(feeds)
+
+    import threading
+    t = threading.Thread(target=keep_running)
+    t.start()
+    try:
+        top = subprocess.run([TESSERA, "top", "--once", "--interval", "0.5", "--connect", dm.uri, "--token", ROOT],
+                             capture_output=True, text=True, timeout=30)
+    finally:
+        stop.append(1)
+        t.join()
+    assert top.returncode == 0, top.stderr
+    row = next(line for line in top.stdout.splitlines() if " carol " in line and "cloud" in line)
+    runs_per_s = float(row.split()[4])
+    assert runs_per_s > 0, top.stdout
+    assert "TENANT" in top.stdout and "alice" in top.stdout
