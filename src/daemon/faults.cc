@@ -76,6 +76,10 @@ const FaultRecord& FaultLog::add(std::string tenant, std::string device, std::st
     if (!f) log_warning("cannot append to ", path_, ": ", std::strerror(errno));
   }
   records_.push_back(std::move(r));
+  if (records_.size() > 2 * kKept) {
+    records_.erase(records_.begin(), records_.end() - static_cast<std::ptrdiff_t>(kKept));
+    if (Status st = rewrite(); !st.ok()) log_warning(st.message());
+  }
   return records_.back();
 }
 

@@ -20,6 +20,9 @@ struct FaultRecord {
 
 class FaultLog {
  public:
+  // The newest this many are kept (a flood of refused requests cannot fill
+  // the daemon's memory or disk): past twice as many, the oldest go.
+  static constexpr size_t kKept = 10000;
   // Reads the records already in `dir` (created if missing). A line that
   // does not parse is kept out and reported, not fatal.
   Status open(const std::string& dir);

@@ -817,6 +817,10 @@ void Server::serve_worker(int fd) {
         if (p.client != 0) answer(p.client, reply);
         continue;
       }
+      // What the session takes and gives, as compiled (dynamic dimensions
+      // bound): what its runs are checked against.
+      s->second.inputs = {reply.opened().inputs().begin(), reply.opened().inputs().end()};
+      s->second.outputs = {reply.opened().outputs().begin(), reply.opened().outputs().end()};
       if (p.client != 0) {
         reply.mutable_opened()->set_session(s->first);
         answer(p.client, reply);

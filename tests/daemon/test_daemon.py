@@ -709,3 +709,19 @@ def test_metrics_and_top_count_what_ran(daemon):
     runs_per_s = float(row.split()[4])
     assert runs_per_s > 0, top.stdout
     assert "TENANT" in top.stdout and "alice" in top.stdout
+
+
+def test_cloud_model_with_dynamic_dimensions_bound_at_compile(daemon):
+    dm = daemon()
+    feeds = inputs_of("bert_tiny")
+    shapes = {k: v.shape for k, v in feeds.items()}
+    want = tessera.connect().compile(zoo("bert_tiny.onnx"), shapes=shapes, profile=False, measure=False).session(
+        veus=1).run(feeds)
+    m = dm.connect(CAROL).compile(zoo("bert_tiny.onnx"), shapes=shapes)
+    s = m.session()
+    assert [shape for _, _, shape in s.inputs] == [tuple(v.shape) for v in feeds.values()]
+    got = s.run(feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
+    with pytest.raises(tessera.InvalidArgument, match="dynamic dimension"):
+        dm.connect(CAROL).compile(zoo("bert_tiny.onnx")).session()

@@ -4,7 +4,12 @@
 
 #include <string>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "daemon/config.h"
+#include "daemon/faults.h"
 #include "daemon/wire.h"
 
 namespace tessera::daemon {
@@ -85,6 +90,29 @@ TEST(Config, SizesAndDefaults) {
   ASSERT_FALSE(dup.ok());
   EXPECT_NE(dup.status().message().find("z.toml:4"), std::string::npos) << dup.status().message();
   EXPECT_NE(dup.status().message().find("another tenant's token"), std::string::npos);
+}
+
+// Records survive reopening; a flood keeps only the newest, in memory and
+// on disk.
+TEST(FaultLog, KeepsTheNewestAcrossReopening) {
+  const std::string dir = (std::filesystem::temp_directory_path() / ("faultlog-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  {
+    FaultLog log;
+    ASSERT_TRUE(log.open(dir).ok());
+    for (size_t i = 0; i <= 2 * FaultLog::kKept; ++i) log.add("t", "cpu", "refused_request", "n" + std::to_string(i));
+    EXPECT_EQ(log.records().size(), FaultLog::kKept);
+    EXPECT_EQ(log.records().back().message, "n" + std::to_string(2 * FaultLog::kKept));
+    EXPECT_TRUE(log.clear(log.records().back().id).ok());
+    EXPECT_EQ(log.clear(1).code(), StatusCode::kNotFound);  // long gone
+  }
+  FaultLog again;
+  ASSERT_TRUE(again.open(dir).ok());
+  ASSERT_EQ(again.records().size(), FaultLog::kKept - 1);
+  EXPECT_EQ(again.records().back().message, "n" + std::to_string(2 * FaultLog::kKept - 1));
+  // New ids go on from the newest kept.
+  EXPECT_GT(again.add("t", "cpu", "x", "y").id, again.records()[again.records().size() - 2].id);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

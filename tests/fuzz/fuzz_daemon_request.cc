@@ -68,9 +68,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   bytes.append(reinterpret_cast<const char*>(data), size);
   s->adopt(sv[0]);
-  // What fits the socket's buffer goes in at once; the rest as it drains.
+  // What fits the socket's buffer goes in at once, the rest as it drains;
+  // then end of file, and the daemon's answers are read until it closes.
   size_t done = 0;
-  for (int turns = 0; turns < 200; ++turns) {
+  for (int turns = 0; turns < 400; ++turns) {
     if (done < bytes.size()) {
       const ssize_t w = ::send(sv[1], bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
       if (w > 0) done += static_cast<size_t>(w);
@@ -79,9 +80,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ++done;
     }
     char sink[65536];
-    while (::recv(sv[1], sink, sizeof sink, MSG_DONTWAIT) > 0) {
+    ssize_t r;
+    while ((r = ::recv(sv[1], sink, sizeof sink, MSG_DONTWAIT)) > 0) {
     }
-    if (!s->step(done > bytes.size() ? 5 : 0).ok()) std::abort();
+    if (r == 0) break;  // the daemon has closed the connection
+    if (!s->step(done > bytes.size() ? 1 : 0).ok()) std::abort();
   }
   ::close(sv[1]);
   for (int i = 0; i < 4; ++i) (void)s->step(0);  // the daemon sees the close
