@@ -101,6 +101,11 @@ struct SessionState : std::enable_shared_from_this<SessionState> {
   std::vector<int> slots;  // held in the Runtime (cpu)
   uint64_t lease = 0;      // a daemon's lease of those cores (0: none)
   uint64_t remote = 0;     // a cloud daemon's session (0: local); `loaded` is then empty
+  // Its rings (src/daemon/ring.h), when registered: the mapping, and where
+  // each input and output lies in the data area.
+  void* ring = nullptr;
+  size_t ring_bytes = 0;
+  std::vector<uint64_t> ring_in, ring_out;
   std::shared_ptr<RunCounters> counters = std::make_shared<RunCounters>();  // a daemon's status
   std::vector<TensorInfo> inputs, outputs;
   CompileReport report;
@@ -128,6 +133,7 @@ struct SessionState : std::enable_shared_from_this<SessionState> {
   // execute() for a cloud session: the daemon validates the request and
   // its worker runs it (daemon.cc).
   Status execute_remote(const NamedTensors& inputs, double queue_ms, NamedTensors& outputs);
+  Status execute_ring(const NamedTensors& inputs, double queue_ms, NamedTensors& outputs);
   // The worker: serves submitted requests while the session lives; one
   // left when it has gone fails its Event.
   static void worker_main(std::shared_ptr<Turns> turns, std::weak_ptr<SessionState> session);
@@ -139,6 +145,7 @@ Result<std::shared_ptr<ModelState>> compile_remote(const std::shared_ptr<Runtime
                                                    const CompileOptions& options);
 Result<std::shared_ptr<SessionState>> open_remote(const std::shared_ptr<ModelState>& m, const SessionOptions& so);
 void close_remote(SessionState& s);
+Status setup_rings(SessionState& s);
 bool is_cloud(const RuntimeState& rt);
 Status not_in_cloud(const char* what);
 

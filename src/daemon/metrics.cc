@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "base/strings.h"
+#include "daemon/ring.h"
 
 namespace tessera::daemon {
 
@@ -58,9 +59,20 @@ void Metrics::run(const std::string& tenant, const std::string& mode, double lat
     return;
   }
   runs_->Add({{"tenant", tenant}, {"mode", mode}}).Increment();
-  static const prometheus::Histogram::BucketBoundaries kBuckets = {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3,
-                                                                   1e-2, 3e-2, 0.1,  0.3,  1,    3};
-  latency_->Add({{"tenant", tenant}}, kBuckets).Observe(latency_s);
+  latency_->Add({{"tenant", tenant}}, bounds()).Observe(latency_s);
+}
+
+void Metrics::runs_counted(const std::string& tenant, const std::vector<double>& buckets, double latency_sum,
+                           uint64_t runs, uint64_t errors) {
+  if (errors > 0) run_errors_->Add({{"tenant", tenant}}).Increment(static_cast<double>(errors));
+  if (runs == 0) return;
+  runs_->Add({{"tenant", tenant}, {"mode", "cloud"}}).Increment(static_cast<double>(runs));
+  latency_->Add({{"tenant", tenant}}, bounds()).ObserveMultiple(buckets, latency_sum);
+}
+
+const prometheus::Histogram::BucketBoundaries& Metrics::bounds() {
+  static const prometheus::Histogram::BucketBoundaries b(std::begin(kLatencyBounds), std::end(kLatencyBounds));
+  return b;
 }
 
 void Metrics::runs_reported(const std::string& tenant, uint64_t runs) {

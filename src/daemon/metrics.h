@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tessera/status.h"
 
@@ -31,6 +32,10 @@ class Metrics {
   Status serve(const std::string& address);
 
   void run(const std::string& tenant, const std::string& mode, double latency_s, bool ok);
+  // Runs counted elsewhere (a worker's rings): per latency bucket
+  // (ring.h's bounds, then +Inf), their latencies' sum, and errors.
+  void runs_counted(const std::string& tenant, const std::vector<double>& buckets, double latency_sum, uint64_t runs,
+                    uint64_t errors);
   void runs_reported(const std::string& tenant, uint64_t runs);  // appliance clients' counts, as deltas
   void fault(const std::string& tenant, const std::string& kind);
   void restart(const std::string& tenant);
@@ -42,6 +47,7 @@ class Metrics {
   void device(const std::string& device, int veus, int leased, double utilization);
 
  private:
+  static const std::vector<double>& bounds();
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   prometheus::Family<prometheus::Counter>*runs_, *run_errors_, *faults_, *restarts_;

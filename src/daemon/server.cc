@@ -4,6 +4,7 @@
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
@@ -24,6 +25,7 @@
 #include "base/log.h"
 #include "base/sha256.h"
 #include "base/strings.h"
+#include "daemon/ring.h"
 #include "tessera/dtype.h"
 
 namespace tessera::daemon {
@@ -117,7 +119,7 @@ Result<bool> Server::step(int timeout_ms) {
       uint64_t ticks;
       (void)!::read(timer_fd_, &ticks, sizeof ticks);
       expire_silent();
-      if (now_ns() - gauged_ns_ >= 1000000000) update_gauges(true);
+      if (now_ns() - gauged_ns_ >= 1000000000) ask_stats(), update_gauges(true);
     } else if (fd == listen_fd_) {
       accept_all();
     } else if (workers_.count(fd)) {
@@ -296,6 +298,7 @@ bool Server::handle(Connection& c, const Request& req, Reply* reply) {
     case Request::kLoad: load(c, req, reply); return true;
     case Request::kOpen: open_session(c, req, reply); return true;
     case Request::kRun: run(c, req, reply); return true;
+    case Request::kRing: setup_rings(c, req, reply); return true;
     case Request::kClose:
       if (session_of(c, req.close().session(), "close", reply) != nullptr) close_session(req.close().session(), false);
       return true;
@@ -308,6 +311,7 @@ bool Server::handle(Connection& c, const Request& req, Reply* reply) {
       if (s != nullptr) (void)send_frame(s->worker, req);
       return true;
     }
+    case Request::kStats:  // the daemon's to its workers
     case Request::BODY_NOT_SET: break;
   }
   set_error(reply, invalid_argument("an empty or unknown request"));
@@ -707,6 +711,71 @@ void Server::run(Connection& c, const Request& req, Reply* reply) {
   deferred_ = true;
 }
 
+void Server::setup_rings(Connection& c, const Request& req, Reply* reply) {
+  CloudSession* s = session_of(c, req.ring().session(), "set up rings for", reply);
+  if (s == nullptr) return;
+  if (c.fds.empty()) {
+    set_error(reply, invalid_argument("RingSetup: the region's descriptor must come with it"));
+    return;
+  }
+  const int fd = c.fds.front();
+  c.fds.erase(c.fds.begin());
+  if (s->ring_fd >= 0) {
+    ::close(fd);
+    set_error(reply, failed_precondition(str_cat("session ", s->id, " has its rings already")));
+    return;
+  }
+  struct stat st{};
+  const uint64_t size = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? static_cast<uint64_t>(st.st_size) : 0;
+  void* at = size > kRingDataOffset && size - kRingDataOffset <= c.tenant->max_memory
+                 ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                 : MAP_FAILED;
+  if (at == MAP_FAILED) {
+    ::close(fd);
+    set_error(reply, invalid_argument(str_cat("RingSetup: the region must be a file of ", kRingDataOffset,
+                                              " bytes and a data area of at most max_memory (", c.tenant->max_memory, ")")));
+    return;
+  }
+  s->ring_fd = fd;
+  s->ring = static_cast<RingHeader*>(at);
+  s->ring_bytes = size;
+  if (Status sent = send_rings(*s, c.serial, req.id()); !sent.ok()) {
+    set_error(reply, sent);
+    return;
+  }
+  deferred_ = true;
+}
+
+Status Server::send_rings(CloudSession& s, uint64_t client, uint64_t request) {
+  auto w = workers_.find(s.worker);
+  if (w == workers_.end()) return unavailable(str_cat("session ", s.id, ": its worker is restarting; try again"));
+  if (outbox_.count(w->first)) return unavailable(str_cat("session ", s.id, ": its worker is busy; try again"));
+  Request req;
+  req.mutable_ring()->set_session(s.id);
+  if (Status st = write_frame(w->first, req, s.ring_fd); !st.ok()) return st;
+  w->second.pending.push_back({client, request, Worker::Pending::kRing, now_ns()});
+  return Status();
+}
+
+void Server::fail_rings(CloudSession& s, const std::string& why) {
+  RingHeader* h = s.ring;
+  if (h == nullptr) return;
+  // What was submitted and not answered: an error each (at most a ring's
+  // worth, whatever the client wrote into its counters).
+  uint32_t head = h->sq_head.load(std::memory_order_acquire);
+  const uint32_t tail = h->sq_tail.load(std::memory_order_acquire);
+  for (uint32_t k = 0; k < kRingEntries && head != tail; ++k, ++head) {
+    const uint32_t slot = h->cq_tail.load(std::memory_order_relaxed);
+    RingCqe& c = h->cq[slot % kRingEntries];
+    c.user_data = h->sq[head % kRingEntries].user_data;
+    c.code = static_cast<int32_t>(StatusCode::kInternal);
+    c.compute_ms = 0;
+    std::snprintf(c.message, sizeof c.message, "%s", why.c_str());
+    h->sq_head.store(head + 1, std::memory_order_release);
+    ring_post(h->cq_tail, h->cq_sleeping, slot + 1);
+  }
+}
+
 void Server::close_session(uint64_t id, bool kill_worker) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
@@ -727,6 +796,9 @@ void Server::close_session(uint64_t id, bool kill_worker) {
     for (int p : l->second.cores) pu_lease_[static_cast<size_t>(p)] = 0;
     leases_.erase(l);
   }
+  if (kill_worker) fail_rings(it->second, str_cat("session ", id, " was closed"));
+  if (it->second.ring != nullptr) ::munmap(it->second.ring, it->second.ring_bytes);
+  if (it->second.ring_fd >= 0) ::close(it->second.ring_fd);
   sessions_.erase(it);
 }
 
@@ -808,6 +880,16 @@ void Server::serve_worker(int fd) {
         }
       }
       answer(p.client, reply);
+    } else if (p.kind == Worker::Pending::kStats) {
+      auto s = sessions_.find(w.session);
+      if (s != sessions_.end()) {
+        s->second.asking = false;
+        if (reply.code() == 0) take_stats(s->second, reply.worker_stats());
+      }
+    } else if (p.kind == Worker::Pending::kRing) {
+      if (reply.code() != 0 && p.client == 0)
+        record(w.tenant, "cpu", "worker_restart_failed", str_cat("session ", w.session, ": its rings: ", reply.message()));
+      if (p.client != 0) answer(p.client, reply);
     } else if (p.kind == Worker::Pending::kOpen) {
       auto s = sessions_.find(w.session);
       if (reply.code() != 0 || s == sessions_.end()) {
@@ -821,6 +903,7 @@ void Server::serve_worker(int fd) {
       // bound): what its runs are checked against.
       s->second.inputs = {reply.opened().inputs().begin(), reply.opened().inputs().end()};
       s->second.outputs = {reply.opened().outputs().begin(), reply.opened().outputs().end()};
+      if (p.client == 0 && s->second.ring_fd >= 0) (void)send_rings(s->second, 0, 0);  // a restart: its rings again
       if (p.client != 0) {
         reply.mutable_opened()->set_session(s->first);
         answer(p.client, reply);
@@ -879,6 +962,7 @@ void Server::reap_worker(int pidfd) {
   auto s = sessions_.find(w.session);
   if (s == sessions_.end()) return;
   record(w.tenant, "cpu", "worker_crash", str_cat("session ", w.session, " (pid ", w.pid, "): ", how));
+  fail_rings(s->second, str_cat("the session's worker ended (", how, "); it is restarting: run again"));
   if (++s->second.restarts > 10) {
     record(w.tenant, "cpu", "worker_restart_failed", str_cat("session ", w.session, ": 10 restarts; closed"));
     close_session(w.session, true);
@@ -891,8 +975,42 @@ void Server::reap_worker(int pidfd) {
     return;
   }
   s->second.worker = *again;
+  s->second.ring_stats.Clear();  // the new worker counts from zero
+  s->second.asking = false;
   metrics_.restart(w.tenant);
   workers_[*again].pending.push_back({0, 0, Worker::Pending::kOpen, now_ns()});
+}
+
+void Server::ask_stats() {
+  for (auto& [id, s] : sessions_) {
+    if (s.ring == nullptr || s.asking) continue;
+    auto w = workers_.find(s.worker);
+    if (w == workers_.end()) continue;
+    Request req;
+    req.mutable_stats();
+    if (!send_frame(w->first, req).ok()) continue;
+    w->second.pending.push_back({0, 0, Worker::Pending::kStats, now_ns()});
+    s.asking = true;
+  }
+}
+
+void Server::take_stats(CloudSession& s, const WorkerStats& now) {
+  const WorkerStats& was = s.ring_stats;
+  if (now.runs() < was.runs() || now.buckets_size() != static_cast<int>(kLatencyBuckets)) return;
+  std::vector<double> buckets(kLatencyBuckets);
+  for (size_t b = 0; b < kLatencyBuckets; ++b) {
+    const uint64_t before = was.buckets_size() > static_cast<int>(b) ? was.buckets(static_cast<int>(b)) : 0;
+    buckets[b] = static_cast<double>(now.buckets(static_cast<int>(b)) - std::min(before, now.buckets(static_cast<int>(b))));
+  }
+  metrics_.runs_counted(s.tenant->name, buckets, now.latency_s() - was.latency_s(), now.runs() - was.runs(),
+                        now.errors() >= was.errors() ? now.errors() - was.errors() : 0);
+  auto l = leases_.find(s.lease);
+  if (l != leases_.end()) {
+    l->second.runs += now.runs() - was.runs();
+    l->second.busy_s += now.busy_s() - was.busy_s();
+    l->second.latency_s += now.latency_s() - was.latency_s();
+  }
+  s.ring_stats = now;
 }
 
 void Server::update_gauges(bool tick) {

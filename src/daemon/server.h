@@ -86,6 +86,14 @@ class Server {
     std::vector<TensorDesc> inputs, outputs;
     int worker = -1;  // its worker's socket
     int restarts = 0;
+    // Its rings (ring.h), when the client registered them: the region's
+    // descriptor (given again to a restarted worker) and the daemon's own
+    // mapping, to fail what a crashed worker left unanswered.
+    int ring_fd = -1;
+    struct RingHeader* ring = nullptr;
+    uint64_t ring_bytes = 0;
+    WorkerStats ring_stats;  // its current worker's last report
+    bool asking = false;     // a StatsQuery is out
   };
   // A worker process: a session's, or one inspecting a model (session 0).
   struct Worker {
@@ -99,7 +107,7 @@ class Server {
     struct Pending {
       uint64_t client;  // Connection::serial; 0: the daemon's own (a restart)
       uint64_t request;
-      enum Kind { kInspect, kOpen, kRun } kind;
+      enum Kind { kInspect, kOpen, kRun, kRing, kStats } kind;
       int64_t sent_ns;
     };
     std::deque<Pending> pending;  // requests it has, in order
@@ -127,6 +135,12 @@ class Server {
   void load(Connection& c, const Request& req, Reply* reply);
   void open_session(Connection& c, const Request& req, Reply* reply);
   void run(Connection& c, const Request& req, Reply* reply);
+  void setup_rings(Connection& c, const Request& req, Reply* reply);
+  // Gives the session's region to its worker (a pending `kRing` for `client`).
+  Status send_rings(CloudSession& s, uint64_t client, uint64_t request);
+  // Answers every submission on the session's rings not yet answered with
+  // an error saying `why` (its worker died, or the session closed).
+  void fail_rings(CloudSession& s, const std::string& why);
   void close_session(uint64_t id, bool kill_worker);
   CloudSession* session_of(Connection& c, uint64_t id, const char* what, Reply* reply);
   Result<int> spawn_worker(const SessionOpen& open, uint64_t session, const std::string& tenant);
@@ -142,6 +156,10 @@ class Server {
   // The gauges from the daemon's state; on the tick (once a second) also
   // the device's utilization over the last second.
   void update_gauges(bool tick);
+  // Asks each ring session's worker what ran (once a second); its answer
+  // goes into the lease's counts and the metrics.
+  void ask_stats();
+  void take_stats(CloudSession& s, const WorkerStats& now);
   // A fault: recorded (faults.jsonl) and counted (metrics).
   void record(const std::string& tenant, const std::string& device, const std::string& kind, const std::string& message);
   // Free PUs for `n` vEUs, near one another by the host map (a vDevice does

@@ -110,11 +110,27 @@ Status write_frame(int fd, const google::protobuf::MessageLite& m, int pass_fd) 
 }
 
 namespace {
-Status read_exact(int fd, char* p, size_t n) {
+Status read_exact(int fd, char* p, size_t n, std::vector<int>* fds) {
   size_t done = 0;
   while (done < n) {
-    const ssize_t r = ::recv(fd, p + done, n - done, 0);
+    iovec iov{p + done, n - done};
+    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t r = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
     if (r < 0 && errno == EINTR) continue;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
+        int got;
+        std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        if (fds != nullptr) fds->push_back(got);
+        else ::close(got);
+      }
+    }
     if (r == 0) return unavailable("the daemon closed the connection");
     if (r < 0) return unavailable(str_cat("the connection failed: ", std::strerror(errno)));
     done += static_cast<size_t>(r);
@@ -123,13 +139,13 @@ Status read_exact(int fd, char* p, size_t n) {
 }
 }  // namespace
 
-Status read_frame(int fd, google::protobuf::MessageLite* m) {
+Status read_frame(int fd, google::protobuf::MessageLite* m, std::vector<int>* fds) {
   char head[4];
-  TESSERA_RETURN_IF_ERROR(read_exact(fd, head, 4));
+  TESSERA_RETURN_IF_ERROR(read_exact(fd, head, 4, fds));
   const uint32_t n = load_le32(head);
   if (n > kMaxFrameBytes) return data_loss(str_cat("a frame of ", n, " bytes is over the ", kMaxFrameBytes, " limit"));
   std::string payload(n, '\0');
-  TESSERA_RETURN_IF_ERROR(read_exact(fd, payload.data(), n));
+  TESSERA_RETURN_IF_ERROR(read_exact(fd, payload.data(), n, fds));
   if (!m->ParseFromString(payload)) return data_loss(str_cat("a frame of ", n, " bytes is not a valid message"));
   return Status();
 }

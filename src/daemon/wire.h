@@ -38,7 +38,8 @@ class FrameReader;
 bool receive_available(int fd, FrameReader* in, std::vector<int>* fds);
 // One frame, read whole and parsed (blocking). Unavailable when the peer
 // has closed; DataLoss for a frame that is too long or does not parse.
-Status read_frame(int fd, google::protobuf::MessageLite* m);
+// With `fds`, descriptors passed with it are appended there (else closed).
+Status read_frame(int fd, google::protobuf::MessageLite* m, std::vector<int>* fds = nullptr);
 
 // Frames out of a non-blocking socket's bytes, as they arrive.
 class FrameReader {
