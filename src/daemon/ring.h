@@ -51,6 +51,12 @@ struct RingHeader {
   RingCqe cq[kRingEntries];
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
+// The layout is an interface between processes (docs/formats/protocol.md).
+static_assert(sizeof(RingSqe) == 528 && sizeof(RingCqe) == 256);
+static_assert(offsetof(RingHeader, sq_tail) == 64 && offsetof(RingHeader, sq_sleeping) == 68 &&
+              offsetof(RingHeader, sq_head) == 128 && offsetof(RingHeader, cq_tail) == 192 &&
+              offsetof(RingHeader, cq_sleeping) == 196 && offsetof(RingHeader, cq_head) == 256 &&
+              offsetof(RingHeader, sq) == 320 && offsetof(RingHeader, cq) == 320 + 8 * 528);
 
 // Where the data area starts (a page after the header's start).
 inline constexpr uint64_t kRingDataOffset = (sizeof(RingHeader) + 4095) / 4096 * 4096;

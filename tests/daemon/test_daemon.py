@@ -726,3 +726,112 @@ def test_cloud_model_with_dynamic_dimensions_bound_at_compile(daemon):
         np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
     with pytest.raises(tessera.InvalidArgument, match="dynamic dimension"):
         dm.connect(CAROL).compile(zoo("bert_tiny.onnx")).session()
+
+
+# -------------------------------------------------------------------- rings ---
+
+class RawRings:
+    """A region laid out as src/daemon/ring.h says (docs/formats/protocol.md),
+    driven by hand: submissions the library would never make."""
+    DATA = 8192
+
+    def __init__(self, raw_client, session, data_bytes):
+        import mmap
+        self.size = self.DATA + data_bytes
+        self.fd = os.memfd_create("test-rings")
+        os.ftruncate(self.fd, self.size)
+        self.m = mmap.mmap(self.fd, self.size)
+        struct.pack_into("<IIIIQQ", self.m, 0, 0x474E5254, 1, 8, 0, self.DATA, data_bytes)
+        req = raw_client.pb.Request()
+        req.ring.session = session
+        raw_client.id += 1
+        req.id = raw_client.id
+        raw_client.s.sendmsg([frame(req)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", self.fd))])
+        head = raw_client._exact(4)
+        r = raw_client.pb.Reply()
+        r.ParseFromString(raw_client._exact(struct.unpack("<I", head)[0]))
+        self.setup = r
+
+    def u32(self, off, value=None):
+        if value is None:
+            return struct.unpack_from("<I", self.m, off)[0]
+        struct.pack_into("<I", self.m, off, value)
+
+    def submit(self, ins, outs, n_in=None, n_out=None):
+        tail = self.u32(64)
+        e = 320 + (tail % 8) * 528
+        struct.pack_into("<QII", self.m, e, tail, len(ins) if n_in is None else n_in, len(outs) if n_out is None else n_out)
+        for i, (off, n) in enumerate(ins):
+            struct.pack_into("<QQ", self.m, e + 16 + 16 * i, off, n)
+        for i, (off, n) in enumerate(outs):
+            struct.pack_into("<QQ", self.m, e + 16 + 256 + 16 * i, off, n)
+        self.u32(64, tail + 1)
+        return tail
+
+    def complete(self, timeout=10):
+        head = self.u32(256)
+        deadline = time.monotonic() + timeout
+        while self.u32(192) == head:
+            assert time.monotonic() < deadline, "no completion"
+            time.sleep(0.0005)
+        c = 4544 + (head % 8) * 256
+        user, code, ms = struct.unpack_from("<Qif", self.m, c)
+        message = bytes(self.m[c + 16:c + 256]).split(b"\0")[0].decode()
+        self.u32(256, head + 1)
+        return user, code, message
+
+
+def test_ring_submissions_are_checked_and_a_dead_worker_answers_through_the_daemon(daemon, tmp_path):
+    pb = protocol_module(str(tmp_path))
+    dm = daemon(fault_injection=True)
+    feeds = inputs_of("mlp")
+    x = feeds["input"]
+    want = tessera.connect().compile(zoo("mlp.onnx"), profile=False, measure=False).session(veus=1).run(feeds)["output"]
+    raw_client, session = open_raw_session(dm, pb, "mlp")
+    out_off, out_n = 50176, want.nbytes  # after the input (16 x 784 floats)
+    rings = RawRings(raw_client, session, 64 * 1024)
+    assert rings.setup.code == 0, rings.setup.message
+    data = lambda off, n: bytes(rings.m[RawRings.DATA + off:RawRings.DATA + off + n])  # noqa: E731
+    rings.m[RawRings.DATA:RawRings.DATA + x.nbytes] = x.tobytes()
+    good = ([(0, x.nbytes)], [(out_off, out_n)])
+    tag = rings.submit(*good)
+    assert rings.complete() == (tag, 0, "")
+    np.testing.assert_allclose(np.frombuffer(data(out_off, out_n), np.float32).reshape(want.shape), want, rtol=1e-5,
+                               atol=1e-6)
+    # Spans outside the data area, of the wrong size, misaligned, overlapping,
+    # and counts that are not the session's: each refused, named.
+    for ins, outs, n_in, says in [
+        ([(1 << 40, x.nbytes)], [(out_off, out_n)], None, "inside the"),
+        ([(64 * 1024 - 8, x.nbytes)], [(out_off, out_n)], None, "inside the"),
+        ([(0, x.nbytes - 4)], [(out_off, out_n)], None, "it needs"),
+        ([(2, x.nbytes)], [(out_off, out_n)], None, "aligned to 4"),
+        ([(0, x.nbytes)], [(64, out_n)], None, "overlaps an input"),
+        ([(0, x.nbytes)], [(out_off, out_n)], 3, "takes 1 input"),
+    ]:
+        rings.submit(ins, outs, n_in=n_in)
+        _, code, message = rings.complete()
+        assert code != 0 and says in message, (ins, outs, message)
+    # Counters a client forges: the worker takes at most what is there, one
+    # by one, and answers each.
+    tail = rings.u32(64)
+    rings.u32(64, tail + 5)
+    for _ in range(5):
+        rings.complete()
+    tag = rings.submit(*good)
+    assert rings.complete() == (tag, 0, "")
+    # The worker dies with a submission waiting: it is answered (by the
+    # daemon, or by the worker started again), and runs work after.
+    crash = pb.Request()
+    crash.crash.session = session
+    assert raw_client.call(crash).code == 0
+    rings.submit(*good)
+    rings.complete(timeout=30)
+    deadline = time.monotonic() + 30
+    while True:
+        tag = rings.submit(*good)
+        user, code, message = rings.complete(timeout=30)
+        if code == 0:
+            break
+        assert "worker" in message and time.monotonic() < deadline, message
+    assert user == tag
+    assert any(f["kind"] == "worker_crash" for f in dm.connect(ROOT).faults())
