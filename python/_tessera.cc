@@ -378,7 +378,7 @@ PYBIND11_MODULE(_tessera, m) {
       .def(
           "session",
           [](Model& x, const std::string& device, int veus, const std::string& executor, const std::string& policy,
-             std::vector<int> cores, bool pin) {
+             std::vector<int> cores, bool pin, double latency_ms) {
             SessionOptions o;
             o.device = device;
             o.veus = veus;
@@ -386,10 +386,11 @@ PYBIND11_MODULE(_tessera, m) {
             o.policy = policy_of(policy);
             o.cores = std::move(cores);
             o.pin = pin;
+            o.latency_ms = latency_ms;
             return PySession(value_or_raise(without_gil([&] { return x.session(o); })));
           },
           py::arg("device") = "cpu", py::arg("veus") = 0, py::arg("executor") = "plan", py::arg("policy") = "auto",
-          py::arg("cores") = std::vector<int>{}, py::arg("pin") = true)
+          py::arg("cores") = std::vector<int>{}, py::arg("pin") = true, py::arg("latency_ms") = 0.0)
       .def(
           "save",
           [](Model& x, const std::string& path, int veus, const std::string& policy) {

@@ -27,6 +27,12 @@ const std::vector<cli::OptionSpec> kConnectOptions = {
     {"--token-file", "FILE", "a file whose first line is the token (default: $TESSERA_TOKEN_FILE)"},
 };
 
+std::string fixed3(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", x);
+  return b;
+}
+
 std::vector<cli::OptionSpec> with_connect(std::vector<cli::OptionSpec> own) {
   own.insert(own.begin(), kConnectOptions.begin(), kConnectOptions.end());
   return own;
@@ -290,12 +296,18 @@ int status_main(int argc, char** argv) {
   }
   for (const DeviceStatus& d : s->devices) {
     std::printf("\ndevice %s: %zu PU(s), %d free\n", d.name.c_str(), d.pus.size(), d.free_veus);
-    std::printf("  %-6s %-12s %-16s %-8s %s\n", "LEASE", "CORES", "TENANT", "PID", "SESSION");
+    std::printf("  %-6s %-10s %-14s %-9s %-8s %8s %27s  %s\n", "LEASE", "CORES", "TENANT", "MODE", "PID", "RUNS",
+                "LATENCY ms: GOAL/PLAN/RUNS", "SESSION");
     for (const VDeviceStatus& v : d.vdevices) {
       std::string cores;
       for (int c : v.cores) cores += (cores.empty() ? "" : ",") + std::to_string(c);
-      std::printf("  %-6llu %-12s %-16s %-8d %s\n", static_cast<unsigned long long>(v.lease), cores.c_str(),
-                  v.tenant.c_str(), v.pid, v.session.c_str());
+      char latency[64];
+      std::snprintf(latency, sizeof latency, "%s/%s/%s", v.objective_ms > 0 ? fixed3(v.objective_ms).c_str() : "-",
+                    v.predicted_ms > 0 ? fixed3(v.predicted_ms).c_str() : "-",
+                    v.runs > 0 ? fixed3(1e3 * v.latency_s / static_cast<double>(v.runs)).c_str() : "-");
+      std::printf("  %-6llu %-10s %-14s %-9s %-8d %8llu %27s  %s\n", static_cast<unsigned long long>(v.lease),
+                  cores.c_str(), v.tenant.c_str(), v.mode.c_str(), v.pid, static_cast<unsigned long long>(v.runs), latency,
+                  v.session.c_str());
     }
   }
   return 0;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -40,6 +41,8 @@ const cli::Command kRun = {
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
         {"--json", "", "print one JSON object on stdout at the end"},
         {"--quiet", "", "no human-readable text on stderr"},
+        {"--latency-ms", "MS", "a latency objective: refused unless the Plan is predicted to meet it (a daemon\n"
+                               "                          shows the prediction against the runs, tessera status)"},
         {"--connect", "URI", "run as a tenant of the daemon at unix:///PATH (default: $TESSERA_CONNECT, else\n"
                              "                          this process alone): on the cores it leases (appliance mode)"},
         {"--token", "TOKEN", "the tenant's token with --connect (default: $TESSERA_TOKEN)"},
@@ -242,6 +245,10 @@ int run_main(int argc, char** argv) {
   so.veus = static_cast<int>(*threads);
   so.pin = !a.has("--no-pin");
   so.device = a.get("--device", "cpu");
+  if (a.has("--latency-ms")) {
+    so.latency_ms = std::atof(a.get("--latency-ms").c_str());
+    if (!(so.latency_ms > 0 && so.latency_ms < 1e9)) return cli::usage_error(kRun, "--latency-ms must be a positive number");
+  }
   auto rt = connect_from(a);
   if (!rt.ok()) return cli::fail(rt.status());
   std::vector<std::string> names;

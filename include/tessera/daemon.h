@@ -46,6 +46,9 @@ struct VDeviceStatus {
   // client reports them with its pings, a fraction of a lease timeout late).
   uint64_t runs = 0;
   double busy_s = 0, latency_s = 0, age_s = 0;
+  // The session's latency objective (0: none) and its Plan's prediction
+  // (0: not known), against latency_s / runs measured.
+  double objective_ms = 0, predicted_ms = 0;
 };
 
 struct DeviceStatus {

@@ -169,6 +169,11 @@ struct SessionOptions {
   std::vector<int> cores = {};
   // Pin vEU i to cores[i] (and the thread that runs vEU 0 to cores[0]).
   bool pin = true;
+  // A latency objective in milliseconds (0: none): the session is admitted
+  // only where its Plan's predicted latency meets it, and refused
+  // (ResourceExhausted, with both figures) otherwise. A daemon reports the
+  // prediction against what its runs measure (tessera status).
+  double latency_ms = 0;
 };
 
 // Where a run's time went, in milliseconds.

@@ -27,9 +27,10 @@ std::string token_hash(std::string_view token) { return sha256_hex(token); }
 namespace detail {
 
 Result<std::vector<int>> RuntimeState::lease(int wanted, uint64_t memory_bytes, const std::string& session,
-                                             uint64_t* id) {
+                                             double latency_ms, uint64_t* id) {
   daemon::Request req;
   daemon::Lease* l = req.mutable_lease();
+  l->set_latency_ms(latency_ms);
   l->set_veus(static_cast<uint32_t>(std::max(0, wanted)));
   l->set_memory_bytes(memory_bytes);
   l->set_session(session);
@@ -98,6 +99,7 @@ Result<std::shared_ptr<SessionState>> open_remote(const std::shared_ptr<ModelSta
   daemon::Request req;
   req.mutable_open()->set_model(m->remote);
   req.mutable_open()->set_veus(static_cast<uint32_t>(so.veus));
+  req.mutable_open()->set_latency_ms(so.latency_ms);
   TESSERA_ASSIGN_OR_RETURN(daemon::Reply reply, m->runtime->daemon->call(std::move(req)));
   auto st = std::make_shared<SessionState>();
   st->model = m;
@@ -287,6 +289,13 @@ Status SessionState::execute_remote(const NamedTensors& given, double queue_ms, 
   return Status();
 }
 
+Status RuntimeState::admit(uint64_t id, double predicted_ms) {
+  daemon::Request req;
+  req.mutable_admit()->set_lease(id);
+  req.mutable_admit()->set_predicted_ms(predicted_ms);
+  return daemon->call(std::move(req)).status();
+}
+
 void RuntimeState::end_lease(uint64_t id) {
   daemon::Request req;
   req.mutable_release()->set_lease(id);
@@ -326,7 +335,8 @@ Result<ServerStatus> Runtime::status() const {
     DeviceStatus ds{d.name(), d.kind(), {d.pus().begin(), d.pus().end()}, static_cast<int>(d.free_veus()), {}};
     for (const daemon::VDevice& v : d.vdevices())
       ds.vdevices.push_back({v.lease(), {v.cores().begin(), v.cores().end()}, v.tenant(), v.session(), v.memory_bytes(),
-                             v.pid(), v.mode(), v.runs(), v.busy_s(), v.latency_s(), v.age_s()});
+                             v.pid(), v.mode(), v.runs(), v.busy_s(), v.latency_s(), v.age_s(), v.objective_ms(),
+                             v.predicted_ms()});
     out.devices.push_back(std::move(ds));
   }
   return out;
@@ -365,7 +375,8 @@ std::string status_to_json(const ServerStatus& s) {
     for (const VDeviceStatus& v : d.vdevices)
       dj["vdevices"].push_back({{"lease", v.lease}, {"cores", v.cores}, {"tenant", v.tenant}, {"session", v.session},
                                 {"memory_bytes", v.memory_bytes}, {"pid", v.pid}, {"mode", v.mode}, {"runs", v.runs},
-                                {"busy_s", v.busy_s}, {"latency_s", v.latency_s}, {"age_s", v.age_s}});
+                                {"busy_s", v.busy_s}, {"latency_s", v.latency_s}, {"age_s", v.age_s},
+                                {"objective_ms", v.objective_ms}, {"predicted_ms", v.predicted_ms}});
     j["devices"].push_back(std::move(dj));
   }
   return j.dump();

@@ -330,6 +330,8 @@ Result<Session> Model::session(const SessionOptions& so) {
   }
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Device> device, find_device(so.device));
   if (so.veus < 0 || so.veus > 1024) return invalid_argument(str_cat("SessionOptions: veus ", so.veus, " is out of range"));
+  if (!(so.latency_ms >= 0 && so.latency_ms < 1e9))
+    return invalid_argument("SessionOptions: latency_ms must be a number of milliseconds from 0");
   if (s_->executable && so.executor != Executor::kPlan)
     return invalid_argument(str_cat(s_->path, " is an Executable: it runs on the plan executor only"));
   auto st = std::make_shared<SessionState>();
@@ -353,7 +355,7 @@ Result<Session> Model::session(const SessionOptions& so) {
                                       s_->runtime->daemon->path(), " chooses a session's cores"));
     std::error_code ec;
     const uint64_t bytes = std::filesystem::file_size(s_->path, ec);
-    TESSERA_ASSIGN_OR_RETURN(st->slots, s_->runtime->lease(veus, ec ? 0 : bytes, s_->path, &st->lease));
+    TESSERA_ASSIGN_OR_RETURN(st->slots, s_->runtime->lease(veus, ec ? 0 : bytes, s_->path, so.latency_ms, &st->lease));
     veus = static_cast<int>(st->slots.size());
     {
       std::lock_guard<std::mutex> lock(s_->runtime->mu);
@@ -371,6 +373,19 @@ Result<Session> Model::session(const SessionOptions& so) {
   }
   if (!program) {
     TESSERA_ASSIGN_OR_RETURN(program, compile_for(*s_, *s_->runtime, so, *device, veus, st->slots));
+  }
+  // Admission by schedule: the Plan's predicted latency against the
+  // objective (a daemon's lease checks it there, and shows both).
+  if (so.latency_ms > 0) {
+    if (!program->plan || so.executor != Executor::kPlan)
+      return invalid_argument("SessionOptions: a latency objective needs the plan executor (its Plan's prediction)");
+    const double predicted_ms = program->plan->predicted_us / 1e3;
+    if (st->lease != 0) {
+      TESSERA_RETURN_IF_ERROR(s_->runtime->admit(st->lease, predicted_ms));
+    } else if (!(predicted_ms <= so.latency_ms)) {
+      return resource_exhausted(str_cat(s_->path, ": the Plan on ", program->plan->veus, " vEU(s) is predicted to take ",
+                                        predicted_ms, " ms; the objective is ", so.latency_ms, " ms"));
+    }
   }
   st->inputs = infos(program->graph->inputs());
   st->outputs = infos(program->graph->outputs());

@@ -47,7 +47,11 @@ struct RuntimeState {
   // Connected to a daemon: its leases give the cores (acquire() is not
   // used), and end with the session or the connection.
   std::shared_ptr<DaemonLink> daemon;
-  Result<std::vector<int>> lease(int wanted, uint64_t memory_bytes, const std::string& session, uint64_t* id);
+  Result<std::vector<int>> lease(int wanted, uint64_t memory_bytes, const std::string& session, double latency_ms,
+                                 uint64_t* id);
+  // Admission by schedule: the lease's Plan predicted to take
+  // `predicted_ms`, checked by the daemon against the lease's objective.
+  Status admit(uint64_t id, double predicted_ms);
   void end_lease(uint64_t id);
   // This host's map, obtained once; `file` overrides (not cached here).
   Result<const HostMap*> map(const std::string& file, const CompileOptions& o, HostMap* scratch);

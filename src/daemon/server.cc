@@ -299,6 +299,19 @@ bool Server::handle(Connection& c, const Request& req, Reply* reply) {
     case Request::kOpen: open_session(c, req, reply); return true;
     case Request::kRun: run(c, req, reply); return true;
     case Request::kRing: setup_rings(c, req, reply); return true;
+    case Request::kAdmit: {
+      auto l = leases_.find(req.admit().lease());
+      if (l == leases_.end() || l->second.fd != c.fd) {
+        set_error(reply, not_found(str_cat("no lease ", req.admit().lease(), " on this connection")));
+        record(c.tenant->name, "cpu", "refused_request", str_cat(who(c), " asked to admit a lease not its own"));
+        return true;
+      }
+      const double predicted = req.admit().predicted_ms();
+      l->second.predicted_ms = predicted;
+      if (l->second.objective_ms > 0 && !(predicted <= l->second.objective_ms))
+        set_error(reply, resource_exhausted(admission_refusal(l->second, predicted)));
+      return true;
+    }
     case Request::kClose:
       if (session_of(c, req.close().session(), "close", reply) != nullptr) close_session(req.close().session(), false);
       return true;
@@ -353,6 +366,12 @@ void Server::hello(Connection& c, const Hello& h, Reply* reply) {
   log_info("tesserad: ", who(c), " is tenant '", tenant->name, "'");
 }
 
+std::string Server::admission_refusal(const Held& h, double predicted_ms) const {
+  return str_cat("tenant '", h.tenant->name, "': the Plan of '", h.session, "' on ", h.cores.size(),
+                 " vEU(s) (cores ", str_join(h.cores, ","), ") is predicted to take ", predicted_ms,
+                 " ms; the objective is ", h.objective_ms, " ms");
+}
+
 int Server::free_pus() const { return static_cast<int>(std::count(pu_lease_.begin(), pu_lease_.end(), 0)); }
 
 std::vector<int> Server::choose_cores(int n) const {
@@ -395,11 +414,16 @@ void Server::lease(Connection& c, const Lease& l, Reply* reply) {
                                                  "' is a cloud tenant: its sessions run in the daemon's workers")));
     return;
   }
+  if (!(l.latency_ms() >= 0 && l.latency_ms() < 1e9)) {
+    set_error(reply, invalid_argument("Lease: latency_ms must be a number of milliseconds from 0"));
+    return;
+  }
   Result<uint64_t> id = grant(c, l.veus(), l.memory_bytes(), l.session());
   if (!id.ok()) {
     set_error(reply, id.status());
     return;
   }
+  leases_[*id].objective_ms = l.latency_ms();
   Granted* g = reply->mutable_granted();
   g->set_lease(*id);
   for (int p : leases_[*id].cores) g->add_cores(p);
@@ -503,6 +527,8 @@ void Server::status(const Connection& c, ServerStatus* out) const {
     v->set_busy_s(h.busy_s);
     v->set_latency_s(h.latency_s);
     v->set_age_s(static_cast<double>(now_ns() - h.granted_ns) / 1e9);
+    v->set_objective_ms(h.objective_ms);
+    v->set_predicted_ms(h.predicted_ms);
   }
 }
 
@@ -643,8 +669,16 @@ void Server::open_session(Connection& c, const Request& req, Reply* reply) {
     set_error(reply, lease.status());
     return;
   }
+  if (!(o.latency_ms() >= 0 && o.latency_ms() < 1e9)) {
+    for (int p : leases_[*lease].cores) pu_lease_[static_cast<size_t>(p)] = 0;
+    leases_.erase(*lease);
+    set_error(reply, invalid_argument("SessionOpen: latency_ms must be a number of milliseconds from 0"));
+    return;
+  }
+  leases_[*lease].objective_ms = o.latency_ms();
   SessionOpen start;
   start.set_model_path(m->second.path);
+  start.set_latency_ms(o.latency_ms());
   for (int p : leases_[*lease].cores) start.add_cores(static_cast<int32_t>(p));
   start.set_veus(static_cast<uint32_t>(start.cores_size()));
   for (const TensorDesc& d : m->second.shapes) *start.add_shapes() = d;
@@ -903,6 +937,7 @@ void Server::serve_worker(int fd) {
       // bound): what its runs are checked against.
       s->second.inputs = {reply.opened().inputs().begin(), reply.opened().inputs().end()};
       s->second.outputs = {reply.opened().outputs().begin(), reply.opened().outputs().end()};
+      if (auto l = leases_.find(s->second.lease); l != leases_.end()) l->second.predicted_ms = reply.opened().predicted_ms();
       if (p.client == 0 && s->second.ring_fd >= 0) (void)send_rings(s->second, 0, 0);  // a restart: its rings again
       if (p.client != 0) {
         reply.mutable_opened()->set_session(s->first);

@@ -74,6 +74,7 @@ class Server {
     // client's pings (appliance).
     uint64_t runs = 0;
     double busy_s = 0, latency_s = 0;
+    double objective_ms = 0, predicted_ms = 0;  // admission by schedule
   };
 
   // A cloud session: its lease, what it takes and gives, and its worker.
@@ -166,6 +167,7 @@ class Server {
   // not straddle what is slow to cross).
   std::vector<int> choose_cores(int n) const;
   int free_pus() const;
+  std::string admission_refusal(const Held& h, double predicted_ms) const;
   std::string who(const Connection& c) const;
 
   DaemonConfig config_;

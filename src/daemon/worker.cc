@@ -237,7 +237,17 @@ int worker_main(int fd) {
   so.veus = static_cast<int>(o.cores().size());
   Result<Session> session = model->session(so);
   if (!session.ok()) return reply_error(fd, first.id(), session.status());
+  // Admission by schedule: the Plan's predicted latency against the
+  // session's objective.
+  const Result<PlanInfo> plan = session->plan();
+  const double predicted_ms = plan.ok() ? plan->predicted_us / 1e3 : 0;
+  if (o.latency_ms() > 0 && !(predicted_ms <= o.latency_ms()))
+    return reply_error(fd, first.id(),
+                       resource_exhausted(str_cat("the Plan on ", session->veus(), " vEU(s) (cores ",
+                                                  str_join(session->cores(), ","), ") is predicted to take ",
+                                                  predicted_ms, " ms; the objective is ", o.latency_ms(), " ms")));
   Opened* op = reply.mutable_opened();
+  op->set_predicted_ms(predicted_ms);
   for (int c : session->cores()) op->add_cores(c);
   op->set_veus(session->veus());
   for (const TensorInfo& t : session->inputs()) fill(op->add_inputs(), t);

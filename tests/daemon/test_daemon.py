@@ -835,3 +835,42 @@ def test_ring_submissions_are_checked_and_a_dead_worker_answers_through_the_daem
         assert "worker" in message and time.monotonic() < deadline, message
     assert user == tag
     assert any(f["kind"] == "worker_crash" for f in dm.connect(ROOT).faults())
+
+
+# ------------------------------------------------------- admission by schedule ---
+
+def test_admission_by_latency_objective(daemon):
+    dm = daemon()
+    # What the Plan predicts on one vEU, from the session that ran it.
+    probe = dm.connect(ALICE).compile(zoo("resnet18.onnx"), profile=False, measure=False)
+    s = probe.session(latency_ms=1e6)
+    predicted = next(v for v in dm.leases() if v["tenant"] == "alice")["predicted_ms"]
+    assert predicted > 1
+    assert next(v for v in dm.leases() if v["tenant"] == "alice")["objective_ms"] == 1e6
+    del s
+    assert wait_until(lambda: dm.leases() == [], 2) is not None
+    # An objective below the prediction: refused with both figures, for an
+    # appliance tenant (its client asks) and a cloud one (its worker checks);
+    # nothing is left leased.
+    with pytest.raises(tessera.ResourceExhausted, match=r"predicted to take .* ms; the objective is 0.5 ms"):
+        probe.session(latency_ms=0.5)
+    cloud = dm.connect(CAROL).compile(zoo("resnet18.onnx"))
+    with pytest.raises(tessera.ResourceExhausted, match=r"predicted to take .* ms; the objective is 0.5 ms"):
+        cloud.session(latency_ms=0.5)
+    assert wait_until(lambda: dm.leases() == [], 2) is not None
+    # Met: admitted, and status shows the prediction beside what runs measure.
+    c = cloud.session(latency_ms=1e6)
+    feeds = inputs_of("resnet18")
+    for _ in range(3):
+        c.run(feeds)
+    v = next(v for v in dm.leases() if v["tenant"] == "carol")
+    assert v["objective_ms"] == 1e6 and v["predicted_ms"] > 1
+    assert wait_until(lambda: next(x for x in dm.leases() if x["tenant"] == "carol")["runs"] == 3, 3) is not None
+    out = subprocess.run([TESSERA, "status", "--connect", dm.uri, "--token", ROOT], capture_output=True, text=True)
+    assert "GOAL/PLAN/RUNS" in out.stdout and "1e+06/" in out.stdout, out.stdout
+    # Local sessions take the objective too.
+    local = tessera.connect().compile(zoo("mlp.onnx"), profile=False, measure=False)
+    with pytest.raises(tessera.ResourceExhausted, match="the objective is 1e-06 ms"):
+        local.session(latency_ms=1e-6)
+    with pytest.raises(tessera.InvalidArgument, match="needs the plan executor"):
+        local.session(latency_ms=5, executor="sequential")
