@@ -43,7 +43,7 @@ def start_daemon(build, d):
             token_sha256 = "{sha(TOKENS['cloud'])}"
             mode = "cloud"
             """))
-    every = range(os.cpu_count())
+    every = os.sched_getaffinity(0)
     p = subprocess.Popen([os.path.join(build, "bin", "tesserad"), "--config", f"{d}/t.toml", "--quiet"],
                          preexec_fn=lambda: os.sched_setaffinity(0, every))
     while not os.path.exists(f"{d}/d.sock"):

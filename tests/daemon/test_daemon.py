@@ -26,6 +26,8 @@ TESSERAD = os.path.join(BUILD, "bin", "tesserad")
 TESSERA = os.path.join(BUILD, "bin", "tessera")
 ZOO = os.path.join(BUILD, "zoo")
 ALICE, BOB, ROOT, CAROL = "alice-token", "bob-token", "root-token", "carol-token"
+# The cores this process may use, before a session it runs pins it.
+CORES = os.sched_getaffinity(0)
 
 
 def sha(t):
@@ -79,9 +81,8 @@ class Daemon:
         self.log = open(os.path.join(d, "tesserad.log"), "ab")
         # The daemon hands out the cores of its affinity mask; this process
         # may have been pinned by a session it ran (vEU 0 is the caller).
-        every = range(os.cpu_count())
         self.proc = subprocess.Popen([TESSERAD, "--config", self.config], stderr=self.log,
-                                     preexec_fn=lambda: os.sched_setaffinity(0, every))
+                                     preexec_fn=lambda: os.sched_setaffinity(0, CORES))
         deadline = time.monotonic() + 30
         while not os.path.exists(f"{d}/d.sock"):
             assert self.proc.poll() is None, open(os.path.join(d, "tesserad.log")).read()
