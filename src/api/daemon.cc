@@ -215,20 +215,12 @@ Status SessionState::execute_ring(const NamedTensors& given, double queue_ms, Na
   const int64_t t2 = now_ns();
   if (c.user_data != tail) return data_loss(str_cat("session ", remote, ": a completion for another submission"));
   if (c.code != 0) {
-    const int code = c.code;
-    const StatusCode sc = code > 0 && code <= static_cast<int>(StatusCode::kPermissionDenied) ? static_cast<StatusCode>(code)
-                                                                                             : StatusCode::kInternal;
-    return Status(sc, str_cat("daemon at ", runtime->daemon->path(), ": session ", remote, ": ",
+    return Status(daemon::status_code_of(c.code), str_cat("daemon at ", runtime->daemon->path(), ": session ", remote, ": ",
                               std::string(c.message, strnlen(c.message, sizeof c.message))));
   }
   uint64_t out_bytes = 0;
   for (size_t i = 0; i < outputs.size(); ++i) {
-    const TensorInfo& o = outputs[i];
-    Tensor* into = out.find(o.name);
-    if (into == nullptr) {
-      out.set(o.name, bound[i].defined() ? bound[i] : Tensor(o.dtype, o.shape));
-      into = out.find(o.name);
-    }
+    Tensor* into = output_into(i, out);
     std::memcpy(into->raw(), data + ring_out[i], into->nbytes());
     out_bytes += into->nbytes();
   }
@@ -268,11 +260,7 @@ Status SessionState::execute_remote(const NamedTensors& given, double queue_ms, 
     const daemon::TensorData* d = nullptr;
     for (const daemon::TensorData& x : reply.result().outputs())
       if (x.name() == o.name) d = &x;
-    Tensor* into = out.find(o.name);
-    if (into == nullptr) {
-      out.set(o.name, bound[i].defined() ? bound[i] : Tensor(o.dtype, o.shape));
-      into = out.find(o.name);
-    }
+    Tensor* into = output_into(i, out);
     if (d == nullptr || d->data().size() != into->nbytes())
       return data_loss(str_cat("daemon at ", runtime->daemon->path(), ": output '", o.name, "' came back malformed"));
     std::memcpy(into->raw(), d->data().data(), d->data().size());

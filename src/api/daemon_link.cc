@@ -75,10 +75,7 @@ Result<daemon::Reply> DaemonLink::call(daemon::Request request, int pass_fd) {
   if (reply.id() != request.id())
     return data_loss(str_cat("daemon at ", path_, ": reply ", reply.id(), " to request ", request.id()));
   if (reply.code() != 0) {
-    const int code = reply.code();
-    const StatusCode c = code > 0 && code <= static_cast<int>(StatusCode::kPermissionDenied) ? static_cast<StatusCode>(code)
-                                                                                              : StatusCode::kInternal;
-    return Status(c, str_cat("daemon at ", path_, ": ", reply.message()));
+    return Status(daemon::status_code_of(reply.code()), str_cat("daemon at ", path_, ": ", reply.message()));
   }
   return reply;
 }

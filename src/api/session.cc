@@ -102,6 +102,13 @@ Result<NamedTensors> SessionState::execute(const NamedTensors& given, double que
   return out;
 }
 
+Tensor* SessionState::output_into(size_t i, NamedTensors& out) {
+  const TensorInfo& o = outputs[i];
+  if (Tensor* given = out.find(o.name)) return given;
+  out.set(o.name, bound[i].defined() ? bound[i] : Tensor(o.dtype, o.shape));
+  return out.find(o.name);
+}
+
 Status SessionState::execute(const NamedTensors& given, double queue_ms, NamedTensors& out) {
   // Every output given is one of the model's, of its dtype and shape, with
   // memory; checked before anything runs.
@@ -180,12 +187,7 @@ Status SessionState::execute(const NamedTensors& given, double queue_ms, NamedTe
   }
   const int64_t t2 = now_ns();
   for (size_t i = 0; i < outputs.size(); ++i) {
-    const TensorInfo& o = outputs[i];
-    Tensor* into = out.find(o.name);
-    if (into == nullptr) {
-      out.set(o.name, bound[i].defined() ? bound[i] : Tensor(o.dtype, o.shape));
-      into = out.find(o.name);
-    }
+    Tensor* into = output_into(i, out);
     const void* src = loaded->output_data(i);
     if (src != into->raw() && into->nbytes() > 0) {
       std::memcpy(into->raw(), src, into->nbytes());

@@ -138,6 +138,9 @@ struct SessionState : std::enable_shared_from_this<SessionState> {
   // its worker runs it (daemon.cc).
   Status execute_remote(const NamedTensors& inputs, double queue_ms, NamedTensors& outputs);
   Status execute_ring(const NamedTensors& inputs, double queue_ms, NamedTensors& outputs);
+  // Where output i goes: its Tensor in `out` where the caller gave one,
+  // else added there (the memory bound with bind_output, or fresh).
+  Tensor* output_into(size_t i, NamedTensors& out);
   // The worker: serves submitted requests while the session lives; one
   // left when it has gone fails its Event.
   static void worker_main(std::shared_ptr<Turns> turns, std::weak_ptr<SessionState> session);

@@ -1,5 +1,6 @@
-// tesserad's core: one thread, one epoll loop over the listening socket,
-// the clients' connections, a timer and SIGTERM. It authenticates tenants,
+// tesserad's core (server.cc; cloud mode in cloud.cc): one thread, one
+// epoll loop over the listening socket, the clients' connections, the
+// workers, a timer and SIGTERM. It authenticates tenants,
 // cuts the host's cores into vDevices for them (appliance leases: the
 // client runs its Plan in its own process on exactly those cores), holds
 // every lease to its connection (a client that dies or goes silent loses
@@ -22,6 +23,12 @@
 #include "tessera/host_map.h"
 
 namespace tessera::daemon {
+
+// A reply's error: its code and message.
+inline void set_error(Reply* r, const Status& st) {
+  r->set_code(static_cast<int32_t>(st.code()));
+  r->set_message(st.message());
+}
 
 class Server {
  public:

@@ -110,33 +110,43 @@ Status write_frame(int fd, const google::protobuf::MessageLite& m, int pass_fd) 
 }
 
 namespace {
+
+// recvmsg into p[0, n): descriptors passed with the bytes go to `fds`
+// (close-on-exec), or are closed where nobody asked for them.
+ssize_t receive(int fd, char* p, size_t n, int flags, std::vector<int>* fds) {
+  iovec iov{p, n};
+  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  const ssize_t r = ::recvmsg(fd, &msg, flags | MSG_CMSG_CLOEXEC);
+  if (r < 0) return r;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
+      int got;
+      std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      if (fds != nullptr) fds->push_back(got);
+      else ::close(got);
+    }
+  }
+  return r;
+}
+
 Status read_exact(int fd, char* p, size_t n, std::vector<int>* fds) {
   size_t done = 0;
   while (done < n) {
-    iovec iov{p + done, n - done};
-    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t r = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    const ssize_t r = receive(fd, p + done, n - done, 0, fds);
     if (r < 0 && errno == EINTR) continue;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
-        int got;
-        std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        if (fds != nullptr) fds->push_back(got);
-        else ::close(got);
-      }
-    }
     if (r == 0) return unavailable("the daemon closed the connection");
     if (r < 0) return unavailable(str_cat("the connection failed: ", std::strerror(errno)));
     done += static_cast<size_t>(r);
   }
   return Status();
 }
+
 }  // namespace
 
 Status read_frame(int fd, google::protobuf::MessageLite* m, std::vector<int>* fds) {
@@ -153,28 +163,17 @@ Status read_frame(int fd, google::protobuf::MessageLite* m, std::vector<int>* fd
 bool receive_available(int fd, FrameReader* in, std::vector<int>* fds) {
   char buf[65536];
   for (;;) {
-    iovec iov{buf, sizeof buf};
-    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t r = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    const ssize_t r = receive(fd, buf, sizeof buf, MSG_DONTWAIT, fds);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      const size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < k; ++i) {
-        int got;
-        std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        fds->push_back(got);
-      }
-    }
     if (r == 0) return false;
     in->append(buf, static_cast<size_t>(r));
   }
+}
+
+StatusCode status_code_of(int32_t code) {
+  return code > 0 && code <= static_cast<int32_t>(StatusCode::kPermissionDenied) ? static_cast<StatusCode>(code)
+                                                                                 : StatusCode::kInternal;
 }
 
 Result<bool> FrameReader::next(std::string* payload) {

@@ -41,6 +41,10 @@ bool receive_available(int fd, FrameReader* in, std::vector<int>* fds);
 // With `fds`, descriptors passed with it are appended there (else closed).
 Status read_frame(int fd, google::protobuf::MessageLite* m, std::vector<int>* fds = nullptr);
 
+// A reply's or completion's code as a StatusCode (one it does not know:
+// Internal).
+StatusCode status_code_of(int32_t code);
+
 // Frames out of a non-blocking socket's bytes, as they arrive.
 class FrameReader {
  public:
