@@ -18,8 +18,8 @@ packages=(
   libdnnl-dev
   # CPU topology for pinning vEUs; the host map's file and --json output
   libhwloc-dev nlohmann-json3-dev
-  # tesserad: its config, its workers' sandbox
-  libtomlplusplus-dev libseccomp-dev
+  # tesserad: its config, its workers' sandbox, its Prometheus metrics
+  libtomlplusplus-dev libseccomp-dev prometheus-cpp-dev
   # .npz inputs (deflate)
   zlib1g-dev
   # model zoo and references

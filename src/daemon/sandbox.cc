@@ -40,6 +40,17 @@ Status check(int rc, const char* what) {
   return Status();
 }
 
+// A comparison on a call's first argument. libseccomp's SCMP_A0 macro is a C
+// compound literal, which C++ compilers warn about.
+scmp_arg_cmp first_argument(scmp_compare op, pid_t value) {
+  scmp_arg_cmp c{};
+  c.arg = 0;
+  c.op = op;
+  c.datum_a = static_cast<scmp_datum_t>(value);
+  c.datum_b = 0;
+  return c;
+}
+
 Status load(Filter& f) {
   if (f.ctx == nullptr) return internal_error("seccomp: cannot make a filter");
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
@@ -69,7 +80,7 @@ Status sandbox_for_loading() {
   }
   // Signals only to this process's own threads.
   TESSERA_RETURN_IF_ERROR(check(seccomp_rule_add(f.ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(tgkill), 1,
-                                                 SCMP_A0(SCMP_CMP_NE, static_cast<scmp_datum_t>(::getpid()))),
+                                                 first_argument(SCMP_CMP_NE, ::getpid())),
                                 "tgkill"));
   return load(f);
 }
@@ -94,7 +105,7 @@ Status sandbox_for_running() {
   for (int sys : allowed) TESSERA_RETURN_IF_ERROR(check(seccomp_rule_add(f.ctx, SCMP_ACT_ALLOW, sys, 0), "rule"));
   if (TESSERA_SANITIZED) TESSERA_RETURN_IF_ERROR(check(seccomp_rule_add(f.ctx, SCMP_ACT_ALLOW, SCMP_SYS(pipe2), 0), "rule"));
   TESSERA_RETURN_IF_ERROR(check(seccomp_rule_add(f.ctx, SCMP_ACT_ALLOW, SCMP_SYS(tgkill), 1,
-                                                 SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(::getpid()))),
+                                                 first_argument(SCMP_CMP_EQ, ::getpid())),
                                 "tgkill"));
   return load(f);
 }
