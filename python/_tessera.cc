@@ -31,6 +31,10 @@ struct StatusError {
 
 [[noreturn]] void raise(const Status& st) { throw StatusError{st}; }
 
+// Sets the Python error for a failed Status (the tessera.Error subclass
+// for its code); made where the exception types are.
+void (*set_status_error)(const Status&) = nullptr;
+
 template <typename T>
 T value_or_raise(Result<T> r) {
   if (!r.ok()) raise(r.status());
@@ -150,7 +154,7 @@ py::dict outputs_of(const NamedTensors& out) {
 // view, DLPack tensor or memoryview of it) is reused as it stands: no
 // memory to allocate, no array to make or free on the call's path.
 struct PySession : Session {
-  explicit PySession(Session s) : Session(std::move(s)), pool(outputs().size()) {}
+  explicit PySession(Session s) : Session(std::move(s)), pool(outputs().size()) { prepare_fast(); }
   struct Kept {
     py::object array;
     Tensor tensor;
@@ -158,18 +162,45 @@ struct PySession : Session {
   static constexpr size_t kKept = 2;  // results alive at once in `y = s.run(x)`
   std::vector<std::vector<Kept>> pool;
 
+  // What run_fast compares a call against, made once: per input its name
+  // (a Python str), NumPy dtype and shape, and the Tensors of the last
+  // fast call (inputs in model order, then outputs), rewrapped only when
+  // an address changes. `fast` is false where some input's shape is
+  // dynamic; `fast_busy` while a fast call runs (a second thread's call on
+  // the same session then takes the general path, which keeps its own).
+  bool fast = false;
+  bool fast_busy = false;
+  uint64_t fast_calls = 0;  // Session._fast_calls, for the tests
+  std::vector<py::object> in_names, in_dtypes, out_names;
+  NamedTensors fast_in, fast_out;
+
+  void prepare_fast() {
+    fast = true;
+    for (const TensorInfo& i : inputs()) {
+      for (int64_t d : i.shape) fast = fast && d >= 0;
+      in_names.push_back(py::str(i.name));
+      in_dtypes.push_back(numpy_dtype(i.dtype));
+      fast_in.set(i.name, Tensor::wrap(i.dtype, i.shape, nullptr));
+    }
+    for (const TensorInfo& o : outputs()) {
+      out_names.push_back(py::str(o.name));
+      fast_out.set(o.name, Tensor());
+    }
+  }
+
   // Output i's array for the next run (a kept one that nothing else
-  // holds, else a fresh one, kept), and its Tensor.
-  std::pair<py::object, Tensor> output_array(size_t i) {
+  // holds, else a fresh one, kept), and its Tensor; valid until the next
+  // call for output i.
+  const Kept& output_array(size_t i) {
     std::vector<Kept>& kept = pool[i];
     for (Kept& k : kept)
-      if (k.array.ref_count() == 1) return {k.array, k.tensor};
+      if (k.array.ref_count() == 1) return k;
     const TensorInfo& o = outputs()[i];
     Tensor t(o.dtype, o.shape);
     py::object a = to_numpy(t);
     if (kept.size() == kKept) kept.erase(kept.begin());
     kept.push_back({a, t});
-    return {a, t};
+    return kept.back();
   }
 };
 
@@ -201,9 +232,9 @@ py::dict run_session(PySession& s, py::handle feeds, py::handle out, bool copy) 
       into.set(o.name, Tensor::wrap(o.dtype, shape, a.mutable_data()));
       result[key] = a;
     } else {
-      auto [a, t] = s.output_array(i);
-      result[key] = a;
-      into.set(o.name, std::move(t));
+      const PySession::Kept& k = s.output_array(i);
+      result[key] = k.array;
+      into.set(o.name, k.tensor);
     }
   }
   for (auto item : given) {
@@ -212,6 +243,103 @@ py::dict run_session(PySession& s, py::handle feeds, py::handle out, bool copy) 
   }
   ok_or_raise(without_gil([&] { return s.run(f.tensors, into); }));
   return result;
+}
+
+// Session.run as CPython calls it (METH_FASTCALL), without pybind11's
+// dispatcher: after a long run the caches are cold, and each cache line
+// the call touches costs a trip to memory. The common call, s.run(feeds)
+// with every input a C-contiguous array of the model's dtype and shape,
+// touches only what it needs and allocates nothing unless an address
+// changed; any other call (out=, copy=, DLPack tensors, anything wrong)
+// goes to run_session, which converts or names what is wrong.
+PyObject* run_general = nullptr;  // Session._run: run_session through pybind11 (never freed)
+
+PyObject* call_general(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  const Py_ssize_t n = nargs + (kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0);
+  std::vector<PyObject*> with_self(static_cast<size_t>(n) + 1);
+  with_self[0] = self;
+  std::copy(args, args + n, with_self.begin() + 1);
+  return PyObject_Vectorcall(run_general, with_self.data(), static_cast<size_t>(nargs) + 1, kwnames);
+}
+
+// The array bound to input i of a fast call, or nullptr where the call
+// must take the general path.
+PyObject* fast_input(const PySession& s, size_t i, PyObject* feeds) {
+  PyObject* v = PyDict_GetItemWithError(feeds, s.in_names[i].ptr());
+  if (v == nullptr || !py::detail::npy_api::get().PyArray_Check_(v)) return nullptr;
+  auto* a = py::detail::array_proxy(v);
+  if (a->descr != s.in_dtypes[i].ptr() || !(a->flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_)) return nullptr;
+  const std::vector<int64_t>& shape = s.inputs()[i].shape;
+  if (a->nd != static_cast<int>(shape.size())) return nullptr;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (a->dimensions[d] != shape[d]) return nullptr;
+  return v;
+}
+
+// The inputs' arrays held through a fast run, and the session marked
+// busy, until the call returns however it returns.
+struct FastCall {
+  PySession& s;
+  PyObject** held;
+  size_t n;
+  FastCall(PySession& session, PyObject** h, size_t count) : s(session), held(h), n(count) {
+    for (size_t i = 0; i < n; ++i) Py_INCREF(held[i]);
+    s.fast_busy = true;
+  }
+  ~FastCall() {
+    s.fast_busy = false;
+    for (size_t i = 0; i < n; ++i) Py_DECREF(held[i]);
+  }
+};
+
+PyObject* run_fast(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  // The method's descriptor has checked that self is a Session.
+  py::detail::value_and_holder vh = reinterpret_cast<py::detail::instance*>(self)->get_value_and_holder();
+  if (!vh.holder_constructed() || vh.value_ptr() == nullptr) {
+    PyErr_SetString(PyExc_TypeError, "Session.run: this Session was never made (sessions come from Model.session())");
+    return nullptr;
+  }
+  PySession& s = *vh.value_ptr<PySession>();
+  const size_t n_in = s.in_names.size();
+  if (nargs != 1 || kwnames != nullptr || !s.fast || s.fast_busy || !PyDict_CheckExact(args[0]) ||
+      PyDict_GET_SIZE(args[0]) != static_cast<Py_ssize_t>(n_in))
+    return call_general(self, args, nargs, kwnames);
+  PyObject* held[8];  // the inputs' arrays, kept alive through the run
+  if (n_in > std::size(held)) return call_general(self, args, nargs, kwnames);
+  for (size_t i = 0; i < n_in; ++i) {
+    held[i] = fast_input(s, i, args[0]);
+    if (held[i] == nullptr) {
+      if (PyErr_Occurred()) return nullptr;
+      return call_general(self, args, nargs, kwnames);
+    }
+  }
+  try {
+    auto in = s.fast_in.begin();
+    for (size_t i = 0; i < n_in; ++i, ++in) {
+      void* at = py::detail::array_proxy(held[i])->data;
+      if (in->second.raw() != at) in->second = Tensor::wrap(in->second.dtype(), in->second.shape(), at);
+    }
+    py::dict result;
+    auto out = s.fast_out.begin();
+    for (size_t i = 0; i < s.out_names.size(); ++i, ++out) {
+      const PySession::Kept& k = s.output_array(i);
+      if (out->second.raw() != k.tensor.raw()) out->second = k.tensor;
+      if (PyDict_SetItem(result.ptr(), s.out_names[i].ptr(), k.array.ptr()) != 0) return nullptr;
+    }
+    FastCall call(s, held, n_in);
+    ++s.fast_calls;
+    Status st = without_gil([&] { return s.run(s.fast_in, s.fast_out); });
+    if (!st.ok()) {
+      set_status_error(st);
+      return nullptr;
+    }
+    return result.release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
 }
 
 // submit()'s handle: the Event and what the request borrows.
@@ -296,6 +424,20 @@ py::dict summary_dict(const ModelSummary& s) {
   return d;
 }
 
+// tp_new of the module's classes: their objects come only from the calls
+// that make them, never from Cls() or Cls.__new__(Cls), which would leave
+// an object with no C++ value behind it. (pybind11 makes the objects it
+// returns without tp_new.)
+PyObject* refuse_new(PyTypeObject* type, PyObject*, PyObject*) {
+  const std::string name = type->tp_name;
+  const char* from = name.ends_with("Runtime") ? "tessera.connect()"
+                     : name.ends_with("Model") ? "Runtime.compile()"
+                     : name.ends_with("Session") ? "Model.session()"
+                                                 : "Session.submit()";
+  PyErr_Format(PyExc_TypeError, "%s objects come from %s; they cannot be made directly", type->tp_name, from);
+  return nullptr;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_tessera, m) {
@@ -318,12 +460,15 @@ PYBIND11_MODULE(_tessera, m) {
     by_code[code] = py::reinterpret_steal<py::object>(cls);
     m.attr(name) = by_code[code];
   }
+  set_status_error = [](const Status& st) {
+    auto it = by_code.find(st.code());
+    PyErr_SetString(it != by_code.end() ? it->second.ptr() : error.ptr(), st.message().c_str());
+  };
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const StatusError& e) {
-      auto it = by_code.find(e.status.code());
-      PyErr_SetString(it != by_code.end() ? it->second.ptr() : error.ptr(), e.status.message().c_str());
+      set_status_error(e.status);
     }
   });
 
@@ -338,10 +483,9 @@ PYBIND11_MODULE(_tessera, m) {
       .def_property_readonly("veus", &Session::veus)
       .def_property_readonly("cores", &Session::cores)
       .def_property_readonly("executor", [](const PySession& s) { return std::string(executor_name(s.executor())); })
-      .def("run", &run_session,
-          py::arg("feeds"), py::arg("out") = py::none(), py::arg("copy") = false,
-          "Runs once on `feeds` ({input name: array or DLPack tensor}); returns {output name: array} in model\n"
-          "order. `out` ({output name: array}) writes those outputs into the arrays given.")
+      .def_property_readonly("_fast_calls", [](const PySession& s) { return s.fast_calls; })
+      .def("_run", &run_session, py::arg("feeds"), py::arg("out") = py::none(), py::arg("copy") = false,
+           "Session.run through pybind11 (every call that is not Session.run's common case).")
       .def(
           "submit",
           [](PySession& s, py::handle feeds, bool copy) {
@@ -369,6 +513,19 @@ PYBIND11_MODULE(_tessera, m) {
                              })
       .def("trace_next_run", [](PySession& s, const std::string& path) { ok_or_raise(s.trace_next_run(path)); })
       .def("plan_json", [](const PySession& s) { return s.plan_json(); });
+  {
+    py::object cls = m.attr("Session");
+    run_general = py::object(cls.attr("_run")).release().ptr();
+    static PyMethodDef run_def = {
+        "run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&run_fast)), METH_FASTCALL | METH_KEYWORDS,
+        "run($self, /, feeds, out=None, copy=False)\n--\n\n"
+        "Runs once on `feeds` ({input name: array or DLPack tensor}); returns {output name: array} in model\n"
+        "order. `out` ({output name: array}) writes those outputs into the arrays given; copy=True converts\n"
+        "inputs of another dtype or layout (else they are refused)."};
+    PyObject* run = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &run_def);
+    if (run == nullptr) throw py::error_already_set();
+    cls.attr("run") = py::reinterpret_steal<py::object>(run);
+  }
 
   py::class_<Model>(m, "Model", "A compiled model (tessera/runtime.h, Model).")
       .def_property_readonly("path", &Model::path)
@@ -513,4 +670,7 @@ PYBIND11_MODULE(_tessera, m) {
     if (it == levels.end()) raise(invalid_argument("log level must be debug, info, warning, error or quiet"));
     log_set_level(it->second);
   });
+
+  for (const char* name : {"Future", "Session", "Model", "Runtime"})
+    reinterpret_cast<PyTypeObject*>(m.attr(name).ptr())->tp_new = refuse_new;
 }

@@ -38,6 +38,10 @@ def test_inputs_are_named(mlp):
     x = load("mlp.inputs.npz")["input"]
     with pytest.raises(tessera.NotFound, match="'nope' is not an input.*inputs: input"):
         mlp.run({"input": x, "nope": x})
+    with pytest.raises(tessera.NotFound, match="'nope' is not an input.*inputs: input"):
+        mlp.run({"nope": x})  # as many entries as inputs, but not theirs
+    with pytest.raises(tessera.InvalidArgument, match="input 'input' is >f4"):
+        mlp.run({"input": x.astype(">f4")})  # float32, but not in this machine's byte order
     with pytest.raises(tessera.InvalidArgument, match="input 'input' has shape"):
         mlp.run({"input": x[:2]})
     with pytest.raises(tessera.InvalidArgument, match="input 'input'.*not given"):
@@ -70,3 +74,13 @@ def test_options_and_uris(rt):
         tessera.set_log_level("loud")
     with pytest.raises(tessera.InvalidArgument, match="input_ids"):
         rt.compile(zoo("bert_tiny.onnx"), shapes={"input_ids": (1, 0, 3)})
+
+
+def test_objects_come_only_from_the_calls_that_make_them():
+    # Cls() or Cls.__new__(Cls) would leave an object with nothing behind it.
+    for name, maker in (("Runtime", "connect"), ("Model", "compile"), ("Session", "session"), ("Future", "submit")):
+        cls = getattr(tessera._tessera, name)
+        with pytest.raises(TypeError, match=maker):
+            cls()
+        with pytest.raises(TypeError):
+            cls.__new__(cls)

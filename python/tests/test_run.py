@@ -1,5 +1,6 @@
 """Every zoo model through Python against PyTorch's outputs; zero copies in
 and out; outputs into caller memory; async submits; two threads at once."""
+import sys
 import threading
 import time
 
@@ -78,6 +79,52 @@ def test_output_memory_is_reused_only_once_nothing_holds_it(rt, quick):
     assert kept in (f.ctypes.data, g.ctypes.data)
     np.testing.assert_array_equal(f, want_a)
     np.testing.assert_array_equal(g, want_b)
+
+
+def test_the_common_call_takes_the_lean_path_and_agrees_with_the_general_one(rt, quick):
+    # s.run(feeds) with arrays of the model's dtype, layout and shape skips
+    # pybind11's dispatcher; everything else goes through Session._run.
+    s = rt.compile(zoo("mlp.onnx"), **quick).session(veus=1)
+    x = load("mlp.inputs.npz")["input"]
+    x2 = (x * 2).astype(np.float32)
+    want = s._run({"input": x})["output"].copy()
+    want2 = s._run({"input": x2})["output"].copy()
+    assert s._fast_calls == 0
+    feeds, feeds2 = {"input": x}, {"input": x2}
+    refs = sys.getrefcount(x), sys.getrefcount(feeds)
+    for _ in range(3):  # the address changes on every call
+        np.testing.assert_array_equal(s.run(feeds)["output"], want)
+        np.testing.assert_array_equal(s.run(feeds2)["output"], want2)
+    assert s._fast_calls == 6
+    assert (sys.getrefcount(x), sys.getrefcount(feeds)) == refs  # held for the run only
+    assert s.last_breakdown["copy_in_bytes"] == 0
+    # Not the common call: the general path, with the same results.
+    torch = pytest.importorskip("torch")
+    buf = np.empty_like(want)
+    before = s._fast_calls
+    np.testing.assert_array_equal(s.run(feeds=feeds)["output"], want)
+    np.testing.assert_array_equal(s.run(feeds, copy=True)["output"], want)
+    assert s.run(feeds, out={"output": buf})["output"] is buf
+    np.testing.assert_array_equal(buf, want)
+    np.testing.assert_array_equal(s.run({"input": torch.from_numpy(x)})["output"], want)
+    np.testing.assert_array_equal(s.run({"input": np.asfortranarray(x)}, copy=True)["output"], want)
+    assert s._fast_calls == before
+    # Two threads on one session at once: one call at a time is lean, the
+    # other takes the general path; every result is right.
+    errors = []
+
+    def work(f, w):
+        for _ in range(20):
+            got = s.run(f)["output"]
+            if not np.array_equal(got, w):
+                errors.append(float(np.abs(got - w).max()))
+
+    threads = [threading.Thread(target=work, args=a) for a in ((feeds, want), (feeds2, want2))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
 
 
 def test_outputs_into_caller_memory(rt, quick):

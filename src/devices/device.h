@@ -101,9 +101,9 @@ class LoadedProgram {
   virtual const void* output_data(size_t i) const = 0;
   // Runs the Program once on the current inputs.
   virtual DeviceEvent run() = 0;
-  // (optional) Per vEU, the time the last run spent waiting (ms). Default:
-  // none.
-  virtual std::vector<double> wait_ms() const { return {}; }
+  // (optional) Per vEU, the time the last run spent waiting (ms), into
+  // `out` (its memory reused: called on every run). Default: none.
+  virtual void wait_ms(std::vector<double>& out) const { out.clear(); }
   // (optional) While set, runs record each rTask's (start, end) in ns into
   // spans[i], i in the order of the Plan's placements; nullptr stops.
   // Default: unimplemented.

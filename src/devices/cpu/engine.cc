@@ -205,11 +205,10 @@ DeviceEvent Engine::run() {
   return DeviceEvent();
 }
 
-std::vector<double> Engine::wait_ms() const {
-  std::vector<double> out;
+void Engine::wait_ms(std::vector<double>& out) const {
+  out.clear();
   if (CpuVDevice* d = exec_->vdevice())
     for (int64_t w : d->wait_ns()) out.push_back(static_cast<double>(w) / 1e6);
-  return out;
 }
 
 Status Engine::set_trace(std::vector<std::pair<int64_t, int64_t>>* spans) {

@@ -116,7 +116,7 @@ class Engine : public LoadedProgram {
   // or a part written in place into a Concat's output.
   Status bind_input(size_t i, const void* data) override;
   Status bind_output(size_t i, void* data) override;
-  std::vector<double> wait_ms() const override;
+  void wait_ms(std::vector<double>& out) const override;
   Status set_trace(std::vector<std::pair<int64_t, int64_t>>* spans) override;
   // Fills the whole arena with a NaN pattern (0xFF bytes), so that any
   // element a kernel fails to write shows up. Call before set_input().
