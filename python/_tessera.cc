@@ -276,47 +276,44 @@ PyObject* fast_input(const PySession& s, size_t i, PyObject* feeds) {
   return v;
 }
 
-// The inputs' arrays held through a fast run, and the session marked
-// busy, until the call returns however it returns.
+// A fast call's hold on its session and inputs: the session marked busy
+// (a call made meanwhile, by another thread or by a finalizer run from
+// this one, takes the general path and leaves the session's Tensors
+// alone), and each input's array referenced as soon as it is found, until
+// the call returns however it returns.
 struct FastCall {
+  static constexpr size_t kMaxInputs = 8;  // more: the general path
   PySession& s;
-  PyObject** held;
-  size_t n;
-  FastCall(PySession& session, PyObject** h, size_t count) : s(session), held(h), n(count) {
-    for (size_t i = 0; i < n; ++i) Py_INCREF(held[i]);
-    s.fast_busy = true;
-  }
+  PyObject* held[kMaxInputs];
+  size_t n = 0;
+  explicit FastCall(PySession& session) : s(session) { s.fast_busy = true; }
   ~FastCall() {
     s.fast_busy = false;
     for (size_t i = 0; i < n; ++i) Py_DECREF(held[i]);
   }
+  void hold(PyObject* a) {
+    Py_INCREF(a);
+    held[n++] = a;
+  }
 };
 
-PyObject* run_fast(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  // The method's descriptor has checked that self is a Session.
-  py::detail::value_and_holder vh = reinterpret_cast<py::detail::instance*>(self)->get_value_and_holder();
-  if (!vh.holder_constructed() || vh.value_ptr() == nullptr) {
-    PyErr_SetString(PyExc_TypeError, "Session.run: this Session was never made (sessions come from Model.session())");
-    return nullptr;
-  }
-  PySession& s = *vh.value_ptr<PySession>();
-  const size_t n_in = s.in_names.size();
-  if (nargs != 1 || kwnames != nullptr || !s.fast || s.fast_busy || !PyDict_CheckExact(args[0]) ||
-      PyDict_GET_SIZE(args[0]) != static_cast<Py_ssize_t>(n_in))
-    return call_general(self, args, nargs, kwnames);
-  PyObject* held[8];  // the inputs' arrays, kept alive through the run
-  if (n_in > std::size(held)) return call_general(self, args, nargs, kwnames);
-  for (size_t i = 0; i < n_in; ++i) {
-    held[i] = fast_input(s, i, args[0]);
-    if (held[i] == nullptr) {
-      if (PyErr_Occurred()) return nullptr;
-      return call_general(self, args, nargs, kwnames);
+// The common call on `feeds`; nullptr with `declined` set where the call
+// is not one (run_fast then takes the general path), else with a Python
+// error set where it failed.
+PyObject* run_lean(PySession& s, PyObject* feeds, bool& declined) {
+  FastCall call(s);
+  for (size_t i = 0; i < s.in_names.size(); ++i) {
+    PyObject* a = fast_input(s, i, feeds);
+    if (a == nullptr) {
+      declined = !PyErr_Occurred();
+      return nullptr;
     }
+    call.hold(a);
   }
   try {
     auto in = s.fast_in.begin();
-    for (size_t i = 0; i < n_in; ++i, ++in) {
-      void* at = py::detail::array_proxy(held[i])->data;
+    for (size_t i = 0; i < call.n; ++i, ++in) {
+      void* at = py::detail::array_proxy(call.held[i])->data;
       if (in->second.raw() != at) in->second = Tensor::wrap(in->second.dtype(), in->second.shape(), at);
     }
     py::dict result;
@@ -326,7 +323,6 @@ PyObject* run_fast(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyOb
       if (out->second.raw() != k.tensor.raw()) out->second = k.tensor;
       if (PyDict_SetItem(result.ptr(), s.out_names[i].ptr(), k.array.ptr()) != 0) return nullptr;
     }
-    FastCall call(s, held, n_in);
     ++s.fast_calls;
     Status st = without_gil([&] { return s.run(s.fast_in, s.fast_out); });
     if (!st.ok()) {
@@ -340,6 +336,24 @@ PyObject* run_fast(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyOb
     PyErr_SetString(PyExc_RuntimeError, e.what());
   }
   return nullptr;
+}
+
+PyObject* run_fast(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  // The method's descriptor has checked that self is a Session.
+  py::detail::value_and_holder vh = reinterpret_cast<py::detail::instance*>(self)->get_value_and_holder();
+  if (!vh.holder_constructed() || vh.value_ptr() == nullptr) {
+    PyErr_SetString(PyExc_TypeError, "Session.run: this Session was never made (sessions come from Model.session())");
+    return nullptr;
+  }
+  PySession& s = *vh.value_ptr<PySession>();
+  const size_t n_in = s.in_names.size();
+  bool declined = nargs != 1 || kwnames != nullptr || !s.fast || s.fast_busy || n_in > FastCall::kMaxInputs ||
+                  !PyDict_CheckExact(args[0]) || PyDict_GET_SIZE(args[0]) != static_cast<Py_ssize_t>(n_in);
+  if (!declined) {
+    PyObject* result = run_lean(s, args[0], declined);
+    if (!declined) return result;
+  }
+  return call_general(self, args, nargs, kwnames);
 }
 
 // submit()'s handle: the Event and what the request borrows.

@@ -109,6 +109,20 @@ def test_the_common_call_takes_the_lean_path_and_agrees_with_the_general_one(rt,
     np.testing.assert_array_equal(s.run({"input": torch.from_numpy(x)})["output"], want)
     np.testing.assert_array_equal(s.run({"input": np.asfortranarray(x)}, copy=True)["output"], want)
     assert s._fast_calls == before
+    # A call made from inside a call (here by a key's __eq__, as a finalizer
+    # could) takes the general path and leaves the outer call's inputs alone.
+    inner = []
+
+    class Key(str):
+        __hash__ = str.__hash__
+
+        def __eq__(self, other):
+            inner.append(s.run(feeds2)["output"].copy())
+            return str.__eq__(self, other)
+
+    np.testing.assert_array_equal(s.run({Key("input"): x})["output"], want)
+    assert len(inner) == 1
+    np.testing.assert_array_equal(inner[0], want2)
     # Two threads on one session at once: one call at a time is lean, the
     # other takes the general path; every result is right.
     errors = []
