@@ -457,6 +457,9 @@ PyObject* refuse_new(PyTypeObject* type, PyObject*, PyObject*) {
 PYBIND11_MODULE(_tessera, m) {
   m.doc() = "Tessera's public C++ API; import the package `tessera`, not this module.";
   m.attr("__version__") = std::string(version());
+  // NumPy's C API table, loaded now rather than on the first run (where
+  // loading it could run Python code in the middle of Session.run).
+  py::detail::npy_api::get();
 
   // tessera.Error and one subclass per Status code.
   static py::exception<StatusError> error(m, "Error", PyExc_RuntimeError);
