@@ -225,13 +225,8 @@ Status SessionState::execute_ring(const NamedTensors& given, double queue_ms, Na
     out_bytes += into->nbytes();
   }
   const int64_t t3 = now_ns();
-  last = {};
-  last.copy_in_ms = static_cast<double>(t1 - t0) / 1e6;
-  last.queue_ms = queue_ms;
-  last.compute_ms = static_cast<double>(t2 - t1) / 1e6;
-  last.copy_out_ms = static_cast<double>(t3 - t2) / 1e6;
-  last.copy_in_bytes = in_bytes;
-  last.copy_out_bytes = out_bytes;
+  record(t0, t1, t2, t3, queue_ms, in_bytes, out_bytes);
+  last.wait_ms.clear();
   counters->runs.fetch_add(1, std::memory_order_relaxed);
   return Status();
 }
@@ -267,13 +262,8 @@ Status SessionState::execute_remote(const NamedTensors& given, double queue_ms, 
     out_bytes += d->data().size();
   }
   const int64_t t3 = now_ns();
-  last = {};
-  last.copy_in_ms = static_cast<double>(t1 - t0) / 1e6;
-  last.queue_ms = queue_ms;
-  last.compute_ms = static_cast<double>(t2 - t1) / 1e6;  // as the client sees it: the daemon and its worker
-  last.copy_out_ms = static_cast<double>(t3 - t2) / 1e6;
-  last.copy_in_bytes = in_bytes;
-  last.copy_out_bytes = out_bytes;
+  record(t0, t1, t2, t3, queue_ms, in_bytes, out_bytes);  // compute: the daemon and its worker, as seen here
+  last.wait_ms.clear();
   return Status();
 }
 

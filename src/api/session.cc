@@ -109,6 +109,16 @@ Tensor* SessionState::output_into(size_t i, NamedTensors& out) {
   return out.find(o.name);
 }
 
+void SessionState::record(int64_t t0, int64_t t1, int64_t t2, int64_t t3, double queue_ms, uint64_t in_bytes,
+                          uint64_t out_bytes) {
+  last.copy_in_ms = static_cast<double>(t1 - t0) / 1e6;
+  last.queue_ms = queue_ms;
+  last.compute_ms = static_cast<double>(t2 - t1) / 1e6;
+  last.copy_out_ms = static_cast<double>(t3 - t2) / 1e6;
+  last.copy_in_bytes = in_bytes;
+  last.copy_out_bytes = out_bytes;
+}
+
 Status SessionState::execute(const NamedTensors& given, double queue_ms, NamedTensors& out) {
   // Every output given is one of the model's, of its dtype and shape, with
   // memory; checked before anything runs.
@@ -195,12 +205,7 @@ Status SessionState::execute(const NamedTensors& given, double queue_ms, NamedTe
     }
   }
   const int64_t t3 = now_ns();
-  last.copy_in_ms = static_cast<double>(t1 - t0) / 1e6;
-  last.queue_ms = queue_ms;
-  last.compute_ms = static_cast<double>(t2 - t1) / 1e6;
-  last.copy_out_ms = static_cast<double>(t3 - t2) / 1e6;
-  last.copy_in_bytes = copied_in;
-  last.copy_out_bytes = copied_out;
+  record(t0, t1, t2, t3, queue_ms, copied_in, copied_out);
   loaded->wait_ms(last.wait_ms);  // into the vector it had: no allocation
   counters->runs.fetch_add(1, std::memory_order_relaxed);
   counters->busy_ns.fetch_add(t2 - t1, std::memory_order_relaxed);

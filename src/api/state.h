@@ -141,6 +141,10 @@ struct SessionState : std::enable_shared_from_this<SessionState> {
   // Where output i goes: its Tensor in `out` where the caller gave one,
   // else added there (the memory bound with bind_output, or fresh).
   Tensor* output_into(size_t i, NamedTensors& out);
+  // `last` for a run timed at t0 (copy in), t1 (compute), t2 (copy out)
+  // and t3 (done), with the bytes copied each way; wait_ms is left to the
+  // path that knows it.
+  void record(int64_t t0, int64_t t1, int64_t t2, int64_t t3, double queue_ms, uint64_t in_bytes, uint64_t out_bytes);
   // The worker: serves submitted requests while the session lives; one
   // left when it has gone fails its Event.
   static void worker_main(std::shared_ptr<Turns> turns, std::weak_ptr<SessionState> session);
