@@ -163,9 +163,9 @@ struct PySession : Session {
   std::vector<std::vector<Kept>> pool;
 
   // What run_fast compares a call against, made once: per input its name
-  // (a Python str), NumPy dtype and shape, and the Tensors of the last
-  // fast call (inputs in model order, then outputs), rewrapped only when
-  // an address changes. `fast` is false where some input's shape is
+  // (a Python str) and NumPy dtype (its shape is inputs()'s); and the
+  // Tensors of the last fast call (inputs in model order, then outputs),
+  // rewrapped only when an address changes. `fast` is false where some input's shape is
   // dynamic; `fast_busy` while a fast call runs (a second thread's call on
   // the same session then takes the general path, which keeps its own).
   bool fast = false;
