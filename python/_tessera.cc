@@ -165,9 +165,10 @@ struct PySession : Session {
   // What run_fast compares a call against, made once: per input its name
   // (a Python str) and NumPy dtype (its shape is inputs()'s); and the
   // Tensors of the last fast call (inputs in model order, then outputs),
-  // rewrapped only when an address changes. `fast` is false where some input's shape is
-  // dynamic; `fast_busy` while a fast call runs (a second thread's call on
-  // the same session then takes the general path, which keeps its own).
+  // rewrapped only when an address changes. `fast` is false where some
+  // input's shape is dynamic; `fast_busy` while a fast call runs (a second
+  // thread's call on the same session then takes the general path, which
+  // keeps its own).
   bool fast = false;
   bool fast_busy = false;
   uint64_t fast_calls = 0;  // Session._fast_calls, for the tests
