@@ -524,6 +524,7 @@ PYBIND11_MODULE(_tessera, m) {
                                d["queue_ms"] = b.queue_ms;
                                d["compute_ms"] = b.compute_ms;
                                d["copy_out_ms"] = b.copy_out_ms;
+                               d["device_ms"] = b.device_ms;
                                d["wait_ms"] = b.wait_ms;
                                d["copy_in_bytes"] = b.copy_in_bytes;
                                d["copy_out_bytes"] = b.copy_out_bytes;

@@ -15,6 +15,7 @@ STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/tests" "$STAGE/zoo"
 cp "$BUILD/bin/tessera" "$BUILD/bin/tessera-onnx-check" "$STAGE/bin/"
+[[ -x $BUILD/bin/tessera-gpu-bench ]] && cp "$BUILD/bin/tessera-gpu-bench" "$STAGE/bin/"
 [[ -x $BUILD/tests/cuda_test ]] && cp "$BUILD/tests/cuda_test" "$STAGE/tests/"
 for exe in "$STAGE"/bin/* "$STAGE"/tests/*; do
   ldd "$exe" | awk '$3 ~ /^\// {print $3}'

@@ -15,6 +15,7 @@ Usage: /usr/bin/python3 scripts/make_zoo.py [--out build/zoo] [--only NAME,...]
 Models already present are skipped unless --force.
 """
 import argparse
+import inspect
 import os
 import sys
 import time
@@ -381,8 +382,10 @@ def export(name, out_dir, seed=0, opset=OPSET, suffix=""):
     path = os.path.join(out_dir, stem + ".onnx")
     # Constant folding off: the exported graph keeps the Shape/Gather/Concat
     # chains and weight transposes that Tessera's own passes must handle.
+    # The TorchScript exporter, which newer PyTorch keeps behind dynamo=False.
+    legacy = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
     torch.onnx.export(model, args, path, opset_version=opset, input_names=names, output_names=out_names,
-                      dynamic_axes=dynamic, do_constant_folding=False)
+                      dynamic_axes=dynamic, do_constant_folding=False, **legacy)
     np.savez(os.path.join(out_dir, stem + ".inputs.npz"), **{k: v.numpy() for k, v in inputs.items()})
     np.savez(os.path.join(out_dir, stem + ".outputs.npz"), **{k: v.numpy() for k, v in zip(out_names, outs)})
 

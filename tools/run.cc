@@ -403,10 +403,11 @@ int run_main(int argc, char** argv) {
   if (json) {
     std::string runs_json;
     for (size_t k = 0; k < runs.size(); ++k) {
-      char buf[160];
+      char buf[256];
       std::snprintf(buf, sizeof buf,
-                    "{\"wall_ms\":%.6f,\"copy_in_ms\":%.6f,\"compute_ms\":%.6f,\"copy_out_ms\":%.6f,\"wait_ms\":[",
-                    wall_ms[k], runs[k].copy_in_ms, runs[k].compute_ms, runs[k].copy_out_ms);
+                    "{\"wall_ms\":%.6f,\"copy_in_ms\":%.6f,\"compute_ms\":%.6f,\"copy_out_ms\":%.6f,"
+                    "\"device_ms\":%.6f,\"wait_ms\":[",
+                    wall_ms[k], runs[k].copy_in_ms, runs[k].compute_ms, runs[k].copy_out_ms, runs[k].device_ms);
       runs_json += cat(k ? "," : "", buf);
       for (size_t u = 0; u < runs[k].wait_ms.size(); ++u) {
         std::snprintf(buf, sizeof buf, "%s%.6f", u ? "," : "", runs[k].wait_ms[u]);

@@ -182,6 +182,7 @@ struct RunBreakdown {
   double queue_ms = 0;     // waiting behind earlier requests (submit)
   double compute_ms = 0;   // the Plan (or executor) running
   double copy_out_ms = 0;  // outputs out (0 where bound with bind_output)
+  double device_ms = 0;    // an accelerator's own time inside compute_ms (GPU events); 0 on the CPU
   std::vector<double> wait_ms = {};  // plan executor: per vEU, time spent waiting
   // Bytes copied: inputs the Plan could not read where they lay (memory
   // not aligned to the dtype, say), outputs not bound with bind_output.

@@ -160,6 +160,8 @@ Result<std::unique_ptr<Program>> compile_for(ModelState& m, detail::RuntimeState
   c.fuse = c.fuse && passes.fuse;
   c.fuse_blocks = c.fuse_blocks && passes.fuse;
   c.lower_recurrent = c.lower_recurrent && passes.lower_recurrent;
+  if (passes.recurrent_chunk >= 0) c.recurrent_chunk = passes.recurrent_chunk;
+  c.recurrent_carry = c.recurrent_carry && passes.recurrent_carry;
   c.concat_in_place = c.concat_in_place && passes.concat_in_place;
   HostMap file_map;
   if (so.executor == Executor::kPlan) {
@@ -170,6 +172,10 @@ Result<std::unique_ptr<Program>> compile_for(ModelState& m, detail::RuntimeState
     TESSERA_ASSIGN_OR_RETURN(c.host_map, rt.map(m.options.host_map, m.options, &file_map));
     const HostMap* map = c.host_map;
     c.costs = [&device, map](const std::vector<int>& s) { return device.costs(map, s); };
+    c.task_cost = [&device](const Node& n, int64_t tasks) {
+      const double us = device.task_cost_us(n, tasks);
+      return us >= 0 ? us : analytic_task_cost(n, tasks);
+    };
     if (m.options.measure) c.plan_runner = device.plan_runner(map, slots, so.pin);
   } else {
     c.profile = false;  // the profile costs a Plan's rTasks

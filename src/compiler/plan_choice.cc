@@ -180,7 +180,9 @@ class Planner {
     cost_variants(
         p_, variants,
         [&](const Step& s, size_t i) {
-          const double c = prof_ ? prof_->cost(s) : analytic_task_cost(*s.node, s.op->tasks());
+          const double c = prof_         ? prof_->cost(s)
+                           : o_.task_cost ? o_.task_cost(*s.node, s.op->tasks())
+                                          : analytic_task_cost(*s.node, s.op->tasks());
           return ratios ? c * (*ratios)[i] : c;
         },
         [&](size_t done, size_t total) {

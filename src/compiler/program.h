@@ -45,6 +45,10 @@ struct CompileConfig {
   // The device's cost model for vEUs on the given slots (devices/device.h:
   // Device::costs). Empty: the host map's (uniform without one).
   std::function<VeuCosts(const std::vector<int>& slots)> costs;
+  // The device's cost of one rTask of `node` cut into `tasks` (µs) where
+  // nothing is measured. Empty: the host's analytic model
+  // (analytic_task_cost).
+  std::function<double(const Node& node, int64_t tasks)> task_cost;
   // With policy auto: time the best candidate Plans, on fewer vEUs too,
   // in real runs and keep the fastest, costs corrected by what the runs
   // saw (compiler/plan_choice.h); the choice is cached beside the profile.

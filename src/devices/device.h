@@ -104,6 +104,10 @@ class LoadedProgram {
   // (optional) Per vEU, the time the last run spent waiting (ms), into
   // `out` (its memory reused: called on every run). Default: none.
   virtual void wait_ms(std::vector<double>& out) const { out.clear(); }
+  // (optional) An accelerator's own time for the last run's work (ms,
+  // timed on the device: the launch to its end, without the copies).
+  // Default: 0, none kept.
+  virtual double device_ms() const { return 0; }
   // (optional) While set, runs record each rTask's (start, end) in ns into
   // spans[i], i in the order of the Plan's placements; nullptr stops.
   // Default: unimplemented.
@@ -136,11 +140,19 @@ class Device {
     bool fuse = true;             // fused Conv/Gemm/MatMul epilogues, elementwise chains, attention, blocks
     bool lower_recurrent = true;  // LSTM/GRU as per-step cells
     bool concat_in_place = true;  // producers writing their parts of a Concat
+    // The lowered cells' projections: -1 as the compile options say, else
+    // one per this many steps of the layer below (0: one of all of them).
+    int64_t recurrent_chunk = -1;
+    bool recurrent_carry = true;  // may the steps below carry the projection
   };
   virtual Passes passes() const { return {}; }
   // (optional) The scheduler's cost model for vEUs on `slots`. Default:
   // uniform hand-offs, free crossing.
   virtual VeuCosts costs(const HostMap* map, const std::vector<int>& slots) const;
+  // (optional) One rTask's cost (µs) of `node` cut into `tasks`, where the
+  // device's rTasks are not profiled. Default: < 0, the host's analytic
+  // model.
+  virtual double task_cost_us(const Node& node, int64_t tasks) const { return -1; }
   // (optional) A runner that times candidate Plans on `slots`. Default:
   // none (the Plan with the best prediction is kept).
   virtual PlanRunner plan_runner(const HostMap* map, const std::vector<int>& slots, bool pin) const { return {}; }

@@ -8,6 +8,7 @@
 
 #include "base/strings.h"
 #include "devices/cuda/cuda_rkernels.h"
+#include "ir/ops/op_registry.h"
 #include "devices/cuda/plan_kernel.h"
 
 namespace tessera {
@@ -47,6 +48,8 @@ class CudaLoaded : public LoadedProgram {
  public:
   ~CudaLoaded() override {
     if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+    for (cudaEvent_t e : events_)
+      if (e) cudaEventDestroy(e);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -80,12 +83,14 @@ class CudaLoaded : public LoadedProgram {
   const void* output_data(size_t i) const override { return staged_[i].data(); }
 
   DeviceEvent run() override { return DeviceEvent::ready(run_now()); }
+  double device_ms() const override { return device_ms_; }
 
  private:
   CudaLoaded() = default;
 
   Status run_now() {
     TESSERA_CUDA(cudaSetDevice(device_), "cudaSetDevice");
+    TESSERA_CUDA(cudaEventRecord(events_[0], stream_), "timing the run");
     if (executor_ == Executor::kPlan && p_->plan) {
       TESSERA_CUDA(cuda::launch_plan(static_cast<const DevOp*>(ops_.get()), static_cast<const DevInstr*>(instrs_.get()),
                                      static_cast<const int64_t*>(begin_.get()), static_cast<int*>(counters_.get()),
@@ -96,11 +101,15 @@ class CudaLoaded : public LoadedProgram {
     } else {
       TESSERA_RETURN_IF_ERROR(launch_ops());
     }
+    TESSERA_CUDA(cudaEventRecord(events_[1], stream_), "timing the run");
     for (size_t i = 0; i < staged_.size(); ++i)
       TESSERA_CUDA(cudaMemcpyAsync(staged_[i].data(), slot_dev_[static_cast<size_t>(p_->output_slots[i])],
                                    staged_[i].size(), cudaMemcpyDeviceToHost, stream_),
                    str_cat("copying output ", i, " from the GPU"));
     TESSERA_CUDA(cudaStreamSynchronize(stream_), "running on the GPU");
+    float ms = 0;
+    TESSERA_CUDA(cudaEventElapsedTime(&ms, events_[0], events_[1]), "timing the run");
+    device_ms_ = ms;
     return Status();
   }
 
@@ -115,11 +124,15 @@ class CudaLoaded : public LoadedProgram {
     const Program& p = *p_;
     TESSERA_CUDA(cudaSetDevice(device_), "cudaSetDevice");
     TESSERA_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
+    for (cudaEvent_t& e : events_) TESSERA_CUDA(cudaEventCreate(&e), "creating an event");
     if (p.plan && executor_ == Executor::kPlan && p.plan->veus > sms)
       return invalid_argument(str_cat("the Plan has ", p.plan->veus, " vEUs; this GPU has ", sms,
                                       " multiprocessors, one resident block each"));
     // Memory: the arena for runtime values, one block for the weights.
     TESSERA_ASSIGN_OR_RETURN(arena_, dev_alloc(p.memory.arena_bytes, device_));
+    // NaN in every float until written: an rTask that leaves part of its
+    // output unwritten shows in the results.
+    TESSERA_CUDA(cudaMemset(arena_.get(), 0xff, std::max<size_t>(p.memory.arena_bytes, 256)), "poisoning the arena");
     size_t weights = 0;
     for (const Slot& s : p.slots)
       if (s.constant) weights += align256(s.bytes);
@@ -144,9 +157,35 @@ class CudaLoaded : public LoadedProgram {
       const auto* op = dynamic_cast<const cuda::CudaOp*>(st.op.get());
       if (op == nullptr) return internal_error(str_cat(st.node->label(), ": not a cuda rOperator"));
       DevOp d = op->op();
-      for (size_t j = 0; j < st.inputs.size() && j < static_cast<size_t>(cuda::kMaxInputs); ++j)
-        d.in[j] = st.inputs[j] >= 0 ? slot_dev_[static_cast<size_t>(st.inputs[j])] : nullptr;
-      d.out = slot_dev_[static_cast<size_t>(st.outputs[0])];
+      auto dev = [&](int slot) -> void* { return slot >= 0 ? slot_dev_[static_cast<size_t>(slot)] : nullptr; };
+      for (size_t j = 0; j < st.inputs.size() && j < static_cast<size_t>(cuda::kMaxInputs); ++j) d.in[j] = dev(st.inputs[j]);
+      d.out = dev(st.outputs[0]);
+      if (st.outputs.size() > 1) d.out2 = dev(st.outputs[1]);
+      if (op->scratch_floats > 0) {
+        TESSERA_ASSIGN_OR_RETURN(DevMem m, dev_alloc(sizeof(float) * static_cast<size_t>(op->scratch_floats), device_));
+        d.scratch = static_cast<float*>(m.get());
+        aux_.push_back(std::move(m));
+      }
+      if (op->tickets > 0) {
+        const size_t bytes = sizeof(int) * static_cast<size_t>(op->tickets);
+        TESSERA_ASSIGN_OR_RETURN(DevMem m, dev_alloc(bytes, device_));
+        TESSERA_CUDA(cudaMemset(m.get(), 0, bytes), "clearing split-k tickets");
+        d.tickets = static_cast<int*>(m.get());
+        aux_.push_back(std::move(m));
+      }
+      if (!op->part_off.empty()) {  // Concat: the inputs; Split: the outputs
+        const std::vector<int>& slots = d.kind == DevKind::kConcat ? st.inputs : st.outputs;
+        std::vector<void*> ptrs;
+        for (int slot : slots) ptrs.push_back(dev(slot));
+        const size_t pb = sizeof(void*) * ptrs.size(), ob = sizeof(int64_t) * op->part_off.size();
+        TESSERA_ASSIGN_OR_RETURN(DevMem m, dev_alloc(pb + ob, device_));
+        TESSERA_CUDA(cudaMemcpy(m.get(), ptrs.data(), pb, cudaMemcpyHostToDevice), "copying a Concat's parts");
+        TESSERA_CUDA(cudaMemcpy(static_cast<char*>(m.get()) + pb, op->part_off.data(), ob, cudaMemcpyHostToDevice),
+                     "copying a Concat's parts");
+        d.part_ptr = static_cast<void* const*>(m.get());
+        d.part_off = reinterpret_cast<const int64_t*>(static_cast<char*>(m.get()) + pb);
+        aux_.push_back(std::move(m));
+      }
       ops.push_back(d);
     }
     TESSERA_ASSIGN_OR_RETURN(ops_, dev_alloc(sizeof(DevOp) * ops.size(), device_));
@@ -191,7 +230,10 @@ class CudaLoaded : public LoadedProgram {
   Executor executor_ = Executor::kPlan;
   cudaStream_t stream_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
+  cudaEvent_t events_[2] = {nullptr, nullptr};  // around the run's launches
+  double device_ms_ = 0;
   DevMem arena_, weights_, ops_, instrs_, begin_, counters_;
+  std::vector<DevMem> aux_;  // the ops' scratch, tickets and part tables
   std::vector<void*> slot_dev_;
   std::vector<std::vector<unsigned char>> staged_;
 };
@@ -216,9 +258,25 @@ class CudaDevice : public Device {
   }
   KernelTable kernels() const override { return cuda::cuda_kernels(); }
   std::string_view program_kind() const override { return "cuda"; }
-  Passes passes() const override { return {.fuse = false, .lower_recurrent = false, .concat_in_place = false}; }
+  // Recurrent layers become a cell per step, each stacked layer's
+  // projection one per step of the layer below: the Plan runs the layers
+  // as a diagonal wavefront.
+  Passes passes() const override {
+    return {.fuse = false, .lower_recurrent = true, .concat_in_place = false, .recurrent_chunk = 1, .recurrent_carry = false};
+  }
   VeuCosts costs(const HostMap*, const std::vector<int>& slots) const override {
     return VeuCosts::uniform(static_cast<int>(slots.size()), kHandoffUs);
+  }
+  // One block on one SM: its share of the op's FLOPs and bytes, one after
+  // the other (a lone block hides little latency), plus the rTask's own
+  // cost (fence, barrier, publishing its count).
+  double task_cost_us(const Node& n, int64_t tasks) const override {
+    double bytes = 0;
+    for (const Value* v : n.inputs)
+      if (v != nullptr) bytes += static_cast<double>(v->shape.numel()) * static_cast<double>(dtype_size(v->dtype));
+    for (const Value* v : n.outputs)
+      bytes += static_cast<double>(v->shape.numel()) * static_cast<double>(dtype_size(v->dtype));
+    return (op_flops(n) / kFlopsPerUs + bytes / kBytesPerUs) / static_cast<double>(std::max<int64_t>(1, tasks)) + kTaskUs;
   }
   Result<std::unique_ptr<LoadedProgram>> load(std::unique_ptr<Program> p, const PlaceOptions& o) override {
     return CudaLoaded::load(std::move(p), o, ordinal_, prop_.multiProcessorCount);
@@ -228,6 +286,11 @@ class CudaDevice : public Device {
   // A hand-off between blocks through global memory: a release store seen
   // by an acquire spin on another SM.
   static constexpr double kHandoffUs = 1.0;
+  // A block's rates on an H100/H200 SM with these rKernels: FP32 FMAs from
+  // shared memory tiles, and bytes through L2.
+  static constexpr double kFlopsPerUs = 100e3;
+  static constexpr double kBytesPerUs = 50e3;
+  static constexpr double kTaskUs = 0.5;
   int ordinal_;
   cudaDeviceProp prop_;
 };
