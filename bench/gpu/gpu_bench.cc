@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
   std::vector<Entry> entries;
   for (int a = 2; a < argc; ++a) {
     const std::string m = argv[a];
+    std::fprintf(stderr, "tessera-gpu-bench: compiling %s\n", m.c_str());
     CompileOptions o;
     o.profile = false;
     o.measure = false;
@@ -109,6 +110,7 @@ int main(int argc, char** argv) {
     }
     for (Executor ex : {Executor::kPlan, Executor::kTwoLayer}) {
       const std::string name = ex == Executor::kPlan ? "plan" : "two-layer";
+      std::fprintf(stderr, "tessera-gpu-bench: %s on the GPU (%s)\n", m.c_str(), name.c_str());
       Result<Session> s = model->session({.device = "cuda", .executor = ex});
       if (!s.ok()) {
         refuse(m, name, s.status());

@@ -34,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 import make_zoo  # noqa: E402
 
-MODELS = ["mlp", "add_chain", "add_chains8", "bert_tiny", "lstm_tc", "nasnet_like", "resnet18", "mobilenet_v2"]
+MODELS = ["lstm_tc", "nasnet_like", "bert_tiny", "resnet18", "mlp", "add_chain", "add_chains8", "mobilenet_v2"]
 TARGETS = ["lstm_tc", "nasnet_like", "resnet18", "bert_tiny"]
 
 
@@ -140,73 +140,11 @@ def ceilings():
     return bw, tf
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bench", required=True, help="the tessera-gpu-bench program")
-    ap.add_argument("--zoo", required=True, help="the zoo folder (scripts/make_zoo.py)")
-    ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--compile-models", default=",".join(TARGETS), help="models also timed under torch.compile")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--runs", type=int, default=40, help="runs of each method per round")
-    ap.add_argument("--out", default=None, help="folder for results.json and table.md")
-    a = ap.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    models = [m for m in a.models.split(",") if m]
-    models = [m for m in models if os.path.exists(os.path.join(a.zoo, m + ".onnx"))]
-    compile_set = set(m for m in a.compile_models.split(",") if m)
-    gpu = torch.cuda.get_device_name(0)
-    bw, tf = ceilings()
-    print(f"gpu_bench: {gpu}; copy {bw:.2f} TB/s (read + write), fp32 matmul {tf:.1f} TFLOP/s (TF32 off)", flush=True)
-
-    t0 = time.time()
-    proc = subprocess.Popen([a.bench, a.zoo] + models, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    checks = {}
-    while len(checks) < 2 * len(models):
-        line = proc.stdout.readline()
-        if not line:
-            sys.exit(f"gpu_bench: {a.bench} ended early (exit {proc.wait()})")
-        d = json.loads(line)
-        if "check" in d and "error" in d:
-            checks[(d["model"], d["executor"])] = d
-            print(f"gpu_bench: tessera {d['model']} {d['executor']}: {d['error']}", flush=True)
-        elif "check" in d:
-            checks[(d["model"], d["executor"])] = d
-            print(f"gpu_bench: tessera {d['model']} {d['executor']}: rel-L2 {d['rel_l2']:.2e} "
-                  f"stable {d['stable']} vEUs {d['veus']} predicted {d['predicted_us']:.1f} us", flush=True)
-    print(f"gpu_bench: tessera compiled and checked {len(models)} models in {time.time() - t0:.1f} s", flush=True)
-
-    controls = {}
-    for m in models:
-        t0 = time.time()
-        controls[m] = TorchControls(m, a.zoo, m in compile_set)
-        c = controls[m]
-        print(f"gpu_bench: torch {m}: CPU vs zoo {c.cpu_rel:.1e}, GPU vs zoo {c.gpu_rel:.1e}"
-              + (f", compiled in {c.compile_s:.1f} s" if c.compile_s is not None else "")
-              + f" ({time.time() - t0:.1f} s)", flush=True)
-
-    times = {}
-    for r in range(a.rounds):
-        proc.stdin.write(f"round {a.runs}\n")
-        proc.stdin.flush()
-        while True:
-            d = json.loads(proc.stdout.readline())
-            if "round_done" in d:
-                break
-            times.setdefault((d["model"], d["executor"]), []).extend(d["device_ms"])
-            times.setdefault((d["model"], d["executor"] + "/run"), []).extend(d["run_ms"])
-        for m in models:
-            for k, fn in controls[m].fns.items():
-                times.setdefault((m, k), []).extend(time_runs(fn, a.runs))
-        print(f"gpu_bench: round {r + 1}/{a.rounds} done", flush=True)
-    proc.stdin.write("quit\n")
-    proc.stdin.flush()
-    proc.wait()
-
+def report(a, gpu, bw, tf, models, checks, controls, times, rounds_done):
     rows = []
     cols = ["plan", "two-layer", "eager", "graph", "compile"]
     lines = [f"GPU: {gpu}; copy {bw:.2f} TB/s, fp32 matmul {tf:.1f} TFLOP/s (TF32 off). "
-             f"Device ms per run, median (p90), {a.rounds} rounds x {a.runs} runs, batch 1.", "",
+             f"Device ms per run, median (p90), {rounds_done} rounds x {a.runs} runs, batch 1.", "",
              "| model | Tessera plan | two-layer (graph) | torch eager | torch graph | torch.compile "
              "| plan speedup vs two-layer | plan / compile | rel-L2 plan |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -240,6 +178,81 @@ def main():
         with open(os.path.join(a.out, "results.json"), "w") as f:
             json.dump({"gpu": gpu, "copy_tb_s": bw, "fp32_tflops": tf, "rows": rows,
                        "times": {f"{m}/{k}": v for (m, k), v in times.items()}}, f)
+    return table
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bench", required=True, help="the tessera-gpu-bench program")
+    ap.add_argument("--zoo", required=True, help="the zoo folder (scripts/make_zoo.py)")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--compile-models", default=",".join(TARGETS), help="models also timed under torch.compile")
+    ap.add_argument("--compile-budget-s", type=float, default=600,
+                    help="no more torch.compile once this many seconds went to it")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=40, help="runs of each method per round")
+    ap.add_argument("--out", default=None, help="folder for results.json and table.md")
+    a = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    models = [m for m in a.models.split(",") if m]
+    models = [m for m in models if os.path.exists(os.path.join(a.zoo, m + ".onnx"))]
+    compile_set = set(m for m in a.compile_models.split(",") if m)
+    gpu = torch.cuda.get_device_name(0)
+    bw, tf = ceilings()
+    print(f"gpu_bench: {gpu}; copy {bw:.2f} TB/s (read + write), fp32 matmul {tf:.1f} TFLOP/s (TF32 off)", flush=True)
+
+    t0 = time.time()
+    proc = subprocess.Popen([a.bench, a.zoo] + models, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    checks = {}
+    while len(checks) < 2 * len(models):
+        line = proc.stdout.readline()
+        if not line:
+            sys.exit(f"gpu_bench: {a.bench} ended early (exit {proc.wait()})")
+        d = json.loads(line)
+        if "check" in d and "error" in d:
+            checks[(d["model"], d["executor"])] = d
+            print(f"gpu_bench: tessera {d['model']} {d['executor']}: {d['error']}", flush=True)
+        elif "check" in d:
+            checks[(d["model"], d["executor"])] = d
+            print(f"gpu_bench: tessera {d['model']} {d['executor']}: rel-L2 {d['rel_l2']:.2e} "
+                  f"stable {d['stable']} vEUs {d['veus']} predicted {d['predicted_us']:.1f} us", flush=True)
+    print(f"gpu_bench: tessera compiled and checked {len(models)} models in {time.time() - t0:.1f} s", flush=True)
+
+    controls = {}
+    compile_spent = 0.0
+    for m in models:
+        t0 = time.time()
+        use_compile = m in compile_set and compile_spent < a.compile_budget_s
+        controls[m] = TorchControls(m, a.zoo, use_compile)
+        compile_spent += controls[m].compile_s or 0.0
+        c = controls[m]
+        print(f"gpu_bench: torch {m}: CPU vs zoo {c.cpu_rel:.1e}, GPU vs zoo {c.gpu_rel:.1e}"
+              + (f", compiled in {c.compile_s:.1f} s" if c.compile_s is not None else "")
+              + f" ({time.time() - t0:.1f} s)", flush=True)
+
+    times = {}
+    for r in range(a.rounds):
+        proc.stdin.write(f"round {a.runs}\n")
+        proc.stdin.flush()
+        while True:
+            line = proc.stdout.readline()
+            if not line:
+                sys.exit(f"gpu_bench: {a.bench} ended in round {r + 1} (exit {proc.wait()})")
+            d = json.loads(line)
+            if "round_done" in d:
+                break
+            times.setdefault((d["model"], d["executor"]), []).extend(d["device_ms"])
+            times.setdefault((d["model"], d["executor"] + "/run"), []).extend(d["run_ms"])
+        for m in models:
+            for k, fn in controls[m].fns.items():
+                times.setdefault((m, k), []).extend(time_runs(fn, a.runs))
+        print(f"gpu_bench: round {r + 1}/{a.rounds} done", flush=True)
+        table = report(a, gpu, bw, tf, models, checks, controls, times, r + 1)
+    proc.stdin.write("quit\n")
+    proc.stdin.flush()
+    proc.wait()
+
     bad = [m for m in models if any("error" in checks[(m, k)] or checks[(m, k)]["rel_l2"] > 1e-4
                                     or not checks[(m, k)]["stable"] for k in ("plan", "two-layer"))]
     if bad:

@@ -169,7 +169,9 @@ Result<std::unique_ptr<Program>> compile_for(ModelState& m, detail::RuntimeState
     c.schedule.veus = veus;
     c.schedule.policy = policy_of(so.policy);
     c.slots = slots;
-    TESSERA_ASSIGN_OR_RETURN(c.host_map, rt.map(m.options.host_map, m.options, &file_map));
+    if (device.plans_on_host_map()) {
+      TESSERA_ASSIGN_OR_RETURN(c.host_map, rt.map(m.options.host_map, m.options, &file_map));
+    }
     const HostMap* map = c.host_map;
     c.costs = [&device, map](const std::vector<int>& s) { return device.costs(map, s); };
     c.task_cost = [&device](const Node& n, int64_t tasks) {

@@ -149,6 +149,9 @@ class Device {
   // (optional) The scheduler's cost model for vEUs on `slots`. Default:
   // uniform hand-offs, free crossing.
   virtual VeuCosts costs(const HostMap* map, const std::vector<int>& slots) const;
+  // (optional) Whether costs() reads the host map (the CPU's cores), so
+  // that it is measured before planning. Default: yes.
+  virtual bool plans_on_host_map() const { return true; }
   // (optional) One rTask's cost (µs) of `node` cut into `tasks`, where the
   // device's rTasks are not profiled. Default: < 0, the host's analytic
   // model.

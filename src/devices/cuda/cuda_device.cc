@@ -94,7 +94,7 @@ class CudaLoaded : public LoadedProgram {
     if (executor_ == Executor::kPlan && p_->plan) {
       TESSERA_CUDA(cuda::launch_plan(static_cast<const DevOp*>(ops_.get()), static_cast<const DevInstr*>(instrs_.get()),
                                      static_cast<const int64_t*>(begin_.get()), static_cast<int*>(counters_.get()),
-                                     p_->plan->veus, stream_),
+                                     p_->plan->veus, static_cast<cuda::PlanStall*>(stall_.get()), stream_),
                    str_cat("launching the Plan (", p_->plan->veus, " blocks)"));
     } else if (graph_exec_) {
       TESSERA_CUDA(cudaGraphLaunch(graph_exec_, stream_), "replaying the ops' launches");
@@ -102,11 +102,18 @@ class CudaLoaded : public LoadedProgram {
       TESSERA_RETURN_IF_ERROR(launch_ops());
     }
     TESSERA_CUDA(cudaEventRecord(events_[1], stream_), "timing the run");
+    if (stall_.get() != nullptr)
+      TESSERA_CUDA(cudaMemcpyAsync(&stall_host_, stall_.get(), sizeof stall_host_, cudaMemcpyDeviceToHost, stream_),
+                   "reading the Plan's state");
     for (size_t i = 0; i < staged_.size(); ++i)
       TESSERA_CUDA(cudaMemcpyAsync(staged_[i].data(), slot_dev_[static_cast<size_t>(p_->output_slots[i])],
                                    staged_[i].size(), cudaMemcpyDeviceToHost, stream_),
                    str_cat("copying output ", i, " from the GPU"));
     TESSERA_CUDA(cudaStreamSynchronize(stream_), "running on the GPU");
+    if (stall_.get() != nullptr && stall_host_.stalled != 0)
+      return internal_error(str_cat("the Plan stalled on the GPU: vEU ", stall_host_.veu, " waited over ",
+                                    cuda::kWaitLimitNs / 1'000'000'000, " s for vEU ", stall_host_.on, " to reach count ",
+                                    stall_host_.count, " (instruction ", stall_host_.index, " of its list); the run was abandoned"));
     float ms = 0;
     TESSERA_CUDA(cudaEventElapsedTime(&ms, events_[0], events_[1]), "timing the run");
     device_ms_ = ms;
@@ -152,42 +159,14 @@ class CudaLoaded : public LoadedProgram {
       at += align256(s.bytes);
     }
     // One DevOp per step, its addresses filled in.
-    std::vector<DevOp> ops;
-    for (const Step& st : p.steps) {
-      const auto* op = dynamic_cast<const cuda::CudaOp*>(st.op.get());
-      if (op == nullptr) return internal_error(str_cat(st.node->label(), ": not a cuda rOperator"));
-      DevOp d = op->op();
-      auto dev = [&](int slot) -> void* { return slot >= 0 ? slot_dev_[static_cast<size_t>(slot)] : nullptr; };
-      for (size_t j = 0; j < st.inputs.size() && j < static_cast<size_t>(cuda::kMaxInputs); ++j) d.in[j] = dev(st.inputs[j]);
-      d.out = dev(st.outputs[0]);
-      if (st.outputs.size() > 1) d.out2 = dev(st.outputs[1]);
-      if (op->scratch_floats > 0) {
-        TESSERA_ASSIGN_OR_RETURN(DevMem m, dev_alloc(sizeof(float) * static_cast<size_t>(op->scratch_floats), device_));
-        d.scratch = static_cast<float*>(m.get());
-        aux_.push_back(std::move(m));
-      }
-      if (op->tickets > 0) {
-        const size_t bytes = sizeof(int) * static_cast<size_t>(op->tickets);
-        TESSERA_ASSIGN_OR_RETURN(DevMem m, dev_alloc(bytes, device_));
-        TESSERA_CUDA(cudaMemset(m.get(), 0, bytes), "clearing split-k tickets");
-        d.tickets = static_cast<int*>(m.get());
-        aux_.push_back(std::move(m));
-      }
-      if (!op->part_off.empty()) {  // Concat: the inputs; Split: the outputs
-        const std::vector<int>& slots = d.kind == DevKind::kConcat ? st.inputs : st.outputs;
-        std::vector<void*> ptrs;
-        for (int slot : slots) ptrs.push_back(dev(slot));
-        const size_t pb = sizeof(void*) * ptrs.size(), ob = sizeof(int64_t) * op->part_off.size();
-        TESSERA_ASSIGN_OR_RETURN(DevMem m, dev_alloc(pb + ob, device_));
-        TESSERA_CUDA(cudaMemcpy(m.get(), ptrs.data(), pb, cudaMemcpyHostToDevice), "copying a Concat's parts");
-        TESSERA_CUDA(cudaMemcpy(static_cast<char*>(m.get()) + pb, op->part_off.data(), ob, cudaMemcpyHostToDevice),
-                     "copying a Concat's parts");
-        d.part_ptr = static_cast<void* const*>(m.get());
-        d.part_off = reinterpret_cast<const int64_t*>(static_cast<char*>(m.get()) + pb);
-        aux_.push_back(std::move(m));
-      }
-      ops.push_back(d);
-    }
+    TESSERA_ASSIGN_OR_RETURN(
+        std::vector<DevOp> ops, cuda::dev_ops(p, slot_dev_, [this](size_t bytes, const void* init) -> Result<void*> {
+          TESSERA_ASSIGN_OR_RETURN(DevMem m, dev_alloc(bytes, device_));
+          TESSERA_CUDA(init != nullptr ? cudaMemcpy(m.get(), init, bytes, cudaMemcpyHostToDevice) : cudaMemset(m.get(), 0, bytes),
+                       "setting up an op's memory");
+          aux_.push_back(m);
+          return m.get();
+        }));
     TESSERA_ASSIGN_OR_RETURN(ops_, dev_alloc(sizeof(DevOp) * ops.size(), device_));
     TESSERA_CUDA(cudaMemcpy(ops_.get(), ops.data(), sizeof(DevOp) * ops.size(), cudaMemcpyHostToDevice), "copying the ops");
     // The Plan's lists, back to back.
@@ -195,13 +174,17 @@ class CudaLoaded : public LoadedProgram {
       const Plan& plan = *p.plan;
       std::vector<DevInstr> instrs;
       std::vector<int64_t> begin = {0};
-      for (const std::vector<Instr>& list : plan.program) {
-        for (const Instr& in : list) instrs.push_back({static_cast<int32_t>(in.kind), in.a, in.b});
+      for (size_t u = 0; u < plan.program.size(); ++u) {
+        for (const Instr& in : plan.program[u]) instrs.push_back({static_cast<int32_t>(in.kind), in.a, in.b});
+        // A list ends by publishing its vEU's final count (the executors'
+        // contract: a wait may name it without a signal in the list).
+        instrs.push_back({static_cast<int32_t>(Instr::Kind::kSignal), 0, plan.tasks_per_veu[u]});
         begin.push_back(static_cast<int64_t>(instrs.size()));
       }
       TESSERA_ASSIGN_OR_RETURN(instrs_, dev_alloc(sizeof(DevInstr) * instrs.size(), device_));
       TESSERA_ASSIGN_OR_RETURN(begin_, dev_alloc(sizeof(int64_t) * begin.size(), device_));
       TESSERA_ASSIGN_OR_RETURN(counters_, dev_alloc(sizeof(int) * static_cast<size_t>(plan.veus), device_));
+      TESSERA_ASSIGN_OR_RETURN(stall_, dev_alloc(sizeof(cuda::PlanStall), device_));
       TESSERA_CUDA(cudaMemcpy(instrs_.get(), instrs.data(), sizeof(DevInstr) * instrs.size(), cudaMemcpyHostToDevice),
                    "copying the Plan");
       TESSERA_CUDA(cudaMemcpy(begin_.get(), begin.data(), sizeof(int64_t) * begin.size(), cudaMemcpyHostToDevice),
@@ -232,7 +215,8 @@ class CudaLoaded : public LoadedProgram {
   cudaGraphExec_t graph_exec_ = nullptr;
   cudaEvent_t events_[2] = {nullptr, nullptr};  // around the run's launches
   double device_ms_ = 0;
-  DevMem arena_, weights_, ops_, instrs_, begin_, counters_;
+  DevMem arena_, weights_, ops_, instrs_, begin_, counters_, stall_;
+  cuda::PlanStall stall_host_{};
   std::vector<DevMem> aux_;  // the ops' scratch, tickets and part tables
   std::vector<void*> slot_dev_;
   std::vector<std::vector<unsigned char>> staged_;
@@ -264,6 +248,7 @@ class CudaDevice : public Device {
   Passes passes() const override {
     return {.fuse = false, .lower_recurrent = true, .concat_in_place = false, .recurrent_chunk = 1, .recurrent_carry = false};
   }
+  bool plans_on_host_map() const override { return false; }  // SMs, not the host's cores
   VeuCosts costs(const HostMap*, const std::vector<int>& slots) const override {
     return VeuCosts::uniform(static_cast<int>(slots.size()), kHandoffUs);
   }

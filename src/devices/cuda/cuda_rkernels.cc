@@ -622,4 +622,36 @@ void CudaOp::run(int64_t, const TaskArgs&) const {
 
 KernelTable cuda_kernels() { return kKernels; }
 
+Result<std::vector<DevOp>> dev_ops(const Program& p, const std::vector<void*>& slot, const DevAlloc& alloc) {
+  std::vector<DevOp> ops;
+  for (const Step& st : p.steps) {
+    const auto* op = dynamic_cast<const CudaOp*>(st.op.get());
+    if (op == nullptr) return internal_error(str_cat(st.node->label(), ": not a cuda rOperator"));
+    DevOp d = op->op();
+    auto at = [&](int s) -> void* { return s >= 0 ? slot[static_cast<size_t>(s)] : nullptr; };
+    for (size_t j = 0; j < st.inputs.size() && j < static_cast<size_t>(kMaxInputs); ++j) d.in[j] = at(st.inputs[j]);
+    d.out = at(st.outputs[0]);
+    if (st.outputs.size() > 1) d.out2 = at(st.outputs[1]);
+    if (op->scratch_floats > 0) {
+      TESSERA_ASSIGN_OR_RETURN(void* m, alloc(sizeof(float) * static_cast<size_t>(op->scratch_floats), nullptr));
+      d.scratch = static_cast<float*>(m);
+    }
+    if (op->tickets > 0) {
+      TESSERA_ASSIGN_OR_RETURN(void* m, alloc(sizeof(int) * static_cast<size_t>(op->tickets), nullptr));
+      d.tickets = static_cast<int*>(m);
+    }
+    if (!op->part_off.empty()) {  // Concat: the inputs; Split: the outputs
+      const std::vector<int>& parts = d.kind == DevKind::kConcat ? st.inputs : st.outputs;
+      std::vector<void*> ptrs;
+      for (int s : parts) ptrs.push_back(at(s));
+      TESSERA_ASSIGN_OR_RETURN(void* pm, alloc(sizeof(void*) * ptrs.size(), ptrs.data()));
+      TESSERA_ASSIGN_OR_RETURN(void* om, alloc(sizeof(int64_t) * op->part_off.size(), op->part_off.data()));
+      d.part_ptr = static_cast<void* const*>(pm);
+      d.part_off = static_cast<const int64_t*>(om);
+    }
+    ops.push_back(d);
+  }
+  return ops;
+}
+
 }  // namespace tessera::cuda

@@ -3,10 +3,12 @@
 // is known without one.
 #pragma once
 
+#include <functional>
 #include <string_view>
 #include <vector>
 
 #include "devices/cuda/dev_op.h"
+#include "compiler/program.h"
 #include "kernels/rkernel.h"
 
 namespace tessera::cuda {
@@ -34,5 +36,14 @@ class CudaOp : public ROp {
 };
 
 KernelTable cuda_kernels();
+
+// Memory beside the tensors: `bytes` holding a copy of `init`, or zeros
+// where it is null; the address the kernels will use.
+using DevAlloc = std::function<Result<void*>(size_t bytes, const void* init)>;
+// One DevOp per step of `p` (compiled with these rKernels), with the
+// addresses filled in: tensor slot i at slot[i], and each op's scratch,
+// tickets and part tables from `alloc`. Shared by the GPU's loader and the
+// emulator.
+Result<std::vector<DevOp>> dev_ops(const Program& p, const std::vector<void*>& slot, const DevAlloc& alloc);
 
 }  // namespace tessera::cuda
