@@ -159,7 +159,7 @@ def report(a, gpu, bw, tf, models, checks, controls, times, rounds_done):
             else:
                 cells.append("—")
         sp = med["two-layer"] / med["plan"] if "plan" in med and "two-layer" in med else float("nan")
-        vc = med["plan"] / med["compile"] if "compile" in med else float("nan")
+        vc = med["plan"] / med["compile"] if "compile" in med and "plan" in med else float("nan")
         chk = checks[(m, "plan")]
         verdict = ("error" if "error" in chk else f"{chk['rel_l2']:.1e}" + ("" if chk["stable"] else " (UNSTABLE)"))
         lines.append(f"| {m} | " + " | ".join(cells) + f" | {sp:.2f}x | {vc:.2f} | {verdict} |")

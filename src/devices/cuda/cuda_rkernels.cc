@@ -514,6 +514,29 @@ Result<std::unique_ptr<ROp>> make_clip(const Node& n, const KernelParams& p) {
   return r;
 }
 
+// BatchNormalization in inference (training_mode 0, Y only).
+bool batchnorm_fits(const Node& n) {
+  if (n.inputs.size() != 5 || !all_f32(n, 5) || n.outputs.size() != 1 || n.attr_int("training_mode", 0) != 0) return false;
+  const Shape& x = n.inputs[0]->shape;
+  if (x.rank() < 2) return false;
+  for (size_t i = 1; i < 5; ++i)
+    if (n.inputs[i]->shape.numel() != x[1]) return false;
+  return true;
+}
+
+Result<std::unique_ptr<ROp>> make_batchnorm(const Node& n, const KernelParams& p) {
+  if (!batchnorm_fits(n))
+    return invalid_argument(str_cat(n.label(), ": the cuda rKernel takes float32 [N, C, ...] in inference mode"));
+  const Shape& x = n.inputs[0]->shape;
+  DevOp op;
+  op.kind = DevKind::kBatchNorm;
+  op.axis = x[1];
+  op.inner = dims_product(x.dims, 2, x.rank());
+  op.eps = n.attr_float("epsilon", 1e-5f);
+  op.n = x.numel();
+  return finish(n, op, op.n, kElementGrain, p, true);
+}
+
 // -------------------------------------------------------------- recurrent ---
 
 // The lowered LSTM (compiler/lower_rnn.cc) in its plain layout: one input
@@ -606,6 +629,7 @@ const RKernel kKernels[] = {
      global_pool_fits},
     {"LayerNormalization", "cuda.layernorm", "a range of rows per rTask, reduced by the block", make_layernorm,
      layernorm_fits},
+    {"BatchNormalization", "cuda.batchnorm", "a flat range of outputs per rTask", make_batchnorm, batchnorm_fits},
     {"Softmax", "cuda.softmax_rows", "a range of rows per rTask, reduced by the block", make_softmax, softmax_fits},
     {"LogSoftmax", "cuda.softmax_rows", "a range of rows per rTask, reduced by the block", make_softmax,
      softmax_fits},

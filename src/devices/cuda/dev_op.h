@@ -10,7 +10,7 @@
 namespace tessera::cuda {
 
 inline constexpr int kMaxRank = 6;
-inline constexpr int kMaxInputs = 4;
+inline constexpr int kMaxInputs = 5;
 
 enum class DevKind : int32_t {
   kBinary,      // out = in0 (op) in1, numpy broadcasting through strides
@@ -31,6 +31,7 @@ enum class DevKind : int32_t {
   kCast,        // sub: from * 16 + to (DTypeCode)
   kRnnProj,     // rows of in2 x the panel-packed W (in0) + bias (in1): the cells' layout
   kLstmCell,    // one step: xp (in0), h_prev (in1), c_prev (in2), packed R (in3) -> h (out), c (out2)
+  kBatchNorm,   // inference: x (in0) per channel `axis` of [outer, axis, inner] by scale, B, mean, var (in1..4)
 };
 
 enum class BinaryOp : int32_t { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow };
@@ -53,7 +54,7 @@ struct DevOp {
   int32_t sub = 0;          // BinaryOp / UnaryOp / softmax flavour / TileShape / pool kind / cast
   int64_t tasks = 1;        // rTasks: each a contiguous share of the work
   int64_t n = 0;            // output elements (kCopy: bytes)
-  const void* in[kMaxInputs] = {nullptr, nullptr, nullptr, nullptr};
+  const void* in[kMaxInputs] = {nullptr, nullptr, nullptr, nullptr, nullptr};
   void* out = nullptr;
   void* out2 = nullptr;     // kLstmCell: c
   // Elementwise and kStrided: the output's dims, and each input's strides

@@ -25,24 +25,51 @@ __device__ __forceinline__ uint64_t globaltimer() {
   return t;
 }
 
-// Block u walks vEU u's list. After an rTask every thread fences its
-// writes and the block meets before thread 0 publishes the count
-// (release); a wait is thread 0's acquire spin, then the block meets. A
-// wait longer than kWaitLimitNs (a Plan that cannot finish) is recorded in
-// `stall` and every block still waiting gives up, so the launch ends and
-// the host reports it instead of hanging.
-__global__ void __launch_bounds__(kBlockThreads) plan_kernel(const DevOp* ops, const DevInstr* instrs,
+// The block's copy of the DevOp it runs (one coalesced load instead of a
+// chain of dependent loads from global memory, field by field, in every
+// thread); kept while the next rTask is of the same op.
+__device__ __forceinline__ const DevOp& stage_op(const DevOp* ops, int32_t index, unsigned char* buf, int* held) {
+  if (*held != index) {
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(ops + index);
+    uint32_t* dst = reinterpret_cast<uint32_t*>(buf);
+    for (unsigned w = threadIdx.x; w < sizeof(DevOp) / 4; w += blockDim.x) dst[w] = src[w];
+    __syncthreads();
+    if (threadIdx.x == 0) *held = index;  // read by all only after the next barrier
+  }
+  return *reinterpret_cast<const DevOp*>(buf);
+}
+
+constexpr int kListChunk = 128;  // instructions staged in shared memory at a time
+
+// Block u walks vEU u's list, staged kListChunk instructions at a time.
+// Between its own rTasks a barrier orders the block's writes; before a
+// signal every thread fences its writes and the block meets, then thread
+// 0 publishes the count (release). A wait is thread 0's acquire spin, then
+// the block meets. A wait longer than kWaitLimitNs (a Plan that cannot
+// finish) is recorded in `stall` and every block still waiting gives up,
+// so the launch ends and the host reports it instead of hanging.
+__global__ void __launch_bounds__(kBlockThreads, 1) plan_kernel(const DevOp* ops, const DevInstr* instrs,
                                                              const int64_t* begin, int* counters, PlanStall* stall) {
   __shared__ float sm[kSmemFloats];
-  __shared__ int give_up;
+  __shared__ alignas(16) unsigned char op_buf[sizeof(DevOp)];
+  __shared__ DevInstr list[kListChunk];
+  __shared__ int give_up, held;
   const int u = blockIdx.x;
-  for (int64_t i = begin[u]; i < begin[u + 1]; ++i) {
-    const DevInstr in = instrs[i];
+  const int64_t b0 = begin[u], b1 = begin[u + 1];
+  if (threadIdx.x == 0) held = -1;
+  for (int64_t i = b0; i < b1; ++i) {
+    if ((i - b0) % kListChunk == 0) {
+      __syncthreads();
+      for (int64_t j = i + threadIdx.x; j < b1 && j < i + kListChunk; j += blockDim.x) list[j - i] = instrs[j];
+      __syncthreads();
+    }
+    const DevInstr in = list[(i - b0) % kListChunk];
     if (in.kind == 0) {
-      run_task(ops[in.a], in.b, sm);
-      __threadfence();
+      run_task(stage_op(ops, in.a, op_buf, &held), in.b, sm);
       __syncthreads();
     } else if (in.kind == 1) {
+      __threadfence();
+      __syncthreads();
       if (threadIdx.x == 0) {
         ::cuda::atomic_ref<int, ::cuda::thread_scope_device> c(counters[u]);
         c.store(static_cast<int>(in.b), ::cuda::std::memory_order_release);
@@ -64,7 +91,7 @@ __global__ void __launch_bounds__(kBlockThreads) plan_kernel(const DevOp* ops, c
               stall->veu = u;
               stall->on = in.a;
               stall->count = in.b;
-              stall->index = i - begin[u];
+              stall->index = i - b0;
             }
             give_up = 1;
             break;
@@ -78,9 +105,13 @@ __global__ void __launch_bounds__(kBlockThreads) plan_kernel(const DevOp* ops, c
 }
 
 // The two-layer control: block i runs rTask i of one op.
-__global__ void __launch_bounds__(kBlockThreads) op_kernel(const DevOp* op) {
+__global__ void __launch_bounds__(kBlockThreads, 1) op_kernel(const DevOp* op) {
   __shared__ float sm[kSmemFloats];
-  run_task(*op, blockIdx.x, sm);
+  __shared__ alignas(16) unsigned char op_buf[sizeof(DevOp)];
+  __shared__ int held;
+  if (threadIdx.x == 0) held = -1;
+  __syncthreads();
+  run_task(stage_op(op, 0, op_buf, &held), blockIdx.x, sm);
 }
 
 }  // namespace

@@ -15,9 +15,11 @@
 #if defined(__CUDACC__)
 #include <cuda/atomic>
 #define TESSERA_UNROLL _Pragma("unroll")
+#define TESSERA_UNROLL16 _Pragma("unroll 16")
 #else
 #include "devices/cuda/emulate.h"
 #define TESSERA_UNROLL
+#define TESSERA_UNROLL16
 #endif
 
 namespace tessera::cuda {
@@ -176,6 +178,23 @@ __device__ void run_gather(const DevOp& op, int64_t t) {
     // index out of range reads row 0 rather than outside the tensor.
     if (idx < 0 || idx >= op.axis) idx = 0;
     y[e] = x[(o * op.axis + idx) * op.inner + r];
+  }
+}
+
+// BatchNormalization with its statistics: y = (x - mean) scale / sqrt(var
+// + eps) + B, per channel.
+__device__ void run_batchnorm(const DevOp& op, int64_t t) {
+  int64_t lo, hi;
+  share(op.n, op.tasks, t, &lo, &hi);
+  const float* x = static_cast<const float*>(op.in[0]);
+  const float* scale = static_cast<const float*>(op.in[1]);
+  const float* b = static_cast<const float*>(op.in[2]);
+  const float* mean = static_cast<const float*>(op.in[3]);
+  const float* var = static_cast<const float*>(op.in[4]);
+  float* y = static_cast<float*>(op.out);
+  for (int64_t e = lo + threadIdx.x; e < hi; e += blockDim.x) {
+    const int64_t c = (e / op.inner) % op.axis;
+    y[e] = (x[e] - mean[c]) * (scale[c] / sqrtf(var[c] + op.eps)) + b[c];
   }
 }
 
@@ -529,6 +548,7 @@ __device__ void run_rnn_proj(const DevOp& op, int64_t t, float* sm) {
       if (q < Q) {
         const float* w = wp + p * K * W + col;
         const float* xr = x + r * K;
+        TESSERA_UNROLL16  // loads in flight: the weights stream from L2
         for (int64_t k = K * q / Q; k < K * (q + 1) / Q; ++k) acc = fmaf(xr[k], w[k * W], acc);
       }
       red[threadIdx.x] = acc;
@@ -569,6 +589,7 @@ __device__ void run_lstm_cell(const DevOp& op, int64_t t, float* sm) {
       float acc = 0.f;
       if (q < Q) {
         const float* w = rp + p * H * W + col;
+        TESSERA_UNROLL16  // loads in flight: the weights stream from L2
         for (int64_t k = H * q / Q; k < H * (q + 1) / Q; ++k) acc = fmaf(hs[k], w[k * W], acc);
       }
       red[threadIdx.x] = acc;
@@ -624,6 +645,7 @@ __device__ void run_task(const DevOp& op, int64_t t, float* sm) {
     case DevKind::kCast: run_cast(op, t); break;
     case DevKind::kRnnProj: run_rnn_proj(op, t, sm); break;
     case DevKind::kLstmCell: run_lstm_cell(op, t, sm); break;
+    case DevKind::kBatchNorm: run_batchnorm(op, t); break;
   }
 }
 

@@ -40,7 +40,9 @@ void cpu_kernels_thread_init() {
 }
 
 Status cpu_evaluate(const Node& node, std::vector<Tensor>* outputs) {
-  const RKernel* k = cpu_kernel_find(node.op_type);
+  // The first rKernel that fits this node (a Conv's default, Winograd,
+  // takes only some convs).
+  const RKernel* k = kernel_for(cpu_kernels(), node);
   if (k == nullptr) return unimplemented(str_cat(node.label(), ": no CPU kernel"));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ROp> op, k->make(node, KernelParams{1}));
   outputs->clear();
