@@ -27,7 +27,7 @@ PYTHON := /usr/bin/python3
 BUILD := build
 TESSERA := $(BUILD)/bin/tessera
 
-.PHONY: all deps configure build demo test check-erf zoo fuzz fuzz-smoke asan tsan bench bench-quick bench-deps bench-gemm soak clean
+.PHONY: all deps configure build demo test check-erf zoo fuzz fuzz-smoke asan tsan bench bench-quick bench-deps bench-gemm bench-gpu soak clean
 
 all: build
 
@@ -117,6 +117,12 @@ soak: build zoo
 
 bench-quick: build zoo bench-deps
 	$(PYTHON) bench/run_bench.py --build $(BUILD) --quick --out $(BUILD)/bench/RESULTS-quick.md
+
+# Tessera on a GPU against PyTorch (eager, CUDA graph, torch.compile):
+# needs a GPU, its driver and PyTorch with CUDA under $(PYTHON) (docs/cuda.md).
+bench-gpu: build zoo
+	@test -x $(BUILD)/bin/tessera-gpu-bench || { echo "bench-gpu: no CUDA backend in $(BUILD) (nvcc not found at configure)"; exit 1; }
+	$(PYTHON) bench/gpu/gpu_bench.py --bench $(BUILD)/bin/tessera-gpu-bench --zoo $(BUILD)/zoo --out $(BUILD)/bench/gpu
 
 bench-gemm:
 	@bash scripts/setup-deps.sh --bench

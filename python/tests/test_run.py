@@ -213,4 +213,5 @@ def test_version_devices_and_breakdown(rt, quick):
     s = rt.compile(zoo("mlp.onnx"), **quick).session(veus=1)
     s.run(load("mlp.inputs.npz"))
     b = s.last_breakdown
-    assert b["compute_ms"] > 0 and set(b) >= {"copy_in_ms", "queue_ms", "compute_ms", "copy_out_ms"}
+    assert b["compute_ms"] > 0 and set(b) >= {"copy_in_ms", "queue_ms", "compute_ms", "copy_out_ms", "device_ms"}
+    assert b["device_ms"] == 0  # no accelerator: the CPU keeps no device time

@@ -111,7 +111,7 @@ assert all(\"path\" not in e[\"args\"] for e in x if e[\"name\"]==\"Relu\")
 check "json breakdown per run" bash -c "$T run $ZOO/mlp.onnx --iters 4 --threads 2 --json 2>/dev/null | $PY -c '
 import json,sys
 j=json.load(sys.stdin); r=j[\"runs\"]
-assert len(r)==4 and all(len(x[\"wait_ms\"])==2 and x[\"wall_ms\"]>=x[\"compute_ms\"]>0 and x[\"copy_in_ms\"]>=0 for x in r), r
+assert len(r)==4 and all(len(x[\"wait_ms\"])==2 and x[\"wall_ms\"]>=x[\"compute_ms\"]>0 and x[\"copy_in_ms\"]>=0 and x[\"device_ms\"]==0 for x in r), r
 assert j[\"plan\"][\"veus\"]==2 and j[\"plan\"][\"policy\"] in (\"wavefront\",\"critical-path\")
 '"
 expect_fail "trace needs plan" 2 "--trace needs the plan executor" $T run $ZOO/mlp.onnx --executor sequential --trace $TMP/x.json

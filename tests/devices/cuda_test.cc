@@ -112,6 +112,10 @@ TEST(CudaGpu, PlanAndTwoLayerMatchTheCpuAndEachOther) {
       ASSERT_TRUE(s.ok()) << s.status().to_string();
       Result<NamedTensors> first = s->run(*in);
       ASSERT_TRUE(first.ok()) << first.status().to_string();
+      // The GPU's own time, inside what the run took.
+      const RunBreakdown b = s->last_breakdown();
+      EXPECT_GT(b.device_ms, 0);
+      EXPECT_LE(b.device_ms, b.compute_ms);
       for (const auto& [name, t] : *first) {
         const Tensor* want = ref->find(name);
         ASSERT_NE(want, nullptr) << name;
