@@ -23,17 +23,7 @@
 namespace tessera {
 namespace {
 
-CompileConfig cuda_config() {
-  CompileConfig c;
-  c.kernels = cuda::cuda_kernels();
-  c.fuse = false;
-  c.lower_recurrent = true;
-  c.recurrent_chunk = 1;
-  c.recurrent_carry = false;
-  c.concat_in_place = false;
-  c.profile = false;
-  return c;
-}
+CompileConfig cuda_config() { return cuda::cuda_compile_config(); }
 
 // The first step whose emulated output is not what the CPU's rKernel makes
 // of the same inputs (rel-L2 over 1e-4), or "" : where a failing model

@@ -28,14 +28,7 @@ void fix_shapes(const std::string& model, std::map<std::string, Shape>* shapes) 
 }
 
 CompileConfig cuda_config(int veus) {
-  CompileConfig c;
-  c.kernels = cuda::cuda_kernels();
-  c.fuse = false;
-  c.lower_recurrent = true;
-  c.recurrent_chunk = 1;
-  c.recurrent_carry = false;
-  c.concat_in_place = false;
-  c.profile = false;
+  CompileConfig c = cuda::cuda_compile_config();
   c.build_plan = true;
   c.schedule.veus = veus;
   return c;

@@ -242,12 +242,7 @@ class CudaDevice : public Device {
   }
   KernelTable kernels() const override { return cuda::cuda_kernels(); }
   std::string_view program_kind() const override { return "cuda"; }
-  // Recurrent layers become a cell per step, each stacked layer's
-  // projection one per step of the layer below: the Plan runs the layers
-  // as a diagonal wavefront.
-  Passes passes() const override {
-    return {.fuse = false, .lower_recurrent = true, .concat_in_place = false, .recurrent_chunk = 1, .recurrent_carry = false};
-  }
+  Passes passes() const override { return cuda::cuda_passes(); }
   bool plans_on_host_map() const override { return false; }  // SMs, not the host's cores
   VeuCosts costs(const HostMap*, const std::vector<int>& slots) const override {
     return VeuCosts::uniform(static_cast<int>(slots.size()), kHandoffUs);

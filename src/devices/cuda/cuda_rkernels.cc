@@ -646,6 +646,23 @@ void CudaOp::run(int64_t, const TaskArgs&) const {
 
 KernelTable cuda_kernels() { return kKernels; }
 
+Device::Passes cuda_passes() {
+  return {.fuse = false, .lower_recurrent = true, .concat_in_place = false, .recurrent_chunk = 1, .recurrent_carry = false};
+}
+
+CompileConfig cuda_compile_config() {
+  const Device::Passes passes = cuda_passes();
+  CompileConfig c;
+  c.kernels = cuda_kernels();
+  c.fuse = c.fuse_blocks = passes.fuse;
+  c.lower_recurrent = passes.lower_recurrent;
+  c.recurrent_chunk = passes.recurrent_chunk;
+  c.recurrent_carry = passes.recurrent_carry;
+  c.concat_in_place = passes.concat_in_place;
+  c.profile = false;
+  return c;
+}
+
 Result<std::vector<DevOp>> dev_ops(const Program& p, const std::vector<void*>& slot, const DevAlloc& alloc) {
   std::vector<DevOp> ops;
   for (const Step& st : p.steps) {

@@ -9,6 +9,7 @@
 
 #include "devices/cuda/dev_op.h"
 #include "compiler/program.h"
+#include "devices/device.h"
 #include "kernels/rkernel.h"
 
 namespace tessera::cuda {
@@ -36,6 +37,14 @@ class CudaOp : public ROp {
 };
 
 KernelTable cuda_kernels();
+// The passes the device compiles with (Device::passes): no fusion (these
+// rKernels have no fused ops), no Concat in place, and recurrent layers as
+// a cell per step, each stacked layer's projection one per step of the
+// layer below, so the Plan runs the layers as a diagonal wavefront.
+Device::Passes cuda_passes();
+// A CompileConfig with these rKernels and passes, no profile (for tests
+// and the emulator; sessions get theirs from the Runtime).
+CompileConfig cuda_compile_config();
 
 // Memory beside the tensors: `bytes` holding a copy of `init`, or zeros
 // where it is null; the address the kernels will use.
