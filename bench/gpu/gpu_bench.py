@@ -193,6 +193,8 @@ def main():
     ap.add_argument("--runs", type=int, default=40, help="runs of each method per round")
     ap.add_argument("--out", default=None, help="folder for results.json and table.md")
     a = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("gpu_bench: PyTorch sees no CUDA GPU here (it needs a GPU, its driver and PyTorch built with CUDA)")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     models = [m for m in a.models.split(",") if m]
