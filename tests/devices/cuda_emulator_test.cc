@@ -168,7 +168,8 @@ void single_op_matches(const std::string& op, const std::vector<Shape>& shapes, 
 
 // Geometry the zoo does not reach: strides, dilations, asymmetric windows,
 // groups that are neither 1 nor depthwise, pools that count the padding,
-// BatchNormalization left in the graph (PyTorch's newer exporter keeps it).
+// BatchNormalization left in the graph (PyTorch's newer exporter keeps it),
+// rows too long for a warp.
 TEST(CudaEmulator, OpsMatchTheCpu) {
   single_op_matches("Conv", {Shape{2, 6, 11, 9}, Shape{8, 3, 3, 2}, Shape{8}},
                     {{"group", int_attr(2)}, {"strides", ints_attr({2, 1})}, {"pads", ints_attr({1, 0, 1, 1})},
@@ -182,6 +183,12 @@ TEST(CudaEmulator, OpsMatchTheCpu) {
   single_op_matches("MaxPool", {Shape{1, 3, 10, 7}},
                     {{"kernel_shape", ints_attr({3, 3})}, {"strides", ints_attr({2, 2})}, {"ceil_mode", int_attr(1)}});
   single_op_matches("BatchNormalization", {Shape{2, 8, 5, 3}, Shape{8}, Shape{8}, Shape{8}, Shape{8}}, {});
+  // Rows a warp each (a last rTask with fewer rows than warps) and rows
+  // the whole block reduces.
+  single_op_matches("Softmax", {Shape{13, 70}}, {});
+  single_op_matches("LogSoftmax", {Shape{3, 2000}}, {});
+  single_op_matches("LayerNormalization", {Shape{5, 3, 40}, Shape{40}, Shape{40}}, {});
+  single_op_matches("LayerNormalization", {Shape{2, 1500}, Shape{1500}}, {});
   single_op_matches("MatMul", {Shape{3, 70, 33}, Shape{33, 130}}, {});
   single_op_matches("Gemm", {Shape{40, 300}, Shape{50, 300}, Shape{50}}, {{"transB", int_attr(1)}});
 }

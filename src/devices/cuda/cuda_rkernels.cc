@@ -200,6 +200,15 @@ Result<std::unique_ptr<ROp>> make_matmul(const Node& n, const KernelParams& p) {
   return finish(n, op, op.batch * op.m, rows_grain(2 * op.nn * op.k), p, false);
 }
 
+// Rows per rTask of a row op (Softmax, LayerNorm; rtasks.h, run_rows):
+// rows of up to 1024 go a warp each, eight at once, so an rTask takes a
+// row per warp for short rows and up to four for longer ones; a longer row
+// takes the whole block, 8192 elements an rTask.
+int64_t row_grain(int64_t cols) {
+  if (cols <= 1024) return std::clamp<int64_t>(cols / 32, 8, 32);
+  return std::max<int64_t>(1, 8192 / cols);
+}
+
 // ---------------------------------------------------------------- Softmax ---
 
 bool softmax_fits(const Node& n) {
@@ -218,7 +227,7 @@ Result<std::unique_ptr<ROp>> make_softmax(const Node& n, const KernelParams& p) 
   op.cols = x[x.rank() - 1];
   op.rows = x.numel() / std::max<int64_t>(1, op.cols);
   op.n = x.numel();
-  return finish(n, op, op.rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, op.cols)), p, true);
+  return finish(n, op, op.rows, row_grain(op.cols), p, true);
 }
 
 // ------------------------------------------------------------ tiled GEMM ---
@@ -402,7 +411,7 @@ Result<std::unique_ptr<ROp>> make_layernorm(const Node& n, const KernelParams& p
     return invalid_argument(str_cat(n.label(), ": the cuda rKernel takes scale and bias of the normalized size ", op.cols));
   op.eps = n.attr_float("epsilon", 1e-5f);
   op.n = x.numel();
-  return finish(n, op, op.rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, op.cols)), p, true);
+  return finish(n, op, op.rows, row_grain(op.cols), p, true);
 }
 
 // ----------------------------------------------------------------- layout ---
@@ -627,12 +636,13 @@ const RKernel kKernels[] = {
     {"AveragePool", "cuda.pool", "a flat range of outputs per rTask", make_pool, pool_fits},
     {"GlobalAveragePool", "cuda.row_mean", "a range of planes per rTask, a warp per plane", make_global_pool,
      global_pool_fits},
-    {"LayerNormalization", "cuda.layernorm", "a range of rows per rTask, reduced by the block", make_layernorm,
-     layernorm_fits},
+    {"LayerNormalization", "cuda.layernorm", "a range of rows per rTask, a warp a row (the block for long rows)",
+     make_layernorm, layernorm_fits},
     {"BatchNormalization", "cuda.batchnorm", "a flat range of outputs per rTask", make_batchnorm, batchnorm_fits},
-    {"Softmax", "cuda.softmax_rows", "a range of rows per rTask, reduced by the block", make_softmax, softmax_fits},
-    {"LogSoftmax", "cuda.softmax_rows", "a range of rows per rTask, reduced by the block", make_softmax,
+    {"Softmax", "cuda.softmax_rows", "a range of rows per rTask, a warp a row (the block for long rows)", make_softmax,
      softmax_fits},
+    {"LogSoftmax", "cuda.softmax_rows", "a range of rows per rTask, a warp a row (the block for long rows)",
+     make_softmax, softmax_fits},
     {"TesseraRnnProj", "cuda.rnn_proj", "a range of panels per rTask, every row", make_rnn_proj, rnn_proj_fits},
     {"TesseraLstmCell", "cuda.lstm_cell", "a range of panels per rTask: their h_prev R^T and gate math",
      make_lstm_cell, lstm_cell_fits},

@@ -227,55 +227,97 @@ __device__ void run_parts(const DevOp& op, int64_t t, bool concat) {
 
 // ------------------------------------------------------------- reductions ---
 
-// Softmax (sub 0) or log-softmax (sub 1) of each row in the rTask's range.
-__device__ void run_softmax(const DevOp& op, int64_t t, float* sm) {
-  int64_t lo, hi;
-  share(op.rows, op.tasks, t, &lo, &hi);
-  const float* x = static_cast<const float*>(op.in[0]);
-  float* y = static_cast<float*>(op.out);
-  for (int64_t r = lo; r < hi; ++r) {
-    const float* xr = x + r * op.cols;
-    float* yr = y + r * op.cols;
-    float m = -INFINITY;
-    for (int64_t c = threadIdx.x; c < op.cols; c += blockDim.x) m = fmaxf(m, xr[c]);
-    m = block_reduce<true>(m, sm);
-    float sum = 0.f;
-    for (int64_t c = threadIdx.x; c < op.cols; c += blockDim.x) sum += expf(xr[c] - m);
-    sum = block_reduce<false>(sum, sm);
-    if (op.sub == 1) {
-      const float lse = m + logf(sum);
-      for (int64_t c = threadIdx.x; c < op.cols; c += blockDim.x) yr[c] = xr[c] - lse;
-    } else {
-      for (int64_t c = threadIdx.x; c < op.cols; c += blockDim.x) yr[c] = expf(xr[c] - m) / sum;
-    }
+// A warp's sum (or max) of one value per lane, in a fixed butterfly;
+// every lane gets it. Every lane of the warp must call it.
+template <bool kMax>
+__device__ __forceinline__ float warp_reduce(float v) {
+  for (int o = 16; o > 0; o /= 2) {
+    const float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = kMax ? fmaxf(v, w) : v + w;
+  }
+  return v;
+}
+
+// Rows this short are reduced by a warp each (no block barriers, eight
+// rows at once); longer ones by the whole block.
+constexpr int64_t kWarpRowCols = 1024;
+
+// Softmax (sub 0) or log-softmax (sub 1) of one row, by the calling warp
+// (lanes strided over it) or the whole block.
+template <bool kWarp>
+__device__ __forceinline__ void softmax_row(const DevOp& op, const float* xr, float* yr, bool write, float* sm) {
+  const int64_t first = kWarp ? threadIdx.x % 32 : threadIdx.x, step = kWarp ? 32 : blockDim.x;
+  float m = -INFINITY;
+  for (int64_t c = first; c < op.cols; c += step) m = fmaxf(m, xr[c]);
+  m = kWarp ? warp_reduce<true>(m) : block_reduce<true>(m, sm);
+  float sum = 0.f;
+  for (int64_t c = first; c < op.cols; c += step) sum += expf(xr[c] - m);
+  sum = kWarp ? warp_reduce<false>(sum) : block_reduce<false>(sum, sm);
+  if (!write) return;
+  if (op.sub == 1) {
+    const float lse = m + logf(sum);
+    for (int64_t c = first; c < op.cols; c += step) yr[c] = xr[c] - lse;
+  } else {
+    for (int64_t c = first; c < op.cols; c += step) yr[c] = expf(xr[c] - m) / sum;
   }
 }
 
-// LayerNormalization over the last `cols`: mean, then the mean square of
-// the deviations (two passes, each a fixed tree).
-__device__ void run_layernorm(const DevOp& op, int64_t t, float* sm) {
+// LayerNormalization of one row: its mean, then the mean square of the
+// deviations (two passes), by the calling warp or the whole block.
+template <bool kWarp>
+__device__ __forceinline__ void layernorm_row(const DevOp& op, const float* xr, float* yr, bool write, float* sm) {
+  const float* scale = static_cast<const float*>(op.in[1]);
+  const float* bias = static_cast<const float*>(op.in[2]);
+  const int64_t first = kWarp ? threadIdx.x % 32 : threadIdx.x, step = kWarp ? 32 : blockDim.x;
+  const float inv_n = 1.f / static_cast<float>(op.cols);
+  float s = 0.f;
+  for (int64_t c = first; c < op.cols; c += step) s += xr[c];
+  const float mean = (kWarp ? warp_reduce<false>(s) : block_reduce<false>(s, sm)) * inv_n;
+  float v = 0.f;
+  for (int64_t c = first; c < op.cols; c += step) {
+    const float d = xr[c] - mean;
+    v += d * d;
+  }
+  const float inv = rsqrtf((kWarp ? warp_reduce<false>(v) : block_reduce<false>(v, sm)) * inv_n + op.eps);
+  if (!write) return;
+  for (int64_t c = first; c < op.cols; c += step)
+    yr[c] = (xr[c] - mean) * inv * scale[c] + (bias != nullptr ? bias[c] : 0.f);
+}
+
+// The rTask's rows of a row op (Softmax, LayerNorm): short rows a warp
+// each, every warp taking the same number of turns (a warp past the last
+// row reduces the rTask's first row again and writes nothing, so that the
+// warps' shuffles stay in step); long rows one after another by the block.
+template <typename RowFn>
+__device__ void run_rows(const DevOp& op, int64_t t, RowFn row) {
   int64_t lo, hi;
   share(op.rows, op.tasks, t, &lo, &hi);
   const float* x = static_cast<const float*>(op.in[0]);
-  const float* scale = static_cast<const float*>(op.in[1]);
-  const float* bias = static_cast<const float*>(op.in[2]);
   float* y = static_cast<float*>(op.out);
-  const float inv_n = 1.f / static_cast<float>(op.cols);
-  for (int64_t r = lo; r < hi; ++r) {
-    const float* xr = x + r * op.cols;
-    float* yr = y + r * op.cols;
-    float s = 0.f;
-    for (int64_t c = threadIdx.x; c < op.cols; c += blockDim.x) s += xr[c];
-    const float mean = block_reduce<false>(s, sm) * inv_n;
-    float v = 0.f;
-    for (int64_t c = threadIdx.x; c < op.cols; c += blockDim.x) {
-      const float d = xr[c] - mean;
-      v += d * d;
+  if (op.cols <= kWarpRowCols) {
+    const int64_t warps = blockDim.x / 32;
+    for (int64_t r0 = lo; r0 < hi; r0 += warps) {
+      const int64_t r = r0 + threadIdx.x / 32;
+      const bool live = r < hi;
+      row(x + (live ? r : lo) * op.cols, y + r * op.cols, live, true);
     }
-    const float inv = rsqrtf(block_reduce<false>(v, sm) * inv_n + op.eps);
-    for (int64_t c = threadIdx.x; c < op.cols; c += blockDim.x)
-      yr[c] = (xr[c] - mean) * inv * scale[c] + (bias != nullptr ? bias[c] : 0.f);
+  } else {
+    for (int64_t r = lo; r < hi; ++r) row(x + r * op.cols, y + r * op.cols, true, false);
   }
+}
+
+__device__ void run_softmax(const DevOp& op, int64_t t, float* sm) {
+  run_rows(op, t, [&](const float* xr, float* yr, bool write, bool warp) {
+    if (warp) softmax_row<true>(op, xr, yr, write, sm);
+    else softmax_row<false>(op, xr, yr, write, sm);
+  });
+}
+
+__device__ void run_layernorm(const DevOp& op, int64_t t, float* sm) {
+  run_rows(op, t, [&](const float* xr, float* yr, bool write, bool warp) {
+    if (warp) layernorm_row<true>(op, xr, yr, write, sm);
+    else layernorm_row<false>(op, xr, yr, write, sm);
+  });
 }
 
 // GlobalAveragePool: a warp per row, its lanes' sums added in a fixed
