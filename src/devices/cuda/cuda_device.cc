@@ -89,6 +89,7 @@ class CudaLoaded : public LoadedProgram {
   CudaLoaded() = default;
 
   Status run_now() {
+    if (!stalled_.ok()) return stalled_;
     TESSERA_CUDA(cudaSetDevice(device_), "cudaSetDevice");
     TESSERA_CUDA(cudaEventRecord(events_[0], stream_), "timing the run");
     if (executor_ == Executor::kPlan && p_->plan) {
@@ -110,10 +111,13 @@ class CudaLoaded : public LoadedProgram {
                                    staged_[i].size(), cudaMemcpyDeviceToHost, stream_),
                    str_cat("copying output ", i, " from the GPU"));
     TESSERA_CUDA(cudaStreamSynchronize(stream_), "running on the GPU");
+    // A Plan that stalled once stalls again, and the rTasks it abandoned
+    // left split-k tickets half counted: every later run fails the same way.
     if (stall_.get() != nullptr && stall_host_.stalled != 0)
-      return internal_error(str_cat("the Plan stalled on the GPU: vEU ", stall_host_.veu, " waited over ",
-                                    cuda::kWaitLimitNs / 1'000'000'000, " s for vEU ", stall_host_.on, " to reach count ",
-                                    stall_host_.count, " (instruction ", stall_host_.index, " of its list); the run was abandoned"));
+      return stalled_ = internal_error(str_cat("the Plan stalled on the GPU: vEU ", stall_host_.veu, " waited over ",
+                                               cuda::kWaitLimitNs / 1'000'000'000, " s for vEU ", stall_host_.on,
+                                               " to reach count ", stall_host_.count, " (instruction ", stall_host_.index,
+                                               " of its list); the run was abandoned"));
     float ms = 0;
     TESSERA_CUDA(cudaEventElapsedTime(&ms, events_[0], events_[1]), "timing the run");
     device_ms_ = ms;
@@ -217,6 +221,7 @@ class CudaLoaded : public LoadedProgram {
   double device_ms_ = 0;
   DevMem arena_, weights_, ops_, instrs_, begin_, counters_, stall_;
   cuda::PlanStall stall_host_{};
+  Status stalled_;  // set for good by a stalled run
   std::vector<DevMem> aux_;  // the ops' scratch, tickets and part tables
   std::vector<void*> slot_dev_;
   std::vector<std::vector<unsigned char>> staged_;

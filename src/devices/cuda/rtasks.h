@@ -453,7 +453,7 @@ template <int TM, int TN>
 __device__ void run_tiled(const DevOp& op, int64_t t, float* sm) {
   constexpr int BK = kTileK, RM = TM / 16, RN = TN / 16, PA = TM + 4, PB = TN + 4;
   constexpr int LA = TM * BK / 256, LB = TN * BK / 256;
-  static_assert(LA >= 1 && LB >= 1 && 2 * BK * (PA + PB) / 2 <= kSmemFloats, "tile does not fit");
+  static_assert(LA >= 1 && LB >= 1 && BK * (PA + PB) <= kSmemFloats, "the tile does not fit in shared memory");
   __shared__ int last_flag;
   // A Conv's inputs are X, W, bias: A is W, B the im2col of X.
   const float* A = static_cast<const float*>(op.in[op.conv_b ? 1 : 0]);
