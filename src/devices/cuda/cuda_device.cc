@@ -24,7 +24,12 @@ Status cuda_status(cudaError_t e, const std::string& what) {
   return internal_error(str_cat(what, ": CUDA error ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
 }
 
-#define TESSERA_CUDA(expr, what) TESSERA_RETURN_IF_ERROR(cuda_status((expr), (what)))
+// `what` (often a str_cat) is built only on failure: runs allocate nothing.
+#define TESSERA_CUDA(expr, what)                                 \
+  do {                                                           \
+    if (const cudaError_t cuda_e_ = (expr); cuda_e_ != cudaSuccess) \
+      return cuda_status(cuda_e_, (what));                       \
+  } while (0)
 
 // Device memory freed when the last copy goes.
 struct DevMem {
@@ -73,9 +78,10 @@ class CudaLoaded : public LoadedProgram {
       const Slot& s = p_->slots[static_cast<size_t>(p_->input_slots[i])];
       if (t.nbytes() != s.bytes)
         return invalid_argument(str_cat("input '", name, "' holds ", t.nbytes(), " bytes, the model takes ", s.bytes));
-      return cuda_status(cudaMemcpyAsync(slot_dev_[static_cast<size_t>(p_->input_slots[i])], t.raw(), s.bytes,
-                                         cudaMemcpyHostToDevice, stream_),
-                         str_cat("copying input '", name, "' to the GPU"));
+      TESSERA_CUDA(cudaMemcpyAsync(slot_dev_[static_cast<size_t>(p_->input_slots[i])], t.raw(), s.bytes,
+                                   cudaMemcpyHostToDevice, stream_),
+                   str_cat("copying input '", name, "' to the GPU"));
+      return Status();
     }
     return not_found(str_cat("'", name, "' is not an input"));
   }

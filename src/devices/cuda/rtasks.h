@@ -573,6 +573,29 @@ TESSERA_UNROLL
 // gates * units). An rTask is a range of panels; each of its panels' W
 // columns is summed by (256 / W) threads over consecutive k-ranges, added
 // in order.
+// One panel's product: for the panel's W columns, sum_k v[k] w[k, col] over
+// k < K, w the panel ([K, W] row-major). Each column is summed by the
+// block's blockDim.x / W threads over consecutive k-ranges (16 loads in
+// flight: the weights stream from L2), the partial sums added in order;
+// thread col < W returns `init` plus its column's sum, the others 0.
+__device__ __forceinline__ float panel_gemv(const float* v, const float* w, int64_t K, int W, float init, float* red) {
+  const int Q = blockDim.x / W, col = threadIdx.x % W, q = threadIdx.x / W;
+  float acc = 0.f;
+  if (q < Q) {
+    TESSERA_UNROLL16
+    for (int64_t k = K * q / Q; k < K * (q + 1) / Q; ++k) acc = fmaf(v[k], w[k * W + col], acc);
+  }
+  red[threadIdx.x] = acc;
+  __syncthreads();
+  float s = 0.f;
+  if (threadIdx.x < W) {
+    s = init;
+    for (int i = 0; i < Q; ++i) s += red[i * W + threadIdx.x];
+  }
+  __syncthreads();
+  return s;
+}
+
 __device__ void run_rnn_proj(const DevOp& op, int64_t t, float* sm) {
   int64_t lo, hi;
   share(op.panels, op.tasks, t, &lo, &hi);
@@ -580,29 +603,14 @@ __device__ void run_rnn_proj(const DevOp& op, int64_t t, float* sm) {
   const float* bias = static_cast<const float*>(op.in[1]);
   const float* x = static_cast<const float*>(op.in[2]);
   float* y = static_cast<float*>(op.out);
-  const int W = static_cast<int>(op.gates * op.units), Q = blockDim.x / W;
-  const int col = threadIdx.x % W, q = threadIdx.x / W;
+  const int W = static_cast<int>(op.gates * op.units);
   const int64_t K = op.k, C = op.panels * W;
-  float* red = sm;
-  for (int64_t r = 0; r < op.rows; ++r) {
+  for (int64_t r = 0; r < op.rows; ++r)
     for (int64_t p = lo; p < hi; ++p) {
-      float acc = 0.f;
-      if (q < Q) {
-        const float* w = wp + p * K * W + col;
-        const float* xr = x + r * K;
-        TESSERA_UNROLL16  // loads in flight: the weights stream from L2
-        for (int64_t k = K * q / Q; k < K * (q + 1) / Q; ++k) acc = fmaf(xr[k], w[k * W], acc);
-      }
-      red[threadIdx.x] = acc;
-      __syncthreads();
-      if (threadIdx.x < W) {
-        float s = bias[p * W + threadIdx.x];
-        for (int i = 0; i < Q; ++i) s += red[i * W + threadIdx.x];
-        y[r * C + p * W + threadIdx.x] = s;
-      }
-      __syncthreads();
+      const float init = threadIdx.x < W ? bias[p * W + threadIdx.x] : 0.f;
+      const float s = panel_gemv(x + r * K, wp + p * K * W, K, W, init, sm);
+      if (threadIdx.x < W) y[r * C + p * W + threadIdx.x] = s;
     }
-  }
 }
 
 // One LSTM step for a range of panels (kernels/cpu/rnn_cell.h's layout,
@@ -617,8 +625,7 @@ __device__ void run_lstm_cell(const DevOp& op, int64_t t, float* sm) {
   const float* rp = static_cast<const float*>(op.in[3]);
   float* h = static_cast<float*>(op.out);
   float* c = static_cast<float*>(op.out2);
-  const int U = static_cast<int>(op.units), W = 4 * U, Q = blockDim.x / W;
-  const int col = threadIdx.x % W, q = threadIdx.x / W;
+  const int U = static_cast<int>(op.units), W = 4 * U;
   const int64_t H = op.hidden, C = op.panels * W;
   float* hs = sm;             // h_prev of the row, H floats
   float* red = sm + H;        // blockDim.x partial sums
@@ -628,19 +635,9 @@ __device__ void run_lstm_cell(const DevOp& op, int64_t t, float* sm) {
     __syncthreads();
     const float* x = xp + (op.step * op.rows + r) * C;
     for (int64_t p = lo; p < hi; ++p) {
-      float acc = 0.f;
-      if (q < Q) {
-        const float* w = rp + p * H * W + col;
-        TESSERA_UNROLL16  // loads in flight: the weights stream from L2
-        for (int64_t k = H * q / Q; k < H * (q + 1) / Q; ++k) acc = fmaf(hs[k], w[k * W], acc);
-      }
-      red[threadIdx.x] = acc;
-      __syncthreads();
-      if (threadIdx.x < W) {
-        float s = x[p * W + threadIdx.x];
-        for (int i = 0; i < Q; ++i) s += red[i * W + threadIdx.x];
-        gates[threadIdx.x] = s;
-      }
+      const float init = threadIdx.x < W ? x[p * W + threadIdx.x] : 0.f;
+      const float s = panel_gemv(hs, rp + p * H * W, H, W, init, red);
+      if (threadIdx.x < W) gates[threadIdx.x] = s;
       __syncthreads();
       if (threadIdx.x < U) {
         const int64_t unit = p * U + threadIdx.x;
