@@ -172,7 +172,7 @@ class DataModel {
       tasks_[s] = op.tasks;
       out_[s] = op.output;
       part_veu_[s].assign(static_cast<size_t>(tasks_[s]), -1);
-      for (const TaskGraph::Input& in : op.inputs) in_[s].push_back({in.producer, in.bytes, in.access});
+      for (const TaskGraph::Input& in : op.inputs) in_[s].push_back({in.producer, in.bytes, in.access, in.read_bytes});
     }
   }
 
@@ -188,14 +188,17 @@ class DataModel {
     const double Ts = static_cast<double>(tasks_[static_cast<size_t>(s)]);
     double us = 0;
     for (const In& in : in_[static_cast<size_t>(s)]) {
-      const double share = in.access == Access::kWhole ? 1.0 : 1.0 / Ts;
+      // Bytes one rTask reads: a slice it names, else as its access says.
+      const double read = in.read_bytes > 0 ? std::min(in.read_bytes, in.bytes)
+                          : in.access == Access::kWhole ? in.bytes
+                                                        : in.bytes / Ts;
       if (in.producer < 0) {
-        us += c_.crossing_us(u, 0, share * in.bytes, in.bytes);
+        us += c_.crossing_us(u, 0, read, in.bytes);
         continue;
       }
       const size_t q = static_cast<size_t>(in.producer);
       const int64_t Tq = tasks_[q];
-      if (in.access == Access::kRange && out_[q] == Access::kRange) {
+      if (in.read_bytes <= 0 && in.access == Access::kRange && out_[q] == Access::kRange) {
         // Producer parts overlapping [t, t + 1) / Ts, in units of 1 / Tq.
         const double lo = static_cast<double>(t) * static_cast<double>(Tq) / Ts;
         const double hi = static_cast<double>(t + 1) * static_cast<double>(Tq) / Ts;
@@ -209,8 +212,7 @@ class DataModel {
       }
       for (int v = 0; v < U_; ++v) {
         const int32_t k = on_[q * U_ + v];
-        if (v != u && k > 0)
-          us += c_.crossing_us(u, v, share * in.bytes * k / static_cast<double>(Tq), in.bytes);
+        if (v != u && k > 0) us += c_.crossing_us(u, v, read * k / static_cast<double>(Tq), in.bytes);
       }
     }
     return us;
@@ -221,6 +223,7 @@ class DataModel {
     int producer;  // step; -1: a graph input
     double bytes;
     Access access;
+    double read_bytes;  // per rTask, where named
   };
   const VeuCosts& c_;
   const int U_;
@@ -569,7 +572,7 @@ TaskGraph task_graph(const Program& p) {
       const int q = it == producer.end() ? -1 : it->second;
       if (v->is_constant()) continue;
       const double bytes = static_cast<double>(v->shape.numel()) * static_cast<double>(dtype_size(v->dtype));
-      op.inputs.push_back({q, bytes, st.op->input_access(i)});
+      op.inputs.push_back({q, bytes, st.op->input_access(i), st.op->input_read_bytes(i)});
     }
   }
   return g;

@@ -140,6 +140,7 @@ struct TaskGraph {
     int producer = -1;   // the op that writes it, an earlier one; -1: a graph input (made on vEU 0)
     double bytes = 0;    // the whole tensor
     Access access = Access::kWhole;  // how each rTask reads it
+    double read_bytes = 0;           // what one rTask reads, where far less than access says (0: as it says)
   };
   struct Op {
     int64_t tasks = 1;

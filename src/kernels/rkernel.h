@@ -62,6 +62,16 @@ class ROp {
     in_access_ = std::move(inputs);
     out_access_ = output;
   }
+  // Where an rTask reads far less of input i than its access says (a
+  // recurrent cell reads one time step's row of the whole sequence's
+  // projection), the bytes it reads: the scheduler charges those, drawn
+  // from the producer's parts in proportion to where they ran. 0: as the
+  // access says.
+  double input_read_bytes(size_t i) const { return i < in_read_bytes_.size() ? in_read_bytes_[i] : 0; }
+  void set_input_read_bytes(size_t i, double bytes) {
+    if (in_read_bytes_.size() <= i) in_read_bytes_.resize(i + 1, 0);
+    in_read_bytes_[i] = bytes;
+  }
   // For rTasks that take the t-th of n flat ranges of the output: inputs
   // with as many elements as the output are read by the same ranges, the
   // others whole.
@@ -79,6 +89,7 @@ class ROp {
 
  private:
   std::vector<Access> in_access_;
+  std::vector<double> in_read_bytes_;
   Access out_access_ = Access::kSpread;
 };
 

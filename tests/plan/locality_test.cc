@@ -167,6 +167,71 @@ TEST(Locality, PredictedTimelineChargesBytesThatCross) {
   EXPECT_DOUBLE_EQ(c.handoff(0, 1), 0.3);
 }
 
+// An rTask that names the slice it reads (a recurrent cell's row of the
+// whole sequence's projection) is charged for that slice, drawn from the
+// producer's parts in proportion: 8 KB of a 1 MB input, half of it made on
+// the other vEU, costs 4 KB x 40 ns more there, not 512 KB x 40 ns.
+TEST(Locality, AnRTaskIsChargedForTheSliceItReads) {
+  auto dear = read_map(two_pu_map(10, 50));
+  ASSERT_TRUE(dear.ok());
+  Built b = chain_and_gemm(1, 10, 2000);
+  const int link = b.chain[0];
+  b.program->steps[static_cast<size_t>(link)].op->set_input_read_bytes(0, 8 * 1024);
+  TaskGraph g = task_graph(*b.program);
+  ASSERT_EQ(g.ops[static_cast<size_t>(link)].inputs.size(), 1u);
+  EXPECT_EQ(g.ops[static_cast<size_t>(link)].inputs[0].read_bytes, 8 * 1024);
+  // The link reads graph input y (made on vEU 0): on vEU 1 it pays for
+  // the 8 KB it reads, however large y is.
+  ScheduleOptions o;
+  o.veus = 2;
+  o.policy = Policy::kCriticalPath;
+  const VeuCosts c = VeuCosts::from_host_map(*dear, 2);
+  o.costs = &c;
+  auto plan = schedule(*b.program, b.cost, o);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  for (const TaskPlacement& t : plan->placements)
+    if (t.step == link) {
+      const double expected = 10 + (t.veu == 1 ? 8 * 40 / 1e3 : 0);
+      EXPECT_NEAR(t.end_us - t.start_us, expected, 1e-6) << "vEU " << t.veu;
+    }
+}
+
+// LSTM-TC's lowered cells read a step's row of the sequence's projection
+// and the previous h (1 KB): where crossing costs 5x a local read they
+// still split across both vEUs (each half streams 512 KB of R), as where
+// it is free. Costed as profiled (12 us a cell, 6 per half) and charged
+// for the whole projection (400 KB, 8 us a half), they had run on one vEU,
+// twice as slow.
+TEST(Locality, RecurrentCellsStillSplitWhereCrossingIsDear) {
+  auto dear = read_map(two_pu_map(10, 50));
+  ASSERT_TRUE(dear.ok());
+  for (Policy policy : {Policy::kCriticalPath, Policy::kWavefront}) {
+    SCOPED_TRACE(policy_name(policy));
+    std::map<std::string, Tensor> inputs;
+    CompileConfig co;
+    co.build_plan = true;
+    co.schedule.veus = 2;
+    co.schedule.policy = policy;
+    co.host_map = &*dear;
+    co.task_cost = [](const Node& n, int64_t tasks) {
+      return n.op_type == "TesseraLstmCell" ? 12.0 / static_cast<double>(tasks) : analytic_task_cost(n, tasks);
+    };
+    auto p = testing_util::compile_zoo("lstm_tc", co, &inputs);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    int cells = 0, split = 0;
+    for (size_t s = 0; s < (*p)->steps.size(); ++s) {
+      if ((*p)->steps[s].node->op_type != "TesseraLstmCell") continue;
+      ++cells;
+      split += veus_of(*(*p)->plan, static_cast<int>(s)).size() == 2;
+    }
+    EXPECT_EQ(cells, 1000);
+    EXPECT_GE(split, cells * 9 / 10) << "cells kept on one vEU where crossing is dear";
+    int64_t busiest = 0;
+    for (int64_t n : (*p)->plan->tasks_per_veu) busiest = std::max(busiest, n);
+    EXPECT_LE(busiest, (*p)->stats.rtasks * 6 / 10);
+  }
+}
+
 // Where the map says crossing costs nothing (and hand-offs take the
 // default), every zoo model gets exactly the Plan it gets without a map.
 TEST(Locality, FreeCrossingReproducesThePlansMadeWithoutAMap) {

@@ -420,6 +420,14 @@ class RnnCellOp : public ROp {
         next_slice_(next_slice),
         xp_blocked_(xp_blocked) {
     tasks_ = choose_tasks(rnn_panels(hidden), kCellGrainPanels, p);
+    // What crosses vEUs: of xp, the step's row of this task's panels (not
+    // the whole sequence); h_prev whole; c_prev and the outputs by units,
+    // flat ranges at batch 1.
+    const Access units = batch == 1 ? Access::kRange : Access::kSpread;
+    if (lstm) set_access({Access::kWhole, Access::kWhole, units}, units);
+    else set_access({Access::kWhole, Access::kWhole}, units);
+    const int64_t gates = lstm ? 4 : 3;
+    set_input_read_bytes(0, static_cast<double>(batch * gates * hidden) * sizeof(float) / static_cast<double>(tasks_));
   }
 
   void run(int64_t task, const TaskArgs& args) const override {
