@@ -57,7 +57,9 @@ double median(std::vector<double> v) {
 struct Candidate {
   int veus = 1;
   Policy policy = Policy::kAuto;  // as built (kAuto: both, the better predicted)
-  int round = 1;                  // 1: isolated costs; 2: with in-run ratios
+  // 1: isolated costs; 2: with in-run ratios; 3: isolated costs, scheduled
+  // as if crossing vEUs were free (predicted with the map's costs)
+  int round = 1;
   std::vector<const RKernel*> kernels;
   std::vector<KernelParams> params;
   std::vector<std::unique_ptr<ROp>> ops;
@@ -130,7 +132,7 @@ bool record_parse(const std::string& text, size_t steps, ChoiceRecord* r) {
     for (double& x : *v)
       if (!(s >> x) || !(x >= kMinRatio && x <= kMaxRatio)) return false;
   }
-  return (r->round == 1 && r->build.empty()) || (r->round == 2 && r->build.size() == steps);
+  return ((r->round == 1 || r->round == 3) && r->build.empty()) || (r->round == 2 && r->build.size() == steps);
 }
 
 class ChoiceCache {
@@ -173,8 +175,11 @@ class Planner {
       : p_(p), o_(o), prof_(prof),
         vary_(o.variants && o.schedule.policy != Policy::kRandom) {}
 
-  // Makes every step's ops for `veus` vEUs, chooses variants and schedules.
-  Result<Candidate> build(int veus, Policy policy, const std::vector<double>* ratios, bool report) {
+  // Makes every step's ops for `veus` vEUs, chooses variants and schedules;
+  // `map_free`: as if crossing vEUs were free, the timeline then predicted
+  // with the map's costs.
+  Result<Candidate> build(int veus, Policy policy, const std::vector<double>* ratios, bool report,
+                          bool map_free = false) {
     TESSERA_RETURN_IF_ERROR(make_ops(veus));
     TESSERA_ASSIGN_OR_RETURN(auto variants, make_variants(p_, vary_ ? veus : 0, kernels_or_cpu(o_.kernels)));
     cost_variants(
@@ -191,17 +196,16 @@ class Planner {
     Candidate c;
     c.veus = veus;
     c.policy = policy;
-    c.round = ratios ? 2 : 1;
-    const std::vector<int> slots = veu_slots(o_.slots, veus);
-    c.veu_costs = o_.costs      ? o_.costs(slots)
-                  : o_.host_map ? VeuCosts::from_host_map(*o_.host_map, slots)
-                                : VeuCosts::uniform(veus);
+    c.round = ratios ? 2 : map_free ? 3 : 1;
+    c.veu_costs = costs_for(veus);
+    const VeuCosts free_costs = VeuCosts::uniform(veus);
     ScheduleOptions so = o_.schedule;
     so.veus = veus;
     so.policy = policy;
-    so.costs = &c.veu_costs;
+    so.costs = map_free ? &free_costs : &c.veu_costs;
     TESSERA_ASSIGN_OR_RETURN(c.plan, schedule_with_variants(p_, variants, so, &c.cost));
     TESSERA_RETURN_IF_ERROR(plan_validate(p_, c.plan).with_context("internal: scheduler produced an invalid plan"));
+    if (map_free) TESSERA_RETURN_IF_ERROR(plan_repredict(p_, c.cost, &c.veu_costs, &c.plan));
     for (Step& s : p_.steps) {
       c.kernels.push_back(s.kernel);
       c.params.push_back(s.params);
@@ -209,6 +213,16 @@ class Planner {
     }
     return c;
   }
+
+  // The cost of crossing between `veus` vEUs: the caller's model, the
+  // host map's, or none.
+  VeuCosts costs_for(int veus) const {
+    const std::vector<int> slots = veu_slots(o_.slots, veus);
+    return o_.costs ? o_.costs(slots) : o_.host_map ? VeuCosts::from_host_map(*o_.host_map, slots) : VeuCosts::uniform(veus);
+  }
+  // Whether crossing costs anything under the map: else a map-free
+  // candidate is the map's own.
+  bool map_charges(int veus) const { return !costs_for(veus).crossing_free; }
 
   // Its ops, Plan, costs, memory plan and slots into the Program.
   void install(Candidate& c) {
@@ -386,7 +400,8 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
   if (auto text = cache.get(key)) {
     ChoiceRecord r;
     if (record_parse(*text, p.steps.size(), &r) && r.veus <= n) {
-      TESSERA_ASSIGN_OR_RETURN(Candidate c, planner.build(r.veus, r.policy, r.round == 2 ? &r.build : nullptr, true));
+      TESSERA_ASSIGN_OR_RETURN(
+          Candidate c, planner.build(r.veus, r.policy, r.round == 2 ? &r.build : nullptr, true, r.round == 3));
       TESSERA_ASSIGN_OR_RETURN(bool holds, still_holds(planner, p, o, c, r.timeline, n));
       if (holds) return planner.finish(c, r.timeline, n, r.measured_us, r.candidates);
       log_info("the cached plan choice (", r.veus, " of ", n, " vEUs) no longer ran fastest: measuring again");
@@ -407,14 +422,25 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
     ratios[u] = planner.in_run_ratios(c, *t);
     cands.push_back(std::move(c));
   }
-  // 2. Planned again with the in-run costs.
+  // 2. Planned again with the in-run costs; and, where the map charges
+  // for crossing, as if it did not: a map measured in a moment the host
+  // did not hold (a stalled vCPU makes crossing look dear) cannot keep
+  // the Plans it would have ruled out from being timed.
+  auto add = [&](Candidate c) {
+    if (c.idles_a_veu()) return;
+    for (const Candidate& x : cands)
+      if (x.same_as(c)) return;
+    cands.push_back(std::move(c));
+  };
   for (const auto& [u, r] : ratios) {
     TESSERA_ASSIGN_OR_RETURN(Candidate c, planner.build(u, Policy::kAuto, &r, false));
-    if (c.idles_a_veu()) continue;
-    bool known = false;
-    for (const Candidate& x : cands) known = known || x.same_as(c);
-    if (!known) cands.push_back(std::move(c));
+    add(std::move(c));
   }
+  for (int u : counts)
+    if (u > 1 && planner.map_charges(u)) {
+      TESSERA_ASSIGN_OR_RETURN(Candidate c, planner.build(u, Policy::kAuto, nullptr, false, true));
+      add(std::move(c));
+    }
   // 3. Timed in interleaved rounds.
   double fastest_ms = 1e300;
   for (const Candidate& c : cands) fastest_ms = std::min(fastest_ms, c.plan.predicted_us / 1e3);

@@ -14,7 +14,10 @@
 //   2. each runs on real vEUs, traced: per step, the median in-run time of
 //      its rTasks (less the crossing the model charged) over its isolated
 //      cost is that step's in-run ratio for that vEU count;
-//   3. each count is planned again with its costs times those ratios;
+//   3. each count is planned again with its costs times those ratios,
+//      and, where the host map charges for crossing, as if it did not
+//      (a map measured while the host did not hold still cannot keep
+//      the Plans it rules out from being timed);
 //   4. every distinct candidate is timed, interleaved in rounds; the
 //      fastest median wins, or the one on the fewest vEUs within 2 % of
 //      it, so a Plan is never kept when one on fewer vEUs (the 1-vEU Plan
