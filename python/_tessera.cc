@@ -526,6 +526,7 @@ PYBIND11_MODULE(_tessera, m) {
                                d["copy_out_ms"] = b.copy_out_ms;
                                d["device_ms"] = b.device_ms;
                                d["wait_ms"] = b.wait_ms;
+                               d["alone"] = b.alone;
                                d["copy_in_bytes"] = b.copy_in_bytes;
                                d["copy_out_bytes"] = b.copy_out_bytes;
                                return d;
@@ -554,7 +555,7 @@ PYBIND11_MODULE(_tessera, m) {
       .def(
           "session",
           [](Model& x, const std::string& device, int veus, const std::string& executor, const std::string& policy,
-             std::vector<int> cores, bool pin, double latency_ms) {
+             std::vector<int> cores, bool pin, double latency_ms, bool adapt) {
             SessionOptions o;
             o.device = device;
             o.veus = veus;
@@ -563,10 +564,12 @@ PYBIND11_MODULE(_tessera, m) {
             o.cores = std::move(cores);
             o.pin = pin;
             o.latency_ms = latency_ms;
+            o.adapt = adapt;
             return PySession(value_or_raise(without_gil([&] { return x.session(o); })));
           },
           py::arg("device") = "cpu", py::arg("veus") = 0, py::arg("executor") = "plan", py::arg("policy") = "auto",
-          py::arg("cores") = std::vector<int>{}, py::arg("pin") = true, py::arg("latency_ms") = 0.0)
+          py::arg("cores") = std::vector<int>{}, py::arg("pin") = true, py::arg("latency_ms") = 0.0,
+          py::arg("adapt") = true)
       .def(
           "save",
           [](Model& x, const std::string& path, int veus, const std::string& policy) {

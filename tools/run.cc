@@ -37,6 +37,9 @@ const cli::Command kRun = {
         {"--policy", "NAME", "plan executor's scheduling policy: auto | wavefront | critical-path (default auto:\n"
                              "                          both predicted, the best candidates timed; the choice is cached)"},
         {"--no-pin", "", "plan executor: leave threads unpinned (default: vEU i on core i, the caller on core 0)"},
+        {"--no-adapt", "",
+         "plan executor: always run the Plan on its vEUs (default: a run goes on the calling thread alone while that "
+         "runs faster, as when the host runs the cores in turns; --json marks such runs \"alone\")"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
         {"--json", "", "print one JSON object on stdout at the end"},
@@ -244,6 +247,7 @@ int run_main(int argc, char** argv) {
   SessionOptions so;
   so.veus = static_cast<int>(*threads);
   so.pin = !a.has("--no-pin");
+  so.adapt = !a.has("--no-adapt");
   so.device = a.get("--device", "cpu");
   if (a.has("--latency-ms")) {
     so.latency_ms = std::atof(a.get("--latency-ms").c_str());
@@ -265,6 +269,8 @@ int run_main(int argc, char** argv) {
     return cli::usage_error(kRun, "--policy applies to the plan executor only");
   if (a.has("--no-pin") && so.executor != Executor::kPlan)
     return cli::usage_error(kRun, "--no-pin applies to the plan executor only");
+  if (a.has("--no-adapt") && so.executor != Executor::kPlan)
+    return cli::usage_error(kRun, "--no-adapt applies to the plan executor only");
   if (a.has("--trace") && so.executor != Executor::kPlan) return cli::usage_error(kRun, "--trace needs the plan executor");
 
   CompileOptions co;
@@ -406,8 +412,9 @@ int run_main(int argc, char** argv) {
       char buf[256];
       std::snprintf(buf, sizeof buf,
                     "{\"wall_ms\":%.6f,\"copy_in_ms\":%.6f,\"compute_ms\":%.6f,\"copy_out_ms\":%.6f,"
-                    "\"device_ms\":%.6f,\"wait_ms\":[",
-                    wall_ms[k], runs[k].copy_in_ms, runs[k].compute_ms, runs[k].copy_out_ms, runs[k].device_ms);
+                    "\"device_ms\":%.6f,\"alone\":%s,\"wait_ms\":[",
+                    wall_ms[k], runs[k].copy_in_ms, runs[k].compute_ms, runs[k].copy_out_ms, runs[k].device_ms,
+                    runs[k].alone ? "true" : "false");
       runs_json += cat(k ? "," : "", buf);
       for (size_t u = 0; u < runs[k].wait_ms.size(); ++u) {
         std::snprintf(buf, sizeof buf, "%s%.6f", u ? "," : "", runs[k].wait_ms[u]);

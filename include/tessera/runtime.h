@@ -169,6 +169,11 @@ struct SessionOptions {
   std::vector<int> cores = {};
   // Pin vEU i to cores[i] (and the thread that runs vEU 0 to cores[0]).
   bool pin = true;
+  // Plan executor on several vEUs: a run may go on the calling thread
+  // alone (the Plan's rTasks, in an order its waits allow: the same bits)
+  // while that runs faster, as when the host runs the vEUs' cores in turns;
+  // RunBreakdown::alone says which runs did. false: always the Plan.
+  bool adapt = true;
   // A latency objective in milliseconds (0: none): the session is admitted
   // only where its Plan's predicted latency meets it, and refused
   // (ResourceExhausted, with both figures) otherwise. A daemon reports the
@@ -184,6 +189,7 @@ struct RunBreakdown {
   double copy_out_ms = 0;  // outputs out (0 where bound with bind_output)
   double device_ms = 0;    // an accelerator's own time inside compute_ms (GPU events); 0 on the CPU
   std::vector<double> wait_ms = {};  // plan executor: per vEU, time spent waiting
+  bool alone = false;                 // plan executor: the run went on the calling thread alone (SessionOptions::adapt)
   // Bytes copied: inputs the Plan could not read where they lay (memory
   // not aligned to the dtype, say), outputs not bound with bind_output.
   uint64_t copy_in_bytes = 0, copy_out_bytes = 0;

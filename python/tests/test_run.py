@@ -215,3 +215,15 @@ def test_version_devices_and_breakdown(rt, quick):
     b = s.last_breakdown
     assert b["compute_ms"] > 0 and set(b) >= {"copy_in_ms", "queue_ms", "compute_ms", "copy_out_ms", "device_ms"}
     assert b["device_ms"] == 0  # no accelerator: the CPU keeps no device time
+    assert b["alone"] is False  # one vEU: nothing to run alone
+
+
+def test_adapt_off_keeps_every_run_on_the_plan(rt, quick):
+    m = rt.compile(zoo("mlp.onnx"), **quick)
+    feeds = load("mlp.inputs.npz")
+    want = m.session(veus=1).run(feeds)["output"]
+    s = m.session(veus=2, adapt=False)
+    for _ in range(20):
+        got = s.run(feeds)["output"]
+        assert s.last_breakdown["alone"] is False
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -405,6 +405,7 @@ Result<Session> Model::session(const SessionOptions& so) {
   po.veus = veus;
   po.slots = st->slots;
   po.pin = so.pin;
+  po.adapt = so.adapt;
   TESSERA_ASSIGN_OR_RETURN(st->loaded, device->load(std::move(program), po));
   st->bound.assign(st->outputs.size(), Tensor());
   st->bound_outputs.assign(st->outputs.size(), nullptr);

@@ -613,6 +613,34 @@ Result<Plan> schedule(const TaskGraph& g, const std::vector<double>& cost, const
   return internal_error("unknown policy");
 }
 
+std::vector<std::pair<int32_t, int64_t>> plan_one_thread_order(const Plan& plan) {
+  const int U = plan.veus;
+  std::vector<std::pair<int32_t, int64_t>> order;
+  std::vector<size_t> pc(static_cast<size_t>(U), 0);
+  std::vector<int64_t> published(static_cast<size_t>(U), 0);
+  size_t left = 0;
+  for (const auto& prog : plan.program) left += prog.size();
+  order.reserve(plan.placements.size());
+  // Round robin: each vEU runs until a wait its producer has not yet
+  // published; a list's end publishes its final count.
+  while (left > 0) {
+    bool moved = false;
+    for (int u = 0; u < U; ++u) {
+      const std::vector<Instr>& prog = plan.program[static_cast<size_t>(u)];
+      size_t& i = pc[static_cast<size_t>(u)];
+      for (; i < prog.size(); ++i, --left, moved = true) {
+        const Instr& in = prog[i];
+        if (in.kind == Instr::Kind::kWait && published[static_cast<size_t>(in.a)] < in.b) break;
+        if (in.kind == Instr::Kind::kSignal) published[static_cast<size_t>(u)] = in.b;
+        if (in.kind == Instr::Kind::kRun) order.emplace_back(in.a, in.b);
+      }
+      if (i == prog.size()) published[static_cast<size_t>(u)] = plan.tasks_per_veu[static_cast<size_t>(u)];
+    }
+    if (!moved) return {};
+  }
+  return order;
+}
+
 Status plan_repredict(const Program& p, const std::vector<double>& cost, const VeuCosts* costs, Plan* plan) {
   return plan_repredict(task_graph(p), cost, costs, plan);
 }

@@ -194,6 +194,13 @@ Status plan_repredict(const Program& p, const std::vector<double>& task_cost_us,
 Status plan_validate(const TaskGraph& g, const Plan& plan);
 Status plan_validate(const Program& p, const Plan& plan);
 
+// Every rTask of the Plan as (step, task), in an order one thread can run
+// them in: each vEU's in its list's order, none before the counts its
+// waits name (an interleaving the waits allow, so the memory plan holds
+// and the outputs are bitwise the Plan's). Empty for a Plan whose waits
+// cannot all pass.
+std::vector<std::pair<int32_t, int64_t>> plan_one_thread_order(const Plan& plan);
+
 // plan_validate, then fills the Plan's happens-before summaries (steps,
 // done, seen) from its instruction lists alone: for Plans read from files.
 Status plan_derive_clocks(const TaskGraph& g, Plan* plan);

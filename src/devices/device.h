@@ -104,6 +104,9 @@ class LoadedProgram {
   // (optional) Per vEU, the time the last run spent waiting (ms), into
   // `out` (its memory reused: called on every run). Default: none.
   virtual void wait_ms(std::vector<double>& out) const { out.clear(); }
+  // (optional) Whether the last run went on the calling thread alone in
+  // place of its vEUs (cpu: devices/cpu/run_mode.h). Default: false.
+  virtual bool ran_alone() const { return false; }
   // (optional) An accelerator's own time for the last run's work (ms,
   // timed on the device: the launch to its end, without the copies).
   // Default: 0, none kept.
@@ -121,6 +124,7 @@ struct PlaceOptions {
   // topology order), vEU u on slots[u]; empty: 0, 1, ...
   std::vector<int> slots = {};
   bool pin = true;  // cpu: pin each vEU to its slot
+  bool adapt = true;  // cpu: a Plan's runs may go on the caller alone while that is faster
 };
 
 class Device {

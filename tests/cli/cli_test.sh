@@ -114,6 +114,12 @@ j=json.load(sys.stdin); r=j[\"runs\"]
 assert len(r)==4 and all(len(x[\"wait_ms\"])==2 and x[\"wall_ms\"]>=x[\"compute_ms\"]>0 and x[\"copy_in_ms\"]>=0 and x[\"device_ms\"]==0 for x in r), r
 assert j[\"plan\"][\"veus\"]==2 and j[\"plan\"][\"policy\"] in (\"wavefront\",\"critical-path\")
 '"
+check "no-adapt keeps every run on the Plan" bash -c "$T run $ZOO/mlp.onnx --iters 6 --threads 2 --no-adapt --json 2>/dev/null | $PY -c '
+import json,sys
+r=json.load(sys.stdin)[\"runs\"]
+assert len(r)==6 and all(x[\"alone\"] is False for x in r), r
+'"
+expect_fail "no-adapt needs plan" 2 "--no-adapt applies to the plan executor only" $T run $ZOO/mlp.onnx --executor sequential --no-adapt
 expect_fail "trace needs plan" 2 "--trace needs the plan executor" $T run $ZOO/mlp.onnx --executor sequential --trace $TMP/x.json
 expect_fail "bad policy" 2 "--policy must be" $T run $ZOO/mlp.onnx --policy fastest
 expect_fail "bad recurrent chunk" 2 "--recurrent-chunk must be between 0" $T run $ZOO/mlp.onnx --recurrent-chunk -1

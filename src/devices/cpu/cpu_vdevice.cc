@@ -131,6 +131,15 @@ void CpuVDevice::execute(int u) {
   counters[u].value.store(my_base + static_cast<uint64_t>(plan.tasks_per_veu[u]), std::memory_order_release);
 }
 
+void CpuVDevice::run_alone(const std::vector<std::pair<int32_t, int64_t>>& order, const std::vector<StepArgs>& steps) {
+  pin_caller();
+  for (const auto& [step, task] : order) {
+    const StepArgs& s = steps[static_cast<size_t>(step)];
+    s.op->run(task, TaskArgs{s.in, s.out, scratch_});
+  }
+  std::fill(wait_ns_.begin(), wait_ns_.end(), 0);
+}
+
 void CpuVDevice::run(const Plan& plan, const std::vector<StepArgs>& steps) {
   TESSERA_CHECK(plan.veus == veus_);
   pin_caller();

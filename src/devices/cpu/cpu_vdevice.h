@@ -68,6 +68,11 @@ class CpuVDevice {
   // Runs `plan` once; `steps` indexed like the Program's steps. Both must
   // outlive the call. Also records per-vEU time spent waiting (ns).
   void run(const Plan& plan, const std::vector<StepArgs>& steps);
+  // Runs the rTasks of `order` (plan_one_thread_order of a Plan) on the
+  // calling thread with vEU 0's scratch; the workers are left as they are
+  // (parked once idle). Every wait time reads 0.
+  void run_alone(const std::vector<std::pair<int32_t, int64_t>>& order, const std::vector<StepArgs>& steps);
+  bool tracing() const { return trace_ != nullptr; }
   const std::vector<int64_t>& wait_ns() const { return wait_ns_; }
   // When set, run() records each rTask's start/end (ns, steady clock) into
   // trace[i] in the order of plan.placements. Costs two clock reads per

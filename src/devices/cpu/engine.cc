@@ -1,10 +1,13 @@
 #include "devices/cpu/engine.h"
 
 #include <cstring>
+#include <optional>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/strings.h"
+#include "devices/cpu/run_mode.h"
 #include "kernels/cpu/kernel.h"
 #include "topology/cpu_topology.h"
 
@@ -101,15 +104,52 @@ class TwoLayerExecutor : public StepExecutor {
   ThreadPool pool_;
 };
 
-// The Program's Plan on vEUs that only wait and signal.
+// The Program's Plan on vEUs that only wait and signal; with `adapt`, on
+// the calling thread alone while that runs faster (run_mode.h).
 class PlanExecutor : public StepExecutor {
  public:
-  PlanExecutor(const Program& p, const EngineOptions& o, int veus) : device_(veus, p.max_scratch_bytes, o.pin, o.slots) {}
-  void run(const Program& p, const ResolvedArgs& a) override { device_.run(*p.plan, a.steps); }
+  PlanExecutor(const Program& p, const EngineOptions& o, int veus) : device_(veus, p.max_scratch_bytes, o.pin, o.slots) {
+    if (!(o.adapt || o.always_alone) || veus < 2) return;
+    order_ = plan_one_thread_order(*p.plan);
+    if (order_.empty()) return;
+    always_alone_ = o.always_alone;
+    // Each vEU's predicted waiting within its list: its last end less its
+    // busy time.
+    std::vector<double> end(static_cast<size_t>(veus), 0), busy(static_cast<size_t>(veus), 0);
+    for (const TaskPlacement& t : p.plan->placements) {
+      end[static_cast<size_t>(t.veu)] = std::max(end[static_cast<size_t>(t.veu)], t.end_us);
+      busy[static_cast<size_t>(t.veu)] += t.end_us - t.start_us;
+    }
+    for (size_t u = 0; u < end.size(); ++u) end[u] = std::max(0.0, end[u] - busy[u]);
+    chooser_.emplace(std::move(end), p.plan->predicted_us);
+    waits_us_.assign(static_cast<size_t>(veus), 0);
+  }
+  void run(const Program& p, const ResolvedArgs& a) override {
+    alone_ = false;
+    if (!chooser_ || device_.tracing()) return device_.run(*p.plan, a.steps);
+    alone_ = always_alone_ || chooser_->alone();
+    const int64_t t0 = now_ns();
+    if (alone_) device_.run_alone(order_, a.steps);
+    else device_.run(*p.plan, a.steps);
+    const double us = static_cast<double>(now_ns() - t0) / 1e3;
+    if (alone_) {
+      chooser_->record(us, {});
+      return;
+    }
+    const std::vector<int64_t>& w = device_.wait_ns();
+    for (size_t u = 0; u < waits_us_.size(); ++u) waits_us_[u] = static_cast<double>(w[u]) / 1e3;
+    chooser_->record(us, waits_us_);
+  }
   CpuVDevice* vdevice() override { return &device_; }
+  bool ran_alone() const override { return alone_; }
 
  private:
   CpuVDevice device_;
+  std::vector<std::pair<int32_t, int64_t>> order_;  // the Plan's rTasks, in an order one thread may run them
+  std::optional<RunModeChooser> chooser_;
+  std::vector<double> waits_us_;
+  bool always_alone_ = false;
+  bool alone_ = false;
 };
 
 // The null device's: nothing runs (Engine::run zero-fills the outputs).
@@ -150,6 +190,7 @@ Result<std::unique_ptr<LoadedProgram>> Engine::load(std::unique_ptr<Program> pro
   eo.executor = o.executor;
   eo.threads = o.veus;
   eo.pin = o.pin && !null_device;
+  eo.adapt = o.adapt;
   eo.slots = o.slots;
   eo.null_device = null_device;
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, create(std::move(program), eo));

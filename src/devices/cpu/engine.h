@@ -62,6 +62,13 @@ struct EngineOptions {
   // The null device: everything is loaded (arena, argument pointers) but
   // no thread starts and run() computes nothing: it zero-fills the outputs.
   bool null_device = false;
+  // Plan executor on several vEUs: run the Plan's rTasks on the calling
+  // thread alone while that runs faster (the host stopped letting the vEUs
+  // run at once; devices/cpu/run_mode.h).
+  bool adapt = true;
+  // Plan executor: every run on the calling thread alone, in the order
+  // plan_one_thread_order gives (for tests: the same bits as the Plan).
+  bool always_alone = false;
 };
 
 // How an Engine runs its Program's steps once: one implementation per
@@ -73,6 +80,8 @@ class StepExecutor {
   virtual void run(const Program& p, const ResolvedArgs& args) = 0;
   // (optional) The plan executor's vEUs; nullptr for the others.
   virtual CpuVDevice* vdevice() { return nullptr; }
+  // (optional) Whether the last run went on the calling thread alone.
+  virtual bool ran_alone() const { return false; }
 };
 // The executor `options` names, for `threads` threads; the null device's
 // runs nothing.
@@ -117,6 +126,7 @@ class Engine : public LoadedProgram {
   Status bind_input(size_t i, const void* data) override;
   Status bind_output(size_t i, void* data) override;
   void wait_ms(std::vector<double>& out) const override;
+  bool ran_alone() const override { return exec_->ran_alone(); }
   Status set_trace(std::vector<std::pair<int64_t, int64_t>>* spans) override;
   // Fills the whole arena with a NaN pattern (0xFF bytes), so that any
   // element a kernel fails to write shows up. Call before set_input().
