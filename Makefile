@@ -93,12 +93,13 @@ TSAN_API_FILTER := *Submit*:*Disjoint*:*BoundOutput*:*NullDevice*:*LastHandle*
 tsan: zoo
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_SANITIZE=thread \
 	  -DTESSERA_WERROR=$(WERROR)
-	cmake --build build-tsan -j $(JOBS) --target base_test plan_test devices_cpu_test contract_test api_test
+	cmake --build build-tsan -j $(JOBS) --target base_test plan_test devices_cpu_test contract_test api_test run_mode_test
 	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/base_test
 	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/devices_cpu_test
 	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/contract_test
 	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/plan_test --gtest_filter='$(TSAN_FILTER)'
 	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/api_test --gtest_filter='$(TSAN_API_FILTER)'
+	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/run_mode_test --gtest_filter='*/mlp:*/add_chains8:RunModeChooser.*'
 
 bench-deps:
 	@test -d $(BUILD)/bench/node_modules/onnxruntime-node || \
