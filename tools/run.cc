@@ -38,8 +38,9 @@ const cli::Command kRun = {
                              "                          both predicted, the best candidates timed; the choice is cached)"},
         {"--no-pin", "", "plan executor: leave threads unpinned (default: vEU i on core i, the caller on core 0)"},
         {"--no-adapt", "",
-         "plan executor: always run the Plan on its vEUs (default: a run goes on the calling thread alone while that "
-         "runs faster, as when the host runs the cores in turns; --json marks such runs \"alone\")"},
+         "plan executor: always run the Plan on its vEUs (default: a run goes on the calling thread\n"
+         "                          alone while that is faster on average, as when the host runs the cores in turns;\n"
+         "                          --json marks such runs \"alone\")"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
         {"--json", "", "print one JSON object on stdout at the end"},
