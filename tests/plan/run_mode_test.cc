@@ -1,7 +1,7 @@
 // A Plan's runs on the calling thread alone (devices/cpu/run_mode.h):
 // plan_one_thread_order is an interleaving the Plan's waits allow, so the
-// zoo's outputs are bitwise the Plan's for every policy, 2 to 4 vEUs and
-// random valid schedules; and the RunModeChooser, fed made-up run times,
+// zoo's outputs are bitwise the Plan's on 2 and 4 vEUs, for list
+// schedules and random valid ones; and the RunModeChooser, fed made-up run times,
 // goes alone only where that is faster on average, comes back when the
 // Plan is, and backs off its probes.
 #include <gtest/gtest.h>
@@ -76,10 +76,10 @@ std::vector<Tensor> run_with(std::unique_ptr<Program> p, bool alone, const std::
 
 class RunAlone : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(RunAlone, BitwiseThePlansOutputsForEveryPolicyAnd2To4Veus) {
+TEST_P(RunAlone, BitwiseThePlansOutputsOnListAndRandomSchedules) {
   const std::string model = GetParam();
-  for (Policy policy : {Policy::kWavefront, Policy::kCriticalPath, Policy::kRandom}) {
-    for (int veus = 2; veus <= 4; ++veus) {
+  for (Policy policy : {Policy::kCriticalPath, Policy::kRandom}) {
+    for (int veus : {2, 4}) {
       const std::string what = model + " " + std::string(policy_name(policy)) + " veus=" + std::to_string(veus);
       CompileConfig co;
       co.build_plan = true;
