@@ -100,6 +100,7 @@ Result<std::shared_ptr<SessionState>> open_remote(const std::shared_ptr<ModelSta
   req.mutable_open()->set_model(m->remote);
   req.mutable_open()->set_veus(static_cast<uint32_t>(so.veus));
   req.mutable_open()->set_latency_ms(so.latency_ms);
+  req.mutable_open()->set_no_adapt(!so.adapt);
   TESSERA_ASSIGN_OR_RETURN(daemon::Reply reply, m->runtime->daemon->call(std::move(req)));
   auto st = std::make_shared<SessionState>();
   st->model = m;

@@ -150,6 +150,7 @@ void Server::open_session(Connection& c, const Request& req, Reply* reply) {
   SessionOpen start;
   start.set_model_path(m->second.path);
   start.set_latency_ms(o.latency_ms());
+  start.set_no_adapt(o.no_adapt());
   for (int p : leases_[*lease].cores) start.add_cores(static_cast<int32_t>(p));
   start.set_veus(static_cast<uint32_t>(start.cores_size()));
   for (const TensorDesc& d : m->second.shapes) *start.add_shapes() = d;

@@ -235,6 +235,7 @@ int worker_main(int fd) {
   SessionOptions so;
   so.cores = {o.cores().begin(), o.cores().end()};
   so.veus = static_cast<int>(o.cores().size());
+  so.adapt = !o.no_adapt();
   Result<Session> session = model->session(so);
   if (!session.ok()) return reply_error(fd, first.id(), session.status());
   // Admission by schedule: the Plan's predicted latency against the
