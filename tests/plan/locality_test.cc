@@ -99,6 +99,16 @@ Result<HostMap> read_map(const std::string& text) {
   return host_map_obtain(o);
 }
 
+// `b` on 2 vEUs by critical path, with `map`'s crossing costs.
+Result<Plan> critical_path_on_two(const Built& b, const HostMap& map) {
+  ScheduleOptions o;
+  o.veus = 2;
+  o.policy = Policy::kCriticalPath;
+  const VeuCosts c = VeuCosts::from_host_map(map, 2);
+  o.costs = &c;
+  return schedule(*b.program, b.cost, o);
+}
+
 std::set<int> veus_of(const Plan& plan, int step) {
   std::set<int> out;
   for (const TaskPlacement& t : plan.placements)
@@ -152,25 +162,21 @@ TEST(Locality, PredictedTimelineChargesBytesThatCross) {
   auto dear = read_map(two_pu_map(10, 50));
   ASSERT_TRUE(dear.ok());
   Built b = chain_and_gemm(0, 10, 2000);
-  ScheduleOptions o;
-  o.veus = 2;
-  o.policy = Policy::kCriticalPath;
-  const VeuCosts c = VeuCosts::from_host_map(*dear, 2);
-  o.costs = &c;
-  auto plan = schedule(*b.program, b.cost, o);
+  auto plan = critical_path_on_two(b, *dear);
   ASSERT_TRUE(plan.ok());
   for (const TaskPlacement& t : plan->placements) {
     const double expected = 2000 + (t.veu == 1 ? 1024 * 40 / 1e3 : 0);
     EXPECT_NEAR(t.end_us - t.start_us, expected, 1e-6) << "vEU " << t.veu;
   }
+  const VeuCosts c = VeuCosts::from_host_map(*dear, 2);
   EXPECT_NEAR(c.crossing_us(1, 0, 1 << 20, 1 << 20), 40.96, 1e-9);
   EXPECT_DOUBLE_EQ(c.handoff(0, 1), 0.3);
 }
 
 // An rTask that names the slice it reads (a recurrent cell's row of the
-// whole sequence's projection) is charged for that slice, drawn from the
-// producer's parts in proportion: 8 KB of a 1 MB input, half of it made on
-// the other vEU, costs 4 KB x 40 ns more there, not 512 KB x 40 ns.
+// whole sequence's projection) is charged for that slice: 8 KB of a
+// 512 KB input made on the other vEU costs 8 KB x 40 ns more there, not
+// 512 KB x 40 ns.
 TEST(Locality, AnRTaskIsChargedForTheSliceItReads) {
   auto dear = read_map(two_pu_map(10, 50));
   ASSERT_TRUE(dear.ok());
@@ -182,12 +188,7 @@ TEST(Locality, AnRTaskIsChargedForTheSliceItReads) {
   EXPECT_EQ(g.ops[static_cast<size_t>(link)].inputs[0].read_bytes, 8 * 1024);
   // The link reads graph input y (made on vEU 0): on vEU 1 it pays for
   // the 8 KB it reads, however large y is.
-  ScheduleOptions o;
-  o.veus = 2;
-  o.policy = Policy::kCriticalPath;
-  const VeuCosts c = VeuCosts::from_host_map(*dear, 2);
-  o.costs = &c;
-  auto plan = schedule(*b.program, b.cost, o);
+  auto plan = critical_path_on_two(b, *dear);
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
   for (const TaskPlacement& t : plan->placements)
     if (t.step == link) {

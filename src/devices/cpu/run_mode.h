@@ -59,52 +59,46 @@ class RunModeChooser {
       : predicted_wait_us_(std::move(predicted_wait_us)), predicted_us_(predicted_us) {}
 
   // Whether the next run goes on the calling thread alone.
-  bool alone() const { return state_ == State::kAlone || state_ == State::kProbeAlone; }
+  bool alone() const { return running() == kAloneMode; }
 
   // A finished run: its time and each vEU's waits (a run alone: empty).
   void record(double run_us, std::span<const double> wait_us) {
     ++since_probe_;
-    switch (state_) {
-      case State::kPlan:
-        push(plan_, run_us);
-        stalled_ = (stalled_ << 1 | (stalled(run_us, wait_us) ? 1u : 0u)) & ((1u << kWindow) - 1);
-        if (std::popcount(stalled_) >= kStalledOf && since_probe_ >= plan_backoff_) begin(State::kProbeAlone);
-        break;
-      case State::kProbeAlone:
-        push(alone_, run_us);
-        if (++probed_ < kAloneProbe) break;
-        if (mean(alone_, kAloneProbe) < kMargin * mean(plan_, kWindow)) {
-          begin(State::kAlone);
-          alone_backoff_ = kProbeBackoff;
-        } else {
-          begin(State::kPlan);
-          plan_backoff_ = std::min(2 * plan_backoff_, kMaxBackoff);
-        }
-        break;
-      case State::kAlone:
-        ++alone_runs_;
-        push(alone_, run_us);
-        if (since_probe_ >= alone_backoff_) begin(State::kProbePlan);
-        break;
-      case State::kProbePlan:
-        push(plan_, run_us);
-        if (++probed_ < kPlanProbe) break;
-        if (mean(plan_, kPlanProbe) < kMargin * mean(alone_, kWindow)) {
-          begin(State::kPlan);
-          plan_backoff_ = kProbeBackoff;
-        } else {
-          begin(State::kAlone);
-          alone_backoff_ = std::min(2 * alone_backoff_, kMaxBackoff);
-        }
-        break;
+    const int ran = running();
+    push(ring_[ran], run_us);
+    if (!probing_) {
+      // Alone, the Plan is probed every backoff runs; on the Plan, alone
+      // is probed only after stalls.
+      if (mode_ == kAloneMode) ++alone_runs_;
+      else stalled_ = (stalled_ << 1 | (stalled(run_us, wait_us) ? 1u : 0u)) & ((1u << kWindow) - 1);
+      const bool due = mode_ == kAloneMode || std::popcount(stalled_) >= kStalledOf;
+      if (due && since_probe_ >= backoff_[mode_]) {
+        probing_ = true;
+        probed_ = 0;
+      }
+      return;
     }
+    // A probe of the other mode: it takes over if its mean beats this
+    // mode's recent mean by kMargin; else this mode's next probe waits
+    // twice as long.
+    const int runs = ran == kAloneMode ? kAloneProbe : kPlanProbe;
+    if (++probed_ < runs) return;
+    if (mean(ring_[ran], static_cast<size_t>(runs)) < kMargin * mean(ring_[mode_], kWindow)) {
+      mode_ = ran;
+      backoff_[mode_] = kProbeBackoff;
+    } else {
+      backoff_[mode_] = std::min(2 * backoff_[mode_], kMaxBackoff);
+    }
+    probing_ = false;
+    stalled_ = 0;
+    since_probe_ = 0;
   }
 
   // Runs that went alone outside probes (a Session that settled on it).
   int64_t settled_alone_runs() const { return alone_runs_; }
 
  private:
-  enum class State { kPlan, kProbeAlone, kAlone, kProbePlan };
+  static constexpr int kPlanMode = 0, kAloneMode = 1;
   struct Ring {
     std::array<double, kWindow> v{};
     size_t n = 0;  // pushed so far
@@ -124,21 +118,18 @@ class RunModeChooser {
       if (wait_us[u] - predicted_wait_us_[u] * scale > kStalledFraction * run_us) return true;
     return false;
   }
-  void begin(State s) {
-    state_ = s;
-    probed_ = 0;
-    stalled_ = 0;
-    if (s == State::kPlan || s == State::kAlone) since_probe_ = 0;
-  }
+  // The mode this run goes in: the other one while probing.
+  int running() const { return probing_ ? 1 - mode_ : mode_; }
 
   std::vector<double> predicted_wait_us_;
   double predicted_us_;
-  State state_ = State::kPlan;
-  Ring plan_, alone_;
+  int mode_ = kPlanMode;
+  bool probing_ = false;
+  Ring ring_[2];          // recent runs, per mode
+  int backoff_[2] = {kProbeBackoff, kProbeBackoff};  // per mode: runs in it before it probes the other
   unsigned stalled_ = 0;  // bit i: the plan run i runs ago was stalled
   int probed_ = 0;
   int since_probe_ = kProbeBackoff;  // the first stalls may probe at once
-  int plan_backoff_ = kProbeBackoff, alone_backoff_ = kProbeBackoff;
   int64_t alone_runs_ = 0;
 };
 
