@@ -175,6 +175,10 @@ struct PlanTiming {
   std::vector<double> run_us;   // makespan of each timed run
   std::vector<double> task_us;  // traced runs: per placement, the median µs of that rTask
   bool contended = false;       // the host never let every vEU run at full speed at once
+  // Timed runs in which a vEU waited beyond the Plan's predicted waits by
+  // more than a quarter of the run: the host stopped running the vEUs at
+  // once (devices/cpu/run_mode.h, run_stalled).
+  int stalled_runs = 0;
 };
 // Runs a Program's Plan (with its memory plan and slots) on real vEUs:
 // `warmup` untimed runs, then `runs` timed ones, each rTask timed when

@@ -1,12 +1,14 @@
 #include "compiler/plan_choice.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "base/log.h"
 #include "base/paths.h"
@@ -46,6 +48,13 @@ constexpr double kPredictionSlack = 0.3;
 // Medians within this factor are a tie, which goes to fewer vEUs; a cached
 // choice stands until the other end runs faster by more.
 constexpr double kStaleChoice = 1.02;
+// A Plan wider than the fastest that stalled in this share of its timed
+// runs (the run-mode chooser's 3 of 8, devices/cpu/run_mode.h) was timed
+// while the host ran the vEUs in turns: all are timed again after a
+// pause, at most kMoreSittings times, each keeping its best median.
+constexpr double kStalledShare = 3.0 / 8;
+constexpr int kMoreSittings = 2;
+constexpr int kSittingPauseMs = 200;
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -355,10 +364,13 @@ class Planner {
 };
 
 // Times the median of `runs` runs of each candidate, in `rounds`
-// interleaved rounds; *contended when the host never was quiet.
+// interleaved rounds; *contended when the host never was quiet; into
+// `stalled` (when given) the share of each one's runs that stalled.
 Result<std::vector<double>> time_interleaved(Planner& planner, Program& p, const CompileConfig& o,
-                                             std::vector<Candidate*> cands, int rounds, int runs, bool* contended) {
+                                             std::vector<Candidate*> cands, int rounds, int runs, bool* contended,
+                                             std::vector<double>* stalled = nullptr) {
   std::vector<std::vector<double>> timed(cands.size());
+  std::vector<int> stalls(cands.size(), 0);
   for (int r = 0; r < rounds; ++r)
     for (size_t i = 0; i < cands.size(); ++i) {
       planner.install(*cands[i]);
@@ -367,7 +379,13 @@ Result<std::vector<double>> time_interleaved(Planner& planner, Program& p, const
       if (!t.ok()) return t.status().with_context("timing candidate Plans");
       *contended = *contended || t->contended;
       timed[i].insert(timed[i].end(), t->run_us.begin(), t->run_us.end());
+      stalls[i] += t->stalled_runs;
     }
+  if (stalled != nullptr) {
+    stalled->clear();
+    for (size_t i = 0; i < cands.size(); ++i)
+      stalled->push_back(timed[i].empty() ? 0 : static_cast<double>(stalls[i]) / static_cast<double>(timed[i].size()));
+  }
   std::vector<double> medians;
   for (const auto& v : timed) medians.push_back(median(v));
   return medians;
@@ -447,19 +465,39 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
   const int runs = std::clamp(static_cast<int>(kRoundMs / std::max(fastest_ms, 1e-3)), kMinRuns, kMaxRuns);
   std::vector<Candidate*> all;
   for (Candidate& c : cands) all.push_back(&c);
+  std::vector<double> stalled;
   TESSERA_ASSIGN_OR_RETURN(std::vector<double> medians,
-                           time_interleaved(planner, p, o, all, kTimingRounds, runs, &contended));
+                           time_interleaved(planner, p, o, all, kTimingRounds, runs, &contended, &stalled));
   // 4. The fastest median; then the fewest vEUs within kStaleChoice of it
   // (a tie within the noise goes to the Plan that uses less of the
-  // machine, and a cached choice changes only past that margin).
+  // machine, and a cached choice changes only past that margin). Where a
+  // wider Plan stalled, the host ran the vEUs in turns for a moment: timed
+  // again after a pause, each candidate keeping its best median, since a
+  // moment only slows a Plan down.
   size_t best = 0;
-  for (size_t i = 1; i < cands.size(); ++i)
-    if (medians[i] < medians[best]) best = i;
-  const double fastest = medians[best];
-  for (size_t i = 0; i < cands.size(); ++i)
-    if (medians[i] <= kStaleChoice * fastest &&
-        (cands[i].veus < cands[best].veus || (cands[i].veus == cands[best].veus && medians[i] < medians[best])))
-      best = i;
+  for (int sitting = 0;; ++sitting) {
+    best = 0;
+    for (size_t i = 1; i < cands.size(); ++i)
+      if (medians[i] < medians[best]) best = i;
+    const double fastest = medians[best];
+    for (size_t i = 0; i < cands.size(); ++i)
+      if (medians[i] <= kStaleChoice * fastest &&
+          (cands[i].veus < cands[best].veus || (cands[i].veus == cands[best].veus && medians[i] < medians[best])))
+        best = i;
+    size_t stall = cands.size();
+    for (size_t i = 0; i < cands.size(); ++i)
+      if (cands[i].veus > cands[best].veus && stalled[i] >= kStalledShare) stall = i;
+    if (stall == cands.size()) break;
+    // Still stalled after the pauses: how this Plan runs here, not a
+    // moment (a cached choice is checked again at its next use).
+    if (sitting == kMoreSittings) break;
+    log_info("the ", cands[stall].veus, "-vEU Plan stalled in ", static_cast<int>(stalled[stall] * 100 + 0.5),
+             "% of its timed runs (the host ran the vEUs in turns): timing the candidates again");
+    std::this_thread::sleep_for(std::chrono::milliseconds(kSittingPauseMs));
+    TESSERA_ASSIGN_OR_RETURN(std::vector<double> again,
+                             time_interleaved(planner, p, o, all, kTimingRounds, runs, &contended, &stalled));
+    for (size_t i = 0; i < cands.size(); ++i) medians[i] = std::min(medians[i], again[i]);
+  }
   // 5. The winner's own in-run costs, for its predicted timeline; traced
   // again if that prediction misses its median.
   ChoiceRecord r;

@@ -21,7 +21,11 @@
 //   4. every distinct candidate is timed, interleaved in rounds; the
 //      fastest median wins, or the one on the fewest vEUs within 2 % of
 //      it, so a Plan is never kept when one on fewer vEUs (the 1-vEU Plan
-//      included) ran faster;
+//      included) ran faster. Where a Plan wider than that stalled in 3
+//      of 8 of its runs (a vEU waited beyond its predicted waits by over
+//      a quarter of the run: the host ran the vEUs in turns for a
+//      moment), every candidate is timed again after a pause, up to
+//      twice, each keeping its best median;
 //   5. the winner runs traced once more: its own in-run costs give its
 //      predicted timeline, which must come within kPredictionSlack of its
 //      median (else traced again; else the host was not holding still).

@@ -26,18 +26,27 @@ namespace fs = std::filesystem;
 // A runner of made-up timings: a Plan's run takes its timeline under the
 // analytic costs times `task_factor`, times `slow[veus]` (a host where
 // that many vEUs are slow), and its traced rTasks as long as in that
-// timeline. Counts its calls.
+// timeline. The first `stalls` timed calls of Plans on more than one vEU
+// are stalled (every run), and `stall_slow` times slower: a host that ran
+// the vEUs in turns for a moment. Counts its calls.
 struct FakeRunner {
   double task_factor = 1;
   std::map<int, double> slow;
   bool contended = false;
-  int calls = 0;
+  int stalls = 0;
+  double stall_slow = 1;
+  int calls = 0, stalled_calls = 0;
   std::set<int> veus_run;  // the vEU counts of the Plans it ran
   PlanRunner runner() {
     return [this](const Program& p, int, int runs, bool trace) -> Result<PlanTiming> {
       ++calls;
       veus_run.insert(p.plan->veus);
-      const double s = slow.count(p.plan->veus) ? slow.at(p.plan->veus) : 1.0;
+      double s = slow.count(p.plan->veus) ? slow.at(p.plan->veus) : 1.0;
+      const bool stalled = !trace && p.plan->veus > 1 && stalled_calls < stalls;
+      if (stalled) {
+        ++stalled_calls;
+        s *= stall_slow;
+      }
       std::vector<double> cost = analytic_task_costs(p);
       for (double& c : cost) c *= task_factor * s;
       Plan truth = *p.plan;
@@ -47,6 +56,7 @@ struct FakeRunner {
       if (trace)
         for (const TaskPlacement& pl : truth.placements) t.task_us.push_back(pl.end_us - pl.start_us);
       t.contended = contended;
+      t.stalled_runs = stalled ? runs : 0;
       return t;
     };
   }
@@ -242,6 +252,39 @@ TEST_F(PlanChoice, AWrongMapCannotKeepTheFastestPlanFromBeingTimed) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*again)->plan->measured_us, plan.measured_us);
   EXPECT_EQ((*again)->plan->predicted_us, plan.predicted_us);
+}
+
+// A moment in which the host ran the vEUs in turns made the 2-vEU Plan
+// three times slower while it was timed: it stalled, so every candidate
+// is timed again after a pause, and the 2-vEU Plan wins on its best
+// median. Where it stalls at every sitting, the 1-vEU Plan wins after two
+// more.
+TEST_F(PlanChoice, AStalledMomentIsTimedAgain) {
+  FakeRunner calm;
+  auto base = compile(calm);
+  ASSERT_TRUE(base.ok()) << base.status().to_string();
+  ASSERT_EQ((*base)->plan->veus, 2);
+  const int calm_calls = calm.calls;
+  fs::remove_all(dir_);
+
+  FakeRunner moment;
+  moment.stalls = 3;  // three timed calls: one sitting of one 2-vEU candidate
+  moment.stall_slow = 3;
+  auto p = compile(moment);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p.value()->plan->veus, 2);
+  EXPECT_EQ(p.value()->plan->measured_us, (*base)->plan->measured_us);
+  EXPECT_GT(moment.calls, calm_calls) << "timed again";
+  fs::remove_all(dir_);
+
+  FakeRunner always;
+  always.stalls = 1 << 20;
+  always.stall_slow = 3;
+  auto q = compile(always);
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  EXPECT_EQ(q.value()->plan->veus, 1);
+  const int candidates = static_cast<int>(q.value()->plan->candidates.size());
+  EXPECT_EQ(always.calls - calm_calls, 2 * 3 * candidates) << "two more sittings of three rounds, then no more";
 }
 
 // The cache is per host map digest: a map where crossing is dear is

@@ -113,15 +113,7 @@ class PlanExecutor : public StepExecutor {
     order_ = plan_one_thread_order(*p.plan);
     if (order_.empty()) return;
     always_alone_ = o.always_alone;
-    // Each vEU's predicted waiting within its list: its last end less its
-    // busy time.
-    std::vector<double> end(static_cast<size_t>(veus), 0), busy(static_cast<size_t>(veus), 0);
-    for (const TaskPlacement& t : p.plan->placements) {
-      end[static_cast<size_t>(t.veu)] = std::max(end[static_cast<size_t>(t.veu)], t.end_us);
-      busy[static_cast<size_t>(t.veu)] += t.end_us - t.start_us;
-    }
-    for (size_t u = 0; u < end.size(); ++u) end[u] = std::max(0.0, end[u] - busy[u]);
-    chooser_.emplace(std::move(end), p.plan->predicted_us);
+    chooser_.emplace(plan_predicted_waits_us(*p.plan), p.plan->predicted_us);
     waits_us_.assign(static_cast<size_t>(veus), 0);
   }
   void run(const Program& p, const ResolvedArgs& a) override {

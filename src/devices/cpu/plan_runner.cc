@@ -10,6 +10,7 @@
 #include "compiler/program.h"
 #include "devices/cpu/cpu_vdevice.h"
 #include "devices/cpu/engine.h"
+#include "devices/cpu/run_mode.h"
 #include "topology/calibrate.h"
 
 namespace tessera {
@@ -55,10 +56,15 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, 
     std::vector<std::pair<int64_t, int64_t>> spans(plan.placements.size());
     std::vector<std::vector<double>> samples(trace ? plan.placements.size() : 0);
     if (trace) device.set_trace(&spans);
+    const std::vector<double> predicted_waits = plan_predicted_waits_us(plan);
+    std::vector<double> waits(static_cast<size_t>(plan.veus), 0);
     for (int i = 0; i < runs; ++i) {
       const int64_t t0 = now_ns();
       device.run(plan, args.steps);
-      t.run_us.push_back(static_cast<double>(now_ns() - t0) / 1e3);
+      const double us = static_cast<double>(now_ns() - t0) / 1e3;
+      t.run_us.push_back(us);
+      for (size_t u = 0; u < waits.size(); ++u) waits[u] = static_cast<double>(device.wait_ns()[u]) / 1e3;
+      if (!trace && run_stalled(predicted_waits, plan.predicted_us, us, waits)) ++t.stalled_runs;
       for (size_t k = 0; k < samples.size(); ++k)
         samples[k].push_back(static_cast<double>(spans[k].second - spans[k].first) / 1e3);
     }

@@ -6,7 +6,9 @@
 // indices included). Traced runs give each rTask's median duration less
 // the cost of reading the clock. Before measuring it waits (up to about
 // 150 ms) for the host to let every vEU's PU run at full speed at once
-// (host_quiet); PlanTiming::contended says when it never did.
+// (host_quiet); PlanTiming::contended says when it never did, and
+// PlanTiming::stalled_runs counts the timed runs in which the host did
+// not run the vEUs at once (run_mode.h, run_stalled).
 //
 // Thread-safety: the runner may be called from one thread at a time; it
 // starts and stops its own vEUs on each call.

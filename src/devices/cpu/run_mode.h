@@ -38,7 +38,37 @@
 #include <span>
 #include <vector>
 
+#include "compiler/plan.h"
+
 namespace tessera {
+
+// How long each vEU waits within its list in a Plan's predicted timeline:
+// its last end less its busy time (µs).
+inline std::vector<double> plan_predicted_waits_us(const Plan& plan) {
+  std::vector<double> end(static_cast<size_t>(plan.veus), 0), busy(static_cast<size_t>(plan.veus), 0);
+  for (const TaskPlacement& t : plan.placements) {
+    end[static_cast<size_t>(t.veu)] = std::max(end[static_cast<size_t>(t.veu)], t.end_us);
+    busy[static_cast<size_t>(t.veu)] += t.end_us - t.start_us;
+  }
+  for (size_t u = 0; u < end.size(); ++u) end[u] = std::max(0.0, end[u] - busy[u]);
+  return end;
+}
+
+// Waiting beyond the predicted by more than this fraction of a run.
+inline constexpr double kStalledFraction = 0.25;
+
+// Whether a run of `run_us` in which vEU u waited `wait_us[u]` was
+// stalled: some vEU waited longer than the Plan predicts (`predicted_wait_us`
+// scaled by how much slower than `predicted_us` the whole run was) by more
+// than kStalledFraction of the run.
+inline bool run_stalled(std::span<const double> predicted_wait_us, double predicted_us, double run_us,
+                        std::span<const double> wait_us) {
+  if (predicted_us <= 0 || run_us <= 0) return false;
+  const double scale = run_us / predicted_us;  // a run uniformly slower waits longer too
+  for (size_t u = 0; u < wait_us.size() && u < predicted_wait_us.size(); ++u)
+    if (wait_us[u] - predicted_wait_us[u] * scale > kStalledFraction * run_us) return true;
+  return false;
+}
 
 class RunModeChooser {
  public:
@@ -48,8 +78,6 @@ class RunModeChooser {
   static constexpr int kPlanProbe = 8;
   static constexpr int kProbeBackoff = 16;
   static constexpr int kMaxBackoff = 1024;
-  // Waiting beyond the predicted by more than this fraction of a run.
-  static constexpr double kStalledFraction = 0.25;
   // A mode must beat the other by this factor to take over.
   static constexpr double kMargin = 0.95;
 
@@ -112,11 +140,7 @@ class RunModeChooser {
     return n > 0 ? sum / static_cast<double>(n) : 0;
   }
   bool stalled(double run_us, std::span<const double> wait_us) const {
-    if (predicted_us_ <= 0 || run_us <= 0) return false;
-    const double scale = run_us / predicted_us_;  // a run uniformly slower waits longer too
-    for (size_t u = 0; u < wait_us.size() && u < predicted_wait_us_.size(); ++u)
-      if (wait_us[u] - predicted_wait_us_[u] * scale > kStalledFraction * run_us) return true;
-    return false;
+    return run_stalled(predicted_wait_us_, predicted_us_, run_us, wait_us);
   }
   // The mode this run goes in: the other one while probing.
   int running() const { return probing_ ? 1 - mode_ : mode_; }
