@@ -51,9 +51,13 @@ TEST_F(Elementwise, UnaryFloatOps) {
       {"LeakyRelu", [a](double x) { return x >= 0 ? x : a * x; }, -3, 3, {{"alpha", attr_f(0.3f)}}},
       {"LeakyRelu", [](double x) { return x >= 0 ? x : 0.01 * x; }, -3, 3, {}},
       {"Elu", [a](double x) { return x >= 0 ? x : a * (std::exp(x) - 1); }, -3, 3, {{"alpha", attr_f(0.3f)}}},
+      {"Elu", [a](double x) { return x >= 0 ? x : a * (std::exp(x) - 1); }, -0.01f, 0, {{"alpha", attr_f(0.3f)}}},
       {"HardSigmoid", [a, b](double x) { return std::max(0.0, std::min(1.0, a * x + b)); }, -4, 4,
        {{"alpha", attr_f(0.3f)}, {"beta", attr_f(0.6f)}}},
       {"HardSwish", [](double x) { return x * std::max(0.0, std::min(1.0, x / 6 + 0.5)); }, -5, 5, {}},
+      // Near -3, where the gate is close to 0: computed as x / 6 + 0.5 it
+      // cancels to ~1e-5 relative error.
+      {"HardSwish", [](double x) { return x * std::max(0.0, std::min(1.0, x / 6 + 0.5)); }, -3.01f, -2.99f, {}},
       {"Softplus", [](double x) { return std::log1p(std::exp(x)); }, -20, 20, {}},
   };
   for (const Shape& s : {Shape{7}, Shape{3, 17, 5}, Shape{1}, Shape{}, Shape{2, 0, 3}, Shape{40000}}) {

@@ -51,13 +51,16 @@ void unary_loop(Unary op, const T* x, T* y, int64_t n, const UnaryAttrs& a) {
         return;
       case Unary::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= 0 ? x[i] : alpha * x[i]; return;
       case Unary::kElu:
-        for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= 0 ? x[i] : alpha * (std::exp(x[i]) - 1.f);
+        // expm1: exp(x) - 1 cancels to a few ulps for x just below 0.
+        for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= 0 ? x[i] : alpha * std::expm1(x[i]);
         return;
       case Unary::kHardSigmoid:
         for (int64_t i = 0; i < n; ++i) y[i] = std::fmax(0.f, std::fmin(1.f, alpha * x[i] + beta));
         return;
       case Unary::kHardSwish:
-        for (int64_t i = 0; i < n; ++i) y[i] = x[i] * std::fmax(0.f, std::fmin(1.f, x[i] / 6.f + 0.5f));
+        // x * clamp(x + 3, 0, 6) / 6, PyTorch's expression: near x = -3,
+        // x + 3 is exact where x / 6 + 0.5 would cancel to a few ulps.
+        for (int64_t i = 0; i < n; ++i) y[i] = x[i] * std::fmax(0.f, std::fmin(6.f, x[i] + 3.f)) / 6.f;
         return;
       case Unary::kSoftplus:
         // log(1 + e^x), computed without overflow for large x.
