@@ -185,7 +185,8 @@ inline __m512 exp16(__m512 x) {
   __m512i e = _mm512_add_epi32(_mm512_maskz_cvtps_epi32(kAll, n), _mm512_set1_epi32(127));
   e = _mm512_maskz_max_epi32(kAll, e, _mm512_set1_epi32(1));
   e = _mm512_maskz_min_epi32(kAll, e, _mm512_set1_epi32(254));
-  const __m512 v = _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, e, 23)));
+  __m512 v = _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, e, 23)));
+  v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(kLow), _CMP_NLT_UQ), v);  // 0 below the bound
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), v, x);
 }
 
