@@ -58,6 +58,7 @@ FLOORS = {
                "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\"",
     "nasnet_like": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\"",
     "bert_tiny": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\"",
+    "resnet18": "docs/notes/2026-11-26-an-intel-host.md, section \"ResNet-18 on this host\"",
 }
 WORKLOADS = ["add_chain", "add_chains8", "bert_tiny", "lstm_tc", "nasnet_like", "resnet18", "mobilenet_v2"]
 UNSEEN = ["squeezenet1_0", "shufflenet_v2_x1_0", "mnasnet0_5", "efficientnet_b0", "regnet_x_400mf",
