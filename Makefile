@@ -20,7 +20,7 @@
 # Variables: BUILD_TYPE (Release), WERROR (ON in CI), JOBS, FUZZ_SECONDS.
 #
 # The sanitizer and fuzz builds carry line tables only (-g1): enough for
-# file:line in every report, and their compiles take a quarter to a third
+# file:line in every report, and their compiles take a fifth to two fifths
 # less time than with full debug information.
 
 BUILD_TYPE ?= Release
