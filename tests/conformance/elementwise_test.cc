@@ -159,16 +159,17 @@ TEST_F(Elementwise, FastExpSpecialValues) {
   }
 }
 
-// exp never returns a subnormal (arithmetic on one takes a microcode assist
-// on Intel cores): 0 below the clamp, at least the smallest normal float
-// above it. A softmax over masked scores (-10000 added, as BERT's mask does)
+// exp and sigmoid never return a subnormal (arithmetic on one takes a
+// microcode assist on Intel cores): 0 below exp's clamp, at least the
+// smallest normal float above it. A softmax over masked scores (-10000 added, as BERT's mask does)
 // gives exact zeros there, in the 16-lane path (rows in groups) and the
 // scalar one alike.
 TEST_F(Elementwise, ExpUnderflowsToZeroNotSubnormal) {
   const float tiny = std::numeric_limits<float>::min();
   for (float x = -120.f; x < -80.f; x += 1.f / 64) {
-    const float e = fast_exp(x);
+    const float e = fast_exp(x), sg = fast_sigmoid(x);
     EXPECT_TRUE(e == 0.f || e >= tiny) << "x = " << x << ": " << e;
+    EXPECT_TRUE(sg == 0.f || sg >= tiny) << "sigmoid, x = " << x << ": " << sg;
     if (x < -87.3f) {
       EXPECT_EQ(e, 0.f) << "x = " << x;
     }

@@ -12,7 +12,8 @@
 //        (a masked softmax's zeros made a tiny BERT's attention 20x
 //        slower there). Above 88.7 it saturates to a finite extreme; a NaN
 //        input stays NaN.
-//   sigmoid: 1 / (1 + exp(-x)); tanh: an odd polynomial below |x| = 0.625,
+//   sigmoid: 1 / (1 + exp(-x)), 0 below -87.3 as exp; tanh: an odd
+//        polynomial below |x| = 0.625,
 //        1 - 2 / (exp(2|x|) + 1) with x's sign from there.
 //   erf: 4 pieces of width 1 over [0, 4), a degree-10 polynomial on
 //        each (coefficients picked by the interval index, no exp and no
@@ -55,7 +56,10 @@ inline constexpr float kPoly[7] = {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f
   return x != x ? x : (x < kLow ? 0.f : p * scale);
 }
 
-[[gnu::always_inline]] inline float fast_sigmoid(float x) { return 1.f / (1.f + fast_exp(-x)); }
+// 0 below exp's clamp, as exp: 1 / (1 + e^-x) is subnormal from there down.
+[[gnu::always_inline]] inline float fast_sigmoid(float x) {
+  return x < exp_consts::kLow ? 0.f : 1.f / (1.f + fast_exp(-x));
+}
 
 // tanh: below |x| = 0.625 an odd polynomial x + x^3 P(x^2) (P of degree 4,
 // fitted to relative error, under 1 ulp there), so that tanh keeps its
