@@ -58,9 +58,7 @@ void unary_loop(Unary op, const T* x, T* y, int64_t n, const UnaryAttrs& a) {
         for (int64_t i = 0; i < n; ++i) y[i] = std::fmax(0.f, std::fmin(1.f, alpha * x[i] + beta));
         return;
       case Unary::kHardSwish:
-        // x * clamp(x + 3, 0, 6) / 6, PyTorch's expression: near x = -3,
-        // x + 3 is exact where x / 6 + 0.5 would cancel to a few ulps.
-        for (int64_t i = 0; i < n; ++i) y[i] = x[i] * std::fmax(0.f, std::fmin(6.f, x[i] + 3.f)) / 6.f;
+        for (int64_t i = 0; i < n; ++i) y[i] = hard_swish(x[i]);
         return;
       case Unary::kSoftplus:
         // log(1 + e^x), computed without overflow for large x.

@@ -87,7 +87,7 @@ struct Epilogue {
         for (int64_t i = 0; i < n; ++i) y[i] = std::fmax(0.f, std::fmin(1.f, a * y[i] + b));
         return;
       case Act::kHardSwish:
-        for (int64_t i = 0; i < n; ++i) y[i] = y[i] * std::fmax(0.f, std::fmin(6.f, y[i] + 3.f)) / 6.f;  // as the unfused op
+        for (int64_t i = 0; i < n; ++i) y[i] = hard_swish(y[i]);
         return;
       case Act::kGelu:
         // PyTorch's exact GELU as exported: Div, Erf, Add 1, Mul by y, Mul,

@@ -1,4 +1,5 @@
-// Vectorizable float exp, sigmoid, tanh and erf for rKernel inner loops.
+// Vectorizable float exp, sigmoid, tanh and erf for rKernel inner loops,
+// and HardSwish's expression (the op and the fused epilogue share it).
 //
 // std::exp and std::tanh are scalar library calls the compiler cannot
 // vectorize (errno, no libmvec without -ffast-math); in LSTM gates they were
@@ -59,6 +60,13 @@ inline constexpr float kPoly[7] = {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f
 // 0 below exp's clamp, as exp: 1 / (1 + e^-x) is subnormal from there down.
 [[gnu::always_inline]] inline float fast_sigmoid(float x) {
   return x < exp_consts::kLow ? 0.f : 1.f / (1.f + fast_exp(-x));
+}
+
+// HardSwish as PyTorch computes it, x * clamp(x + 3, 0, 6) / 6: near x =
+// -3, x + 3 is exact where x / 6 + 0.5 would cancel to a few ulps. The op
+// and the fused epilogue share it.
+[[gnu::always_inline]] inline float hard_swish(float x) {
+  return x * __builtin_fmaxf(0.f, __builtin_fminf(6.f, x + 3.f)) / 6.f;
 }
 
 // tanh: below |x| = 0.625 an odd polynomial x + x^3 P(x^2) (P of degree 4,
