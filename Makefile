@@ -72,14 +72,15 @@ $(FUZZ_BUILD)/build.ninja: CMakeLists.txt
 	  $(SAN_FLAGS)
 
 fuzz-build: deps $(FUZZ_BUILD)/build.ninja
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_import fuzz_executable_load fuzz_daemon_request tessera
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_import fuzz_executable_load fuzz_daemon_request
 
-# A short run inside `make test`; `make fuzz` runs longer.
-fuzz-smoke: fuzz-build
-	bash tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) 30
+# A short run inside `make test`; `make fuzz` runs longer. The Executable
+# seeds are compiled by the main build's CLI.
+fuzz-smoke: build fuzz-build
+	bash tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) 30 $(TESSERA)
 
-fuzz: fuzz-build
-	bash tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+fuzz: build fuzz-build
+	bash tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(TESSERA)
 
 asan: zoo
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_SANITIZE="address;undefined" \

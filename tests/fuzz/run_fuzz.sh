@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# Runs the libFuzzer targets: run_fuzz.sh FUZZ_BUILD_DIR SECONDS
+# Runs the libFuzzer targets: run_fuzz.sh FUZZ_BUILD_DIR SECONDS [TESSERA]
 # Each target gets SECONDS: fuzz_onnx_import (ONNX bytes through the
 # importer and compiler), fuzz_executable_load (Executable bytes through
 # the loader, then a run) and fuzz_daemon_request (a client's bytes through
 # tesserad's framing, decoding and validation). Corpora live in FUZZ_BUILD_DIR/corpus-<target>
 # (seeded with small models) and grow across runs; crashes are written to
 # FUZZ_BUILD_DIR/crashes/.
+# TESSERA is the CLI that compiles the Executable seeds (default: the main
+# build's, build/bin/tessera): the Executable format is the same in every
+# build, so the fuzz build need not build the CLI too.
 set -euo pipefail
 build=${1:?fuzz build dir}
 seconds=${2:-30}
+tessera=${3:-build/bin/tessera}
+if [ ! -x "$tessera" ]; then
+  echo "run_fuzz.sh: no tessera CLI at $tessera to compile the Executable seeds (make build first)" >&2
+  exit 1
+fi
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$build/crashes"
 /usr/bin/python3 "$here/make_seeds.py" "$build/seeds"
@@ -18,7 +26,7 @@ mkdir -p "$build/seeds-tsx"
 for f in "$build"/seeds/*.onnx; do
   for veus in 1 2 3; do
     for policy in wavefront critical-path; do
-      "$build/bin/tessera" compile "$f" -o "$build/seeds-tsx/$(basename "$f" .onnx)-$veus-$policy.tsx" \
+      "$tessera" compile "$f" -o "$build/seeds-tsx/$(basename "$f" .onnx)-$veus-$policy.tsx" \
         --veus "$veus" --policy "$policy" --no-profile --quiet 2>/dev/null || true
     done
   done
