@@ -167,7 +167,9 @@ struct SessionOptions {
   // CPU cores (PU indexes in the host map) for the vEUs; empty: the
   // Runtime's next free ones. Explicit cores may overlap other sessions'.
   std::vector<int> cores = {};
-  // Pin vEU i to cores[i] (and the thread that runs vEU 0 to cores[0]).
+  // Pin vEU i to cores[i] (and the thread that runs vEU 0 to cores[0];
+  // the thread that opened the session gets its affinity back when the
+  // last session it opened is destroyed on it: docs/api.md).
   bool pin = true;
   // Plan executor on several vEUs: a run may go on the calling thread
   // alone (the Plan's rTasks, in an order its waits allow: the same bits)

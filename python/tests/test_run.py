@@ -1,5 +1,6 @@
 """Every zoo model through Python against PyTorch's outputs; zero copies in
 and out; outputs into caller memory; async submits; two threads at once."""
+import os
 import sys
 import threading
 import time
@@ -227,3 +228,24 @@ def test_adapt_off_keeps_every_run_on_the_plan(rt, quick):
         got = s.run(feeds)["output"]
         assert s.last_breakdown["alone"] is False
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: pinning to it changes nothing")
+def test_the_thread_that_opens_a_session_gets_its_affinity_back(rt, quick):
+    # Threads and processes started after the session is gone (a DataLoader's
+    # workers, PyTorch's pool) must not be confined to one core.
+    def body(seen):
+        before = os.sched_getaffinity(0)
+        m = rt.compile(zoo("mlp.onnx"), **quick)
+        s = m.session(veus=2)
+        s.run(load("mlp.inputs.npz"))
+        seen["during"] = os.sched_getaffinity(0)
+        del s
+        seen["before"], seen["after"] = before, os.sched_getaffinity(0)
+
+    seen = {}
+    th = threading.Thread(target=body, args=(seen,))  # a thread of its own: the test's mask is left alone
+    th.start()
+    th.join()
+    assert len(seen["during"]) == 1, seen
+    assert seen["after"] == seen["before"], seen

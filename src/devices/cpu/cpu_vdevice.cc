@@ -27,6 +27,13 @@ constexpr int kParkSpins = 100000;
 // not a thread id kept by the device: ids of finished threads are reused.
 thread_local int caller_slot = -1;
 
+// The affinity this thread had before a device it constructed first pinned
+// it, and how many pinning devices it constructed are alive: the last one
+// destroyed on this thread gives the mask back.
+thread_local int constructed_alive = 0;
+thread_local cpu_set_t mask_before;
+thread_local bool mask_saved = false;
+
 bool shares_a_slot(std::vector<int> slots) {
   std::sort(slots.begin(), slots.end());
   return std::adjacent_find(slots.begin(), slots.end()) != slots.end();
@@ -54,6 +61,11 @@ CpuVDevice::CpuVDevice(int veus, size_t scratch_bytes, bool pin, std::vector<int
       worker_main(u);
     });
   cpu_kernels_thread_init();
+  if (pin_) {
+    if (constructed_alive++ == 0)
+      mask_saved = pthread_getaffinity_np(pthread_self(), sizeof mask_before, &mask_before) == 0;
+    creator_ = pthread_self();
+  }
   pin_caller();  // the usual caller, so that its runs make no system call
 }
 
@@ -69,6 +81,13 @@ CpuVDevice::~CpuVDevice() {
   wake_.publish();
   for (auto& t : threads_) t.join();
   aligned_free64(scratch_);
+  // A library leaves its caller's thread as it found it: threads and
+  // processes it starts later inherit that mask.
+  if (pin_ && pthread_equal(creator_, pthread_self()) && --constructed_alive == 0) {
+    if (mask_saved) pthread_setaffinity_np(pthread_self(), sizeof mask_before, &mask_before);
+    mask_saved = false;
+    caller_slot = -1;
+  }
 }
 
 void CpuVDevice::worker_main(int veu) {

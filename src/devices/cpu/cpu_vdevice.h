@@ -8,7 +8,10 @@
 // may place it on a worker's PU, where it shares the core with a spinning
 // worker for milliseconds (char_lm: runs of 8 ms instead of 0.03). That
 // first run from a thread other than the constructing one is the only run
-// that makes a system call. A run publishes the run (one generation bump,
+// that makes a system call. The constructing thread gets the affinity it
+// had back when the last pinning device it constructed is destroyed on
+// it (threads it starts meanwhile inherit vEU 0's slot); other threads a
+// run pinned stay pinned. A run publishes the run (one generation bump,
 // plus one futex wake only if some worker has parked), then every vEU
 // walks its own instruction list:
 //   run     call the rTask with its resolved arguments and this vEU's scratch
@@ -33,6 +36,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <pthread.h>
 #include <thread>
 #include <vector>
 
@@ -54,8 +58,10 @@ class CpuVDevice {
   // `pin`: pin worker vEU i to PU slot slots[i] of the topology order (one
   // PU per core first; topology/cpu_topology.h; empty `slots`: slot i),
   // and the constructing thread and each thread that calls run() to vEU
-  // 0's slot (their affinity stays so; a thread that runs devices on other
-  // slots by turns is pinned again, a system call, when it changes device).
+  // 0's slot (their affinity stays so, the constructing thread's until the
+  // last pinning device it constructed is destroyed on it; a thread that
+  // runs devices on other slots by turns is pinned again, a system call,
+  // when it changes device).
   // `scratch_bytes` per vEU.
   CpuVDevice(int veus, size_t scratch_bytes, bool pin, std::vector<int> slots = {});
   const std::vector<int>& slots() const { return slots_; }
@@ -91,6 +97,7 @@ class CpuVDevice {
   const std::vector<int> slots_;
   const bool oversubscribed_;
   const bool pin_;
+  pthread_t creator_{};  // the constructing thread, with pin_: given its mask back on destruction
   std::vector<std::thread> threads_;
   std::unique_ptr<Counter[]> counters_;
   void* scratch_ = nullptr;

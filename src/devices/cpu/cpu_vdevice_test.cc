@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <thread>
 
 namespace tessera {
@@ -42,6 +43,35 @@ TEST(CpuVDevice, PinsEachCallingThreadToTheFirstPu) {
       th.join();
     }
   }
+}
+
+// A library leaves the thread that constructs it as it found it: pinned
+// while a pinning device it made lives, its own mask back once the last
+// one is gone, so that threads and processes it starts later are not
+// confined to one PU.
+TEST(CpuVDevice, GivesTheConstructingThreadItsAffinityBack) {
+  const CpuTopology& t = cpu_topology();
+  if (t.pu_order.size() < 2) GTEST_SKIP() << "one PU: pinning to it leaves the mask as it was";
+  std::thread th([&] {
+    cpu_set_t before, now;
+    ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof before, &before), 0);
+    ASSERT_GT(CPU_COUNT(&before), 1);
+    auto first = std::make_unique<CpuVDevice>(2, 64, true);
+    auto second = std::make_unique<CpuVDevice>(2, 64, true);
+    ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof now, &now), 0);
+    EXPECT_EQ(CPU_COUNT(&now), 1);
+    first.reset();
+    ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof now, &now), 0);
+    EXPECT_EQ(CPU_COUNT(&now), 1) << "a pinning device it made is still alive";
+    second.reset();
+    ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof now, &now), 0);
+    EXPECT_TRUE(CPU_EQUAL(&before, &now));
+    CpuVDevice third(2, 64, true);  // and pinned again by the next one
+    ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof now, &now), 0);
+    EXPECT_EQ(CPU_COUNT(&now), 1);
+    EXPECT_TRUE(CPU_ISSET(t.pu_order[0], &now));
+  });
+  th.join();
 }
 
 // One rTask per call of `f`, whatever the task index.
