@@ -249,3 +249,17 @@ def test_the_thread_that_opens_a_session_gets_its_affinity_back(rt, quick):
     th.join()
     assert len(seen["during"]) == 1, seen
     assert seen["after"] == seen["before"], seen
+
+
+@pytest.mark.parametrize("executor", ["sequential", "two-layer"])
+def test_every_executor_writes_outputs_into_python_memory_alone(rt, quick, executor):
+    # Python takes outputs in memory of its own each run; on the sequential
+    # executors values made before the output share its arena bytes, and
+    # must stay there (they were once written past the output's buffer).
+    inputs = load("resnet18.inputs.npz")
+    want = load("resnet18.outputs.npz")
+    s = rt.compile(zoo("resnet18.onnx"), **quick).session(veus=2, executor=executor)
+    for _ in range(3):
+        outs = s.run(inputs)
+        for k, v in outs.items():
+            assert rel_l2(v, want[k]) <= 1e-4, (executor, k, rel_l2(v, want[k]))

@@ -263,19 +263,28 @@ Status Engine::bind(int slot, const Value* v, void* data) {
   const size_t align = std::max<size_t>(1, dtype_size(v->dtype));
   if (data != nullptr && reinterpret_cast<uintptr_t>(data) % align != 0)
     return invalid_argument(str_cat("memory bound to '", v->name, "' is not aligned to its ", align, "-byte elements"));
-  // Every argument pointer into the value's bytes, found once per slot.
+  // Every argument that is this value, or an in-place Concat part of it,
+  // found once per slot. By slot, not by address: values whose lifetimes
+  // do not overlap this one's may share its bytes in the arena (the
+  // sequential memory plan gives an output's bytes to values made before
+  // it), and those stay in the arena.
   auto [it, fresh] = refs_.try_emplace(slot);
   if (fresh) {
-    const uintptr_t lo = reinterpret_cast<uintptr_t>(arena_) + s.offset, hi = lo + s.bytes;
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(arena_) + s.offset;
+    auto part_of_value = [&](int k) {
+      if (k == slot) return true;
+      if (k < 0) return false;
+      auto a = program_->aliases.find(program_->slots[static_cast<size_t>(k)].value);
+      return a != program_->aliases.end() && a->second.base == v;
+    };
     for (size_t k = 0; k < arena_args_.in.size(); ++k) {
-      for (size_t j = 0; j < arena_args_.in[k].size(); ++j) {
-        const uintptr_t p = reinterpret_cast<uintptr_t>(arena_args_.in[k][j]);
-        if (p >= lo && p < hi) it->second.push_back({k, j, false, p - lo});
-      }
-      for (size_t j = 0; j < arena_args_.out[k].size(); ++j) {
-        const uintptr_t p = reinterpret_cast<uintptr_t>(arena_args_.out[k][j]);
-        if (p >= lo && p < hi) it->second.push_back({k, j, true, p - lo});
-      }
+      const Step& st = program_->steps[k];
+      for (size_t j = 0; j < arena_args_.in[k].size(); ++j)
+        if (part_of_value(st.inputs[j]))
+          it->second.push_back({k, j, false, reinterpret_cast<uintptr_t>(arena_args_.in[k][j]) - lo});
+      for (size_t j = 0; j < arena_args_.out[k].size(); ++j)
+        if (part_of_value(st.outputs[j]))
+          it->second.push_back({k, j, true, reinterpret_cast<uintptr_t>(arena_args_.out[k][j]) - lo});
     }
   }
   char* base = data != nullptr ? static_cast<char*>(data) : static_cast<char*>(arena_) + s.offset;
