@@ -6,17 +6,21 @@ Systems: Tessera's Plan executor with every vEU it is given (policy auto:
 it may keep a Plan on fewer when that ran faster), Tessera's 1-vEU Plan,
 Tessera's two-layer executor, ONNX Runtime 1.20 (npm onnxruntime-node, 2
 intra-op threads, all graph optimizations) and PyTorch (Debian, 2
-threads). Each round runs every system for a batch of iterations after a
-warm-up; rounds repeat, and medians and 90th percentiles are taken over all
-timed iterations. A system's tail is judged by the p90/median of each of
-its batches (the median over rounds): the host moves between states that
-last seconds, so the p90 of every round pooled mostly says which system
-a slow state fell on; the pooled p90s are printed too. Prints a table of
-medians, p90s and ratios (to ONNX Runtime, to the 1-vEU Plan, predicted
-to measured) and writes the section of bench/RESULTS.md for this host's
-shape (the host map's digest), keeping the sections of other host shapes.
+threads). Each system is a process kept alive for the whole workload
+(Tessera through its Python module, bench/tessera_server.py; ONNX Runtime
+in node, bench/models/ort_run.js; PyTorch in this process). Each round
+runs every system, in an order that rotates from round to round, for a
+batch of about --batch-ms after a warm-up, with a pause after each batch
+for spinning threads to park. The host moves between states that last
+seconds; batches a fraction of a second long, alternating, put every
+system in the same states, so medians and 90th percentiles are taken over
+all timed runs pooled, and a system's tail is its pooled p90/median.
+Prints a table of medians, p90s and ratios (to ONNX Runtime, to the 1-vEU
+Plan, predicted to measured) and writes the section of bench/RESULTS.md
+for this host's shape (the host map's digest), keeping the sections of
+other host shapes.
 
-Usage: /usr/bin/python3 bench/run_bench.py [--rounds N] [--iters N]
+Usage: /usr/bin/python3 bench/run_bench.py [--rounds N] [--batch-ms MS]
            [--only W,...] [--unseen] [--quick] [--out bench/RESULTS.md]
 """
 import argparse
@@ -43,10 +47,15 @@ SCHEDULING = ("add_chain", "add_chains8")  # microbenchmarks of scheduling overh
 # measured (zoo models), and Tessera's p90/median against ONNX Runtime's.
 MAX_PLAN_OVER_ONE_VEU = 1.02
 MAX_PREDICTION_ERROR = 0.20
-# A batch of a short run is at least this long (more iterations, up to
-# MAX_ITERS_FACTOR times --iters).
-BATCH_MS = 10
-MAX_ITERS_FACTOR = 50
+# Every batch has at least MIN_ITERS timed runs and at most MAX_ITERS
+# (about --batch-ms of them in between), after a quarter as many untimed
+# (at least 2: the other systems ran in between).
+MIN_ITERS = 3
+MAX_ITERS = 5000
+# After each batch: ONNX Runtime's pool spun on for about 10 ms after its
+# last run, and PyTorch's OpenMP threads and Tessera's vEUs spin too
+# before they park; a batch that began sooner shared its cores with them.
+GAP_S = 0.05
 TARGETS = {  # the targeted median time as a ratio to ONNX Runtime
     "add_chain": 0.15, "add_chains8": 0.15, "bert_tiny": 0.5, "lstm_tc": 0.8, "nasnet_like": 0.7,
     "resnet18": 1.0, "mobilenet_v2": 1.0,
@@ -135,17 +144,52 @@ def p90(v):
     return float(np.percentile(v, 90))
 
 
-def tail(batches):
-    """p90/median of each batch, the median over batches: a system's own
-    tail, apart from the host's moves between batches."""
-    return statistics.median(p90(b) / statistics.median(b) for b in batches)
+class Server:
+    """A system kept alive for a workload, in a process of its own: one
+    batch per request ("WARMUP ITERS" on its stdin, {"ms": [...]} back)."""
+
+    def __init__(self, name, argv, env=None):
+        self.name = name
+        self.err = tempfile.TemporaryFile(mode="w+")
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, text=True,
+                                  env=env)
+        self.hello = self._reply()
+
+    def _reply(self):
+        line = self.p.stdout.readline()
+        if not line:
+            self.p.wait()
+            self.err.seek(0)
+            raise RuntimeError(f"{self.name} stopped (exit status {self.p.returncode}): "
+                               f"{self.err.read().strip()[-2000:]}")
+        return json.loads(line)
+
+    def times(self, warmup, iters):
+        self.p.stdin.write(f"{warmup} {iters}\n")
+        self.p.stdin.flush()
+        return self._reply()["ms"]
+
+    def kill(self):
+        """Ends the process (by its pid): stdin closed, then a kill if it lingers."""
+        try:
+            self.p.stdin.close()
+            self.p.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.p.kill()
+            self.p.wait()
+        self.err.close()
 
 
-def ort_times(node_dir, model, input_dir, iters, warmup, threads):
+def tessera_server(build, model, npz, veus, executor="plan", fuse=True):
+    return Server(f"tessera ({executor}, {veus} vEUs{'' if fuse else ', unfused'})",
+                  [sys.executable, os.path.join(HERE, "tessera_server.py"), "--build", build, model, npz,
+                   "--veus", str(veus), "--executor", executor] + ([] if fuse else ["--no-fuse"]))
+
+
+def ort_server(node_dir, model, input_dir, threads):
     env = dict(os.environ, NODE_PATH=os.path.join(node_dir, "node_modules"))
-    out = subprocess.run(["node", os.path.join(HERE, "models", "ort_run.js"), model, input_dir, str(iters),
-                          str(warmup), str(threads)], check=True, capture_output=True, text=True, env=env)
-    return json.loads(out.stdout)["ms"]
+    return Server("ONNX Runtime", ["node", os.path.join(HERE, "models", "ort_run.js"), model, input_dir,
+                                   str(threads)], env)
 
 
 class Torch:
@@ -161,8 +205,12 @@ class Torch:
         self.model.eval()
         self.torch = torch
 
-    def times(self, inputs, iters, warmup):
-        args = tuple(self.torch.from_numpy(v) for v in inputs)
+    def bind(self, inputs):
+        self.args = tuple(self.torch.from_numpy(v) for v in inputs)
+        return self
+
+    def times(self, warmup, iters):
+        args = self.args
         ms = []
         with self.torch.no_grad():
             for i in range(warmup + iters):
@@ -192,20 +240,41 @@ def input_names(onnx_path):
     return [i.name for i in m.graph.input if i.name not in inits]
 
 
+def measure(w, systems, a, quiet):
+    """Rounds of one batch per system, in an order that rotates: each
+    system's timed runs per batch, and its batches."""
+    # Each system's batch lasts about --batch-ms, by its own probe.
+    iters = {}
+    for name, sys_ in systems.items():
+        t = statistics.median(sys_.times(2, MIN_ITERS))
+        iters[name] = min(max(MIN_ITERS, math.ceil(a.batch_ms / max(t, 1e-3))), MAX_ITERS)
+        time.sleep(GAP_S)
+    batches = {name: [] for name in systems}
+    order = list(systems)
+    for r in range(a.rounds):
+        print(f"bench: {w} round {r + 1}/{a.rounds}", file=sys.stderr)
+        quiet(f"{w} round {r + 1}")
+        for name in order[r % len(order):] + order[:r % len(order)]:
+            n = iters[name]
+            batches[name].append(systems[name].times(max(2, n // 4), n))
+            time.sleep(GAP_S)
+    return batches, iters
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--node-dir", default=os.path.join(ROOT, "build", "bench"))
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--iters", type=int, default=20, help="timed iterations per system per round")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--batch-ms", type=float, default=100, help="timed length of each system's batch in a round")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default="")
     ap.add_argument("--unseen", action="store_true", help="also the unseen-kind models (geometric mean)")
-    ap.add_argument("--quick", action="store_true", help="2 rounds of 5 iterations: a smoke test, not a measurement")
+    ap.add_argument("--quick", action="store_true", help="2 rounds of 20 ms batches: a smoke test, not a measurement")
     ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
     a = ap.parse_args()
     if a.quick:
-        a.rounds, a.iters = 2, 5
+        a.rounds, a.batch_ms = 2, 20
     tessera = os.path.join(a.build, "bin", "tessera")
     if not os.path.isdir(os.path.join(a.node_dir, "node_modules", "onnxruntime-node")):
         print(f"bench: onnxruntime-node is not installed under {a.node_dir}: run `make bench-deps` "
@@ -214,14 +283,26 @@ def main():
     if not os.path.exists(tessera):
         print(f"bench: {tessera} is missing: run `make build`", file=sys.stderr)
         return 2
+    if not os.path.isdir(os.path.join(a.build, "python", "tessera")):
+        print(f"bench: Tessera's Python module is missing under {a.build}/python: run `make build`", file=sys.stderr)
+        return 2
     names = [w for w in a.only.split(",") if w] or WORKLOADS + (UNSEEN if a.unseen else [])
-    systems = ["tessera-plan", "tessera-1veu", "tessera-two-layer", "onnxruntime", "pytorch"]
     maps = [host_map(tessera)]
     results, spread, plans = {}, {}, {}
     waits, busy_rounds = [], []
     batch_iters = {}
     unfused = {}
     tmp = tempfile.mkdtemp(prefix="tessera-bench-")
+
+    def quiet(what):
+        # Every round starts on a quiet host: a neighbour or hypervisor that
+        # takes a share of our PUs skews whoever runs then.
+        waited = wait_quiet(tessera)
+        if waited is None:
+            busy_rounds.append(what)
+        elif waited > 0.5:
+            waits.append(waited)
+
     for w in names:
         zoo = os.path.join(a.build, "zoo" if w in make_zoo.MODELS else "zoo-extra")
         model, npz = os.path.join(zoo, w + ".onnx"), os.path.join(zoo, w + ".inputs.npz")
@@ -231,55 +312,40 @@ def main():
         in_dir = os.path.join(tmp, w)
         os.makedirs(in_dir)
         arrays = write_inputs(npz, input_names(model), in_dir)
-        torch_model = Torch(w, a.threads)
-        batches = {s: [] for s in systems}
-        predicted = []
-        # A probe run, untimed: it also makes the plan choice, so that no
-        # round pays for it. Short runs get more iterations, so that every
-        # batch lasts about BATCH_MS and a 20 us model's median is not one
-        # moment's noise.
-        probe, _ = tessera_run(tessera, model, npz, a.iters, 2, "plan", a.threads)
-        iters = min(max(a.iters, math.ceil(BATCH_MS / max(statistics.median(probe), 1e-3))), MAX_ITERS_FACTOR * a.iters)
-        batch_iters[w] = iters
-        warm = max(2, iters // 4)
-        def quiet(what):
-            # Every system's batch starts on a quiet host: a neighbour or
-            # hypervisor that takes a share of our PUs skews whoever runs then.
-            waited = wait_quiet(tessera)
-            if waited is None:
-                busy_rounds.append(what)
-            elif waited > 0.5:
-                waits.append(waited)
-
-        for r in range(a.rounds):
-            print(f"bench: {w} round {r + 1}/{a.rounds}", file=sys.stderr)
-            quiet(f"{w} round {r + 1}")
-            ms, j = tessera_run(tessera, model, npz, iters, warm, "plan", a.threads)
-            batches["tessera-plan"].append(ms)
-            predicted.append(j["plan"]["predicted_ms"])
-            plans[w] = j["plan"]
-            quiet(f"{w} round {r + 1}")
-            batches["onnxruntime"].append(ort_times(a.node_dir, model, in_dir, iters, warm, a.threads))
-            quiet(f"{w} round {r + 1}")
-            batches["tessera-1veu"].append(tessera_times(tessera, model, npz, iters, warm, "plan", 1))
-            quiet(f"{w} round {r + 1}")
-            batches["tessera-two-layer"].append(tessera_times(tessera, model, npz, iters, warm, "two-layer", a.threads))
-            quiet(f"{w} round {r + 1}")
-            batches["pytorch"].append(torch_model.times(arrays, iters, warm))
+        print(f"bench: {w}: starting the systems", file=sys.stderr)
+        systems = {}
+        try:
+            # One at a time: the Plan's session times its candidates when it
+            # opens (policy auto), and must not share the cores while it does.
+            systems["tessera-plan"] = tessera_server(a.build, model, npz, a.threads)
+            systems["onnxruntime"] = ort_server(a.node_dir, model, in_dir, a.threads)
+            systems["tessera-1veu"] = tessera_server(a.build, model, npz, 1)
+            systems["tessera-two-layer"] = tessera_server(a.build, model, npz, a.threads, "two-layer")
+            systems["pytorch"] = Torch(w, a.threads).bind(arrays)
             if w in SCHEDULING:  # the same chains with fusion off: scheduling alone
-                unfused.setdefault(w, []).extend(
-                    tessera_times(tessera, model, npz, iters, warm, "plan", a.threads, ["--no-fuse"]))
-        times = {s: [x for b in v for x in b] for s, v in batches.items()}
-        results[w] = {s: statistics.median(v) for s, v in times.items()}
-        results[w]["predicted"] = statistics.median(predicted)
-        spread[w] = {s: {"batch": tail(batches[s]), "pooled": p90(v) / statistics.median(v)} for s, v in times.items()}
+                systems["unfused"] = tessera_server(a.build, model, npz, a.threads, fuse=False)
+            batches, iters = measure(w, systems, a, quiet)
+        except RuntimeError as e:
+            print(f"bench: {w}: {e}", file=sys.stderr)
+            return 1
+        finally:
+            for sys_ in systems.values():
+                if isinstance(sys_, Server):
+                    sys_.kill()
+        plans[w] = systems["tessera-plan"].hello["plan"]
+        batch_iters[w] = iters
+        if "unfused" in batches:
+            unfused[w] = [x for b in batches.pop("unfused") for x in b]
+        times = {name: [x for b in v for x in b] for name, v in batches.items()}
+        results[w] = {name: statistics.median(v) for name, v in times.items()}
+        results[w]["predicted"] = plans[w]["predicted_ms"]
+        spread[w] = {name: p90(v) / statistics.median(v) for name, v in times.items()}
     maps.append(host_map(tessera))
-    table, summary = report(results, spread, plans, unfused, overhead(tessera, tmp, a.threads, a.rounds, a.iters))
-    more = [f"{w} {n}" for w, n in batch_iters.items() if n > a.iters]
-    if more:
-        summary += f"\nTimed iterations per batch where a run is short: {', '.join(more)}.\n"
-    summary += (f"\nBefore each system's batch the host had to let every PU run at full speed at once (`tessera "
-                f"topo --gauge`): {len(waits)} batches waited for it ({sum(waits):.0f} s in all); "
+    table, summary = report(results, spread, plans, unfused, overhead(tessera, tmp, a.threads, 5, 20))
+    summary += ("\nTimed runs per batch (plan, ONNX Runtime): " +
+                ", ".join(f"{w} {n['tessera-plan']}, {n['onnxruntime']}" for w, n in batch_iters.items()) + ".\n")
+    summary += (f"\nBefore each round the host had to let every PU run at full speed at once (`tessera "
+                f"topo --gauge`): {len(waits)} rounds waited for it ({sum(waits):.0f} s in all); "
                 f"{len(busy_rounds)} ran on a busy host after 60 s" +
                 (f" ({', '.join(busy_rounds)})" if busy_rounds else "") + ".\n")
     print(table + summary)
@@ -298,15 +364,14 @@ def verdicts(w, r, sp):
     err = r["predicted"] / r["tessera-plan"] - 1
     if w in WORKLOADS and abs(err) > MAX_PREDICTION_ERROR:
         missed.append(f"predicted {err:+.0%}")
-    if sp["tessera-plan"]["batch"] > sp["onnxruntime"]["batch"]:
-        missed.append(f"p90/median {sp['tessera-plan']['batch']:.2f} > ORT's {sp['onnxruntime']['batch']:.2f}")
+    if sp["tessera-plan"] > sp["onnxruntime"]:
+        missed.append(f"p90/median {sp['tessera-plan']:.2f} > ORT's {sp['onnxruntime']:.2f}")
     return missed
 
 
 def report(results, spread, plans, unfused, ov):
     cols = ["plan ms (p90)", "vEUs", "1-vEU ms", "two-layer ms", "ORT ms (p90)", "PyTorch ms", "plan / ORT",
-            "plan / 1-vEU", "predicted / measured", "p90/med plan, batch (pooled)", "p90/med ORT, batch (pooled)",
-            "target"]
+            "plan / 1-vEU", "predicted / measured", "p90/med plan", "p90/med ORT", "target"]
     lines = ["| workload | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 1)]
     geo, missed_by = [], {}
     for w, r in results.items():
@@ -320,13 +385,12 @@ def report(results, spread, plans, unfused, ov):
         plan = plans[w]
         veus = f"{plan['veus']} of {plan['requested_veus']}"
         lines.append(
-            f"| {w} | {r['tessera-plan']:.3f} ({r['tessera-plan'] * sp['tessera-plan']['pooled']:.3f}) | {veus} | "
+            f"| {w} | {r['tessera-plan']:.3f} ({r['tessera-plan'] * sp['tessera-plan']:.3f}) | {veus} | "
             f"{r['tessera-1veu']:.3f} | {r['tessera-two-layer']:.3f} | "
-            f"{ort:.3f} ({ort * sp['onnxruntime']['pooled']:.3f}) | "
+            f"{ort:.3f} ({ort * sp['onnxruntime']:.3f}) | "
             f"{r['pytorch']:.3f} | {ratio:.3f} | {r['tessera-plan'] / r['tessera-1veu']:.3f} | "
             f"{r['predicted'] / r['tessera-plan']:.2f} | "
-            f"{sp['tessera-plan']['batch']:.2f} ({sp['tessera-plan']['pooled']:.2f}) | "
-            f"{sp['onnxruntime']['batch']:.2f} ({sp['onnxruntime']['pooled']:.2f}) | {verdict} |")
+            f"{sp['tessera-plan']:.2f} | {sp['onnxruntime']:.2f} | {verdict} |")
     summary = ""
     for w, m in missed_by.items():
         if m and (w in TARGETS and results[w]["tessera-plan"] / results[w]["onnxruntime"] > TARGETS[w]):
@@ -335,8 +399,7 @@ def report(results, spread, plans, unfused, ov):
     if p90_missed:
         summary += (f"\np90/median above ONNX Runtime's: {', '.join(p90_missed)}; why a static Plan's tail is longer "
                     "on a host that stops vCPUs or slows one: docs/notes/2026-11-25-changing-hosts.md, \"Why 2-vEU "
-                    "Plans lose\", item 4, and docs/notes/2026-11-26-stalled-moments-and-tails.md, \"A system's tail, "
-                    "per batch\".\n")
+                    "Plans lose\", item 4, and docs/notes/2026-11-26-stalled-moments-and-tails.md.\n")
     if geo:
         gm = float(np.exp(np.mean(np.log(geo))))
         summary += (f"\nUnseen models: geometric mean of plan/ORT {gm:.3f} (target ≤ 0.8), worst {max(geo):.3f} "
@@ -397,10 +460,12 @@ def write_results(a, tessera, maps, table, summary):
                  "end:\n\n" + host_text(last))
     section = (f"## Host {shape}\n\nMeasured {datetime.date.today().isoformat()} on {cpu}, {os.cpu_count()} vCPUs, "
                f"{platform.platform()}; {a.threads} threads for every system (Tessera's 1-vEU Plan: 1); {a.rounds} "
-               f"interleaved rounds x at least {a.iters} timed iterations each (a short run gets enough for a batch of "
-               f"about {BATCH_MS} ms); medians and p90s of compute time (inputs "
-               f"already bound); p90/median within each batch, the median over rounds, and in brackets of all "
-               f"rounds pooled. Host map at the start (`tessera topo`):\n\n{host_text(first)}{moved}\n"
+               f"rounds; in each, every system, a process kept alive for the workload, runs a batch of about "
+               f"{a.batch_ms:.0f} ms (at least {MIN_ITERS} timed runs, after a quarter as many untimed), in an order "
+               f"that rotates from round to round; medians and p90s of compute time over all timed runs (inputs "
+               f"already bound), and a system's tail as p90/median of them all: alternating batches a fraction of a "
+               f"second long, every system met the host's states alike. Host map at the start (`tessera "
+               f"topo`):\n\n{host_text(first)}{moved}\n"
                f"{table}\n{summary}")
     write_section(a.out, shape, section)
 
