@@ -287,6 +287,11 @@ def main():
         print(f"bench: Tessera's Python module is missing under {a.build}/python: run `make build`", file=sys.stderr)
         return 2
     names = [w for w in a.only.split(",") if w] or WORKLOADS + (UNSEEN if a.unseen else [])
+    unknown = [w for w in names if w not in make_zoo.MODELS and w not in make_zoo.EXTRA]
+    if unknown:
+        print(f"bench: no workload named {', '.join(unknown)} (workloads: {', '.join(WORKLOADS + UNSEEN)})",
+              file=sys.stderr)
+        return 2
     maps = [host_map(tessera)]
     results, spread, plans = {}, {}, {}
     waits, busy_rounds = [], []
