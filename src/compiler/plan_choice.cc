@@ -36,8 +36,8 @@ namespace fs = std::filesystem;
 // (a 20 us Plan timed 40 times a round moved by more than the tie margin).
 constexpr int kTracedRuns = 3;
 constexpr int kTimingRounds = 3;
-constexpr double kRoundMs = 25;
-constexpr int kMinRuns = 3, kMaxRuns = 2000;
+constexpr double kRoundMs = kPlanChoiceRoundMs;
+constexpr int kMinRuns = kPlanChoiceMinRuns, kMaxRuns = 2000;
 // An in-run ratio outside these bounds is taken as noise of the clock
 // around a tiny rTask.
 constexpr double kMinRatio = 0.25, kMaxRatio = 8;
@@ -61,6 +61,11 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Runs per timed batch: about kRoundMs of a run that measured `run_us`.
+int runs_per_round(double run_us) {
+  return std::clamp(static_cast<int>(kRoundMs * 1e3 / std::max(run_us, 1.0)), kMinRuns, kMaxRuns);
 }
 
 struct Candidate {
@@ -399,9 +404,12 @@ Result<std::vector<double>> time_interleaved(Planner& planner, Program& p, const
 Result<bool> still_holds(Planner& planner, Program& p, const CompileConfig& o, Candidate& chosen,
                          const std::vector<double>& timeline, int n) {
   TESSERA_ASSIGN_OR_RETURN(Candidate other, planner.build(chosen.veus > 1 ? 1 : n, Policy::kAuto, nullptr, false));
-  const double fastest_ms = std::min(chosen.plan.predicted_us, other.plan.predicted_us) / 1e3;
-  const int runs = std::clamp(static_cast<int>(kRoundMs / std::max(fastest_ms, 1e-3)), kMinRuns, kMaxRuns);
   bool contended = false;
+  planner.install(chosen);
+  Result<PlanTiming> probe = o.plan_runner(p, 1, kMinRuns, false);
+  planner.uninstall(chosen);
+  if (!probe.ok()) return probe.status().with_context("timing the cached Plan");
+  const int runs = runs_per_round(median(probe->run_us));
   std::vector<Candidate*> timed = {&chosen};
   if (!other.idles_a_veu()) timed.push_back(&other);  // else the 1-vEU Plan's work on more threads
   TESSERA_ASSIGN_OR_RETURN(std::vector<double> m, time_interleaved(planner, p, o, timed, 2, runs, &contended));
@@ -428,6 +436,7 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
   // 1. A candidate per vEU count, run traced: its in-run ratios.
   std::vector<Candidate> cands;
   std::map<int, std::vector<double>> ratios;
+  std::vector<double> traced_us;  // each one's median traced run
   bool contended = false;
   for (int u : counts) {
     TESSERA_ASSIGN_OR_RETURN(Candidate c, planner.build(u, Policy::kAuto, nullptr, cands.empty()));
@@ -438,6 +447,7 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
     if (!t.ok()) return t.status().with_context("measuring candidate Plans");
     contended = contended || t->contended;
     ratios[u] = planner.in_run_ratios(c, *t);
+    traced_us.push_back(median(t->run_us));
     cands.push_back(std::move(c));
   }
   // 2. Planned again with the in-run costs; and, where the map charges
@@ -460,9 +470,9 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
       add(std::move(c));
     }
   // 3. Timed in interleaved rounds.
-  double fastest_ms = 1e300;
-  for (const Candidate& c : cands) fastest_ms = std::min(fastest_ms, c.plan.predicted_us / 1e3);
-  const int runs = std::clamp(static_cast<int>(kRoundMs / std::max(fastest_ms, 1e-3)), kMinRuns, kMaxRuns);
+  double fastest_us = 1e300;
+  for (const double us : traced_us) fastest_us = std::min(fastest_us, us);
+  const int runs = runs_per_round(fastest_us);
   std::vector<Candidate*> all;
   for (Candidate& c : cands) all.push_back(&c);
   std::vector<double> stalled;

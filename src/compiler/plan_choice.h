@@ -59,6 +59,13 @@ class Profiler;
 inline constexpr size_t kMaxCandidateCounts = 5;
 std::vector<int> candidate_veus(int n);
 
+// Candidates are timed in interleaved rounds, each candidate's batch
+// about this long (at least kPlanChoiceMinRuns runs), sized from runs
+// measured on this host, never from the prediction: a build or a host
+// slower than the profile would otherwise time batches many times as long.
+inline constexpr double kPlanChoiceRoundMs = 25;
+inline constexpr int kPlanChoiceMinRuns = 3;
+
 // Builds and installs the Program's Plan for options.schedule.veus vEUs:
 // its ops (variants chosen), Plan, per-step costs, memory plan and slots.
 // `prof` costs rTasks by measurement (null: the analytic model). Measures

@@ -37,6 +37,7 @@ struct FakeRunner {
   double stall_slow = 1;
   int calls = 0, stalled_calls = 0;
   std::set<int> veus_run;  // the vEU counts of the Plans it ran
+  std::vector<std::pair<int, double>> timed_batches;  // untraced calls: runs, one run's µs
   PlanRunner runner() {
     return [this](const Program& p, int, int runs, bool trace) -> Result<PlanTiming> {
       ++calls;
@@ -53,6 +54,7 @@ struct FakeRunner {
       TESSERA_RETURN_IF_ERROR(plan_repredict(p, cost, nullptr, &truth));
       PlanTiming t;
       t.run_us.assign(static_cast<size_t>(runs), truth.predicted_us);
+      if (!trace) timed_batches.emplace_back(runs, truth.predicted_us);
       if (trace)
         for (const TaskPlacement& pl : truth.placements) t.task_us.push_back(pl.end_us - pl.start_us);
       t.contended = contended;
@@ -117,7 +119,7 @@ TEST_F(PlanChoice, FastestWinsIsCachedAndRebuiltWithoutMeasuring) {
   EXPECT_EQ((*again)->plan->veus, 2);
   EXPECT_EQ((*again)->plan->measured_us, plan.measured_us);
   EXPECT_EQ((*again)->plan->predicted_us, plan.predicted_us);
-  EXPECT_EQ(fake.calls - first_calls, 4);  // two rounds of the choice and the 1-vEU Plan
+  EXPECT_EQ(fake.calls - first_calls, 5);  // a probe of the choice, two rounds of it and the 1-vEU Plan
   ASSERT_EQ((*again)->plan->program.size(), plan.program.size());
   for (size_t u = 0; u < plan.program.size(); ++u) EXPECT_EQ((*again)->plan->program[u].size(), plan.program[u].size());
 }
@@ -220,6 +222,24 @@ TEST_F(PlanChoice, InRunRatiosCorrectThePrediction) {
   EXPECT_NEAR((*b)->plan->predicted_us, (*b)->plan->measured_us, 0.02 * (*b)->plan->measured_us);
 }
 
+// Runs six times as long as the profile predicts (a sanitized build, a
+// slower host): the timed batches are sized from the measured runs, so
+// each lasts about a round, not six; so does the check of a cached
+// choice.
+TEST_F(PlanChoice, TimedBatchesAreSizedFromMeasuredRuns) {
+  FakeRunner slow;
+  slow.task_factor = 6;
+  ASSERT_TRUE(compile(slow, nullptr, 2, "mlp").ok());
+  const size_t first = slow.timed_batches.size();
+  ASSERT_TRUE(compile(slow, nullptr, 2, "mlp").ok());
+  ASSERT_GT(slow.timed_batches.size(), first) << "the cached choice is checked in timed runs";
+  for (const auto& [runs, run_us] : slow.timed_batches) {
+    ASSERT_LT(run_us, 1e3 * kPlanChoiceRoundMs / 10) << "runs this long would all be clamped to the minimum";
+    EXPECT_TRUE(runs == kPlanChoiceMinRuns || runs * run_us <= 2 * 1e3 * kPlanChoiceRoundMs)
+        << runs << " runs of " << run_us << " µs in a round of " << kPlanChoiceRoundMs << " ms";
+  }
+}
+
 TEST_F(PlanChoice, BusyHostChoiceIsUsedButNotCached) {
   FakeRunner fake;
   fake.contended = true;
@@ -301,7 +321,7 @@ TEST_F(PlanChoice, CacheIsKeyedByHostDigestAndIgnoresGarbage) {
   EXPECT_GE(fake.calls, 2 * first) << "the far map's choice was measured from the start";
   const int before = fake.calls;
   ASSERT_TRUE(compile(fake, &near_map).ok());
-  EXPECT_EQ(fake.calls - before, 4) << "the near map's choice was still cached";
+  EXPECT_EQ(fake.calls - before, 5) << "the near map's choice was still cached";
   for (const auto& e : fs::directory_iterator(dir_))
     if (e.path().filename().string().rfind("plans-", 0) == 0) {
       std::ifstream in(e.path());
