@@ -118,27 +118,34 @@ constexpr double kTaskOverheadUs = 0.03;
 // vEU: part t of T to vEU t*U/T. The predicted timeline is unchanged.
 class Parts {
  public:
-  Parts(int64_t tasks, int veus) : used_(static_cast<size_t>(tasks), 0), veus_(veus) {}
-  // The part take(veu) would return.
+  Parts(int64_t tasks, int veus) : used_(static_cast<size_t>(tasks), 0), T_(tasks), U_(veus), next_(veus) {
+    for (int u = 0; u < veus; ++u) next_[static_cast<size_t>(u)] = first_of(u);
+  }
+  // The part take(veu) would return: the lowest unused part of the vEU's
+  // own, else the lowest unused part at all. Cursors only move forward
+  // past parts taken, so an op's T rTasks over U vEUs cost O(T + U).
   int64_t peek(int veu) const {
-    const int64_t T = static_cast<int64_t>(used_.size());
-    int64_t any = -1;
-    for (int64_t t = 0; t < T; ++t) {
-      if (used_[t]) continue;
-      if (static_cast<int>(t * veus_ / T) == veu) return t;
-      if (any < 0) any = t;
-    }
-    return any;
+    int64_t& c = next_[static_cast<size_t>(veu)];
+    const int64_t end = first_of(veu + 1);
+    while (c < end && used_[static_cast<size_t>(c)]) ++c;
+    if (c < end) return c;
+    while (any_ < T_ && used_[static_cast<size_t>(any_)]) ++any_;
+    return any_ < T_ ? any_ : -1;
   }
   int64_t take(int veu) {
     const int64_t t = peek(veu);
-    used_[t] = 1;
+    used_[static_cast<size_t>(t)] = 1;
     return t;
   }
 
  private:
+  // The lowest part t with t * U / T == u (T for u == U).
+  int64_t first_of(int u) const { return (static_cast<int64_t>(u) * T_ + U_ - 1) / U_; }
   std::vector<uint8_t> used_;
-  int veus_;
+  int64_t T_;
+  int U_;
+  mutable std::vector<int64_t> next_;
+  mutable int64_t any_ = 0;
 };
 
 struct TaskRef {
@@ -426,15 +433,28 @@ Plan finalize(const TaskGraph& g, const std::vector<std::vector<int>>& preds, co
   for (int u = 0; u < U; ++u) end_time[u].resize(o.per_veu[u].size());
   std::vector<double> free_at(U, 0.0);
   plan.placements.reserve(o.global.size());
+  // Per step, from its predecessors (all placed before any of its rTasks,
+  // the global order being topological): the count it needs on each vEU,
+  // and when the last of those rTasks ends there (-1: none).
+  int32_t step_at = -1;
+  std::vector<int32_t> need_all(U, 0);
+  std::vector<double> pred_end(U, -1.0);
+  std::vector<int32_t> need(U, 0);
+  std::vector<int> order;
   for (const auto& [u, i] : o.global) {
     const TaskRef& t = o.per_veu[u][i];
     std::vector<int32_t>& c = clock[u];
+    if (t.step != step_at) {
+      step_at = t.step;
+      std::fill(need_all.begin(), need_all.end(), 0);
+      for (int q : preds[t.step])
+        for (int v = 0; v < U; ++v) need_all[v] = std::max(need_all[v], plan.done[static_cast<size_t>(q) * U + v]);
+      for (int v = 0; v < U; ++v) pred_end[v] = need_all[v] > 0 ? end_time[v][need_all[v] - 1] : -1.0;
+    }
     // Required counts on other vEUs.
-    std::vector<int32_t> need(U, 0);
-    for (int q : preds[t.step])
-      for (int v = 0; v < U; ++v)
-        if (v != u) need[v] = std::max(need[v], plan.done[static_cast<size_t>(q) * U + v]);
-    std::vector<int> order;
+    need = need_all;
+    need[u] = 0;
+    order.clear();
     for (int v = 0; v < U; ++v)
       if (need[v] > c[v]) order.push_back(v);
     // Latest-placed first: its clock implies the most.
@@ -452,12 +472,8 @@ Plan finalize(const TaskGraph& g, const std::vector<std::vector<int>>& preds, co
     for (int v = 0; v < U; ++v) seen[v] = std::min(seen[v], c[v]);
     // Predicted timing: after the vEU is free and every input is produced.
     double start = free_at[u];
-    for (int q : preds[t.step])
-      for (int v = 0; v < U; ++v) {
-        int32_t d = plan.done[static_cast<size_t>(q) * U + v];
-        if (d == 0) continue;
-        start = std::max(start, end_time[v][d - 1] + (v == u ? 0.0 : vc.handoff(v, u)));
-      }
+    for (int v = 0; v < U; ++v)
+      if (pred_end[v] >= 0) start = std::max(start, pred_end[v] + (v == u ? 0.0 : vc.handoff(v, u)));
     double end = start + cost[t.step] + data.comm(t.step, t.task, u);
     end_time[u][i] = end;
     free_at[u] = end;
