@@ -158,7 +158,7 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   return p;
 }
 
-PlanLifetimes::PlanLifetimes(const Program& p, const Plan& plan) : plan_(plan) {
+PlanLifetimes::PlanLifetimes(const Program& p, const Plan& plan) {
   std::unordered_map<const Value*, size_t> group_of;  // root value -> group
   auto get = [&](const Value* v) -> Use* {
     if (v == nullptr || v->is_constant()) return nullptr;
@@ -189,20 +189,29 @@ PlanLifetimes::PlanLifetimes(const Program& p, const Plan& plan) : plan_(plan) {
   // A root only ever seen through its parts (its Concat is not a step) is
   // still a value of its own.
   for (const auto& [v, a] : p.aliases) get(a.base);
+  const size_t U = static_cast<size_t>(plan.veus);
+  for (Use& u : uses_) {
+    u.done.assign(U, 0);
+    u.seen.assign(U, INT32_MAX);
+    for (const std::vector<int>* steps : {&u.producers, &u.consumers})
+      for (int s : *steps)
+        for (size_t w = 0; w < U; ++w) u.done[w] = std::max(u.done[w], plan.done[static_cast<size_t>(s) * U + w]);
+    for (int s : u.producers)
+      for (size_t w = 0; w < U; ++w) u.seen[w] = std::min(u.seen[w], plan.seen[static_cast<size_t>(s) * U + w]);
+  }
 }
 
 // a entirely before b: every step touching a happens before each of b's
 // producers (and so before every step touching b, as each such step is a
 // producer of b or comes after one). An op never happens before itself,
-// so an op's input and output never share bytes.
+// so an op's input and output never share bytes. Step x happens before
+// step y where y has seen, on every vEU, what x needs done there
+// (Plan::happens_before); over all pairs, where the fewest any of b's
+// producers has seen covers the most any step touching a needs.
 bool PlanLifetimes::before(const Use& a, const Use& b) const {
   if (a.pinned || b.pinned || a.producers.empty() || b.producers.empty()) return false;
-  for (int pb : b.producers) {
-    for (int pa : a.producers)
-      if (!plan_.happens_before(pa, pb)) return false;
-    for (int c : a.consumers)
-      if (!plan_.happens_before(c, pb)) return false;
-  }
+  for (size_t w = 0; w < a.done.size(); ++w)
+    if (b.seen[w] < a.done[w]) return false;
   return true;
 }
 

@@ -212,9 +212,12 @@ class PlanLifetimes {
     std::vector<int> producers;  // steps; none for graph inputs
     std::vector<int> consumers;
     bool pinned = false;
+    // Per vEU: the most rTasks any step touching the value needs done
+    // there (Plan::done), and the fewest any producer has seen
+    // (Plan::seen): one comparison orders two values.
+    std::vector<int32_t> done, seen;
   };
   bool before(const Use& a, const Use& b) const;
-  const Plan& plan_;
   std::vector<const Value*> values_;
   std::unordered_map<const Value*, size_t> index_;
   std::vector<size_t> group_;  // per value: its group's Use
