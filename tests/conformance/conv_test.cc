@@ -112,7 +112,15 @@ TEST_F(Nn, ConvGroupsDepthwiseStridesDilationsPads) {
       {1, 5, 10, 9, 7, 3, 3, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}, "VALID"},
       {1, 64, 14, 14, 64, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
       {1, 64, 13, 13, 32, 3, 3, 1, {2, 2}, {1, 1}, {1, 1, 1, 1}},    // 49 pixels: one chunk of 48, then 1
-      {1, 300, 7, 7, 40, 1, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},     // pointwise, K > 256 (sgemm): 48 + 1 pixels
+      {1, 300, 7, 7, 40, 1, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},     // pointwise, K > 256: 48 + 1 pixels (sgemm, or packed on a small plane)
+      // Pointwise with 1 to 4 pixels past a multiple of 48 (AVX-512: taken
+      // along in the last full block's pass) and 5 (a pass of their own);
+      // output channels not a multiple of 8.
+      {1, 16, 5, 10, 16, 1, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},     // 48 + 2
+      {1, 16, 3, 17, 9, 1, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},      // 48 + 3
+      {1, 24, 4, 13, 12, 1, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},     // 48 + 4
+      {2, 40, 10, 10, 20, 1, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},    // 96 + 4, batch 2
+      {1, 8, 1, 53, 8, 1, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},       // 48 + 5
       // Winograd F(2x2, 3x3): odd output height and width (half tiles),
       // tile rows of 18 (a full and a partial vector), 12 output channels
       // (a partial block of 8), batch 2; asymmetric, zero and double pads;

@@ -62,8 +62,22 @@ constexpr int64_t kMaxSmallBlock = 64;
 // (96 x 3136 outputs); K = 32: 6.0 / 8.5 us (32 x 512); K = 160: 23.6 /
 // 29.3 us (32 x 512); K = 96 equal (32 / 34 us, 24 x 1568). Builds
 // whose packed_gemm is portable loops keep sgemm.
+//
+// Where packed_gemm takes a few columns past a multiple of 48 along in
+// one pass over the weights (AVX-512 with VL: packed_gemm.cc), small
+// planes use it at any K: there the weights outweigh the plane, and
+// sgemm's second look at them costs more than its better blocking of B
+// saves. On one thread, 400 x 400 by 49 pixels took 158 us against 172
+// with sgemm (178 against 247 with the weights streamed from L3); at 196
+// pixels 700 against 738; at 784, 3170 against 2790: large planes keep
+// sgemm.
 #if defined(TESSERA_SIMD)
 constexpr int64_t kPackedPointwiseMaxK = 256;
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+constexpr int64_t kPackedPointwiseSmallPlane = 256;
+#else
+constexpr int64_t kPackedPointwiseSmallPlane = 0;
+#endif
 #endif
 
 class ConvOp : public ROp {
@@ -167,7 +181,9 @@ class ConvOp : public ROp {
     }
     tasks_ = outer * ob_ * pb_;
 #if defined(TESSERA_SIMD)
-    if (path_ == Path::kPointwise && weights != nullptr && kdim_ <= kPackedPointwiseMaxK) pack_pointwise(weights);
+    if (path_ == Path::kPointwise && weights != nullptr &&
+        (kdim_ <= kPackedPointwiseMaxK || pixels_ <= kPackedPointwiseSmallPlane))
+      pack_pointwise(weights);
 #else
     (void)weights;
 #endif

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cpu/simd.h"
 
@@ -9,6 +10,13 @@ namespace tessera {
 namespace {
 
 #if defined(TESSERA_SIMD)
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+#define TESSERA_PACKED_TAIL 1
+// Columns past a multiple of 3 vectors that a full block's pass computes
+// beside it (micro's kTail): 24 accumulators, 3 vectors of B, A's
+// column and these fill the 32 registers.
+constexpr int64_t kMaxTail = 4;
+#endif
 using simd::Vec;
 // Rows of accumulators per micro-kernel: 8 x 3 vectors in AVX-512's 32
 // registers; 4 x 3 in AVX2's 16, beside 3 vectors of B and a broadcast.
@@ -69,7 +77,16 @@ struct RowsA {
 // whatever A gives there) but not stored.
 // With kPost, `post` (its bias and residual already at this tile) is
 // applied before the store.
-template <int kRows, int kNv, bool kPost, bool kFull, typename A>
+//
+// With kTail > 0 (AVX-512 with VL, a full block of 3 vectors, A packed in
+// blocks of 8 rows), the kTail columns after the block are computed in
+// the same pass over A: per column, its 8 rows in one 256-bit
+// accumulator, A's 8 values at i loaded as one vector and the column's
+// B value broadcast. A column left over past a multiple of 3 vectors (49
+// = 48 + 1 pixels on a 7 x 7 plane) thus costs one more FMA per i, not a
+// second pass over all of A's rows. Each output is the same chain of
+// FMAs either way.
+template <int kRows, int kNv, bool kPost, bool kFull, typename A, int kTail = 0>
 void micro(const A& a, int64_t k, const float* b, int64_t ldb, Mask last, float* c, int64_t ldc, int64_t rows,
            const GemmPost& post) {
   VecT acc[kRows][kNv];
@@ -77,6 +94,14 @@ void micro(const A& a, int64_t k, const float* b, int64_t ldb, Mask last, float*
   for (int r = 0; r < kRows; ++r)
 #pragma GCC unroll 3
     for (int q = 0; q < kNv; ++q) acc[r][q] = Vec::zero();
+#if defined(TESSERA_PACKED_TAIL)
+  static_assert(kTail == 0 || (kRows == kPackRows && kNv == 3 && kFull && std::is_same_v<A, PackedA>));
+  __m256 tail[kTail > 0 ? kTail : 1];
+#pragma GCC unroll 4
+  for (int e = 0; e < kTail; ++e) tail[e] = _mm256_setzero_ps();
+#else
+  static_assert(kTail == 0);
+#endif
   for (int64_t i = 0; i < k; ++i) {
     VecT x[kNv];
 #pragma GCC unroll 3
@@ -90,6 +115,14 @@ void micro(const A& a, int64_t k, const float* b, int64_t ldb, Mask last, float*
 #pragma GCC unroll 3
       for (int q = 0; q < kNv; ++q) acc[r][q] = Vec::fma(s, x[q], acc[r][q]);
     }
+#if defined(TESSERA_PACKED_TAIL)
+    if constexpr (kTail > 0) {
+      const __m256 col = _mm256_loadu_ps(a.a + i * kPackRows);
+#pragma GCC unroll 4
+      for (int e = 0; e < kTail; ++e)
+        tail[e] = _mm256_fmadd_ps(col, _mm256_set1_ps(b[i * ldb + kNv * kLanes + e]), tail[e]);
+    }
+#endif
   }
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
@@ -101,6 +134,23 @@ void micro(const A& a, int64_t k, const float* b, int64_t ldb, Mask last, float*
       else Vec::store(c + r * ldc + q * kLanes, last, acc[r][q]);
     }
   }
+#if defined(TESSERA_PACKED_TAIL)
+  for (int e = 0; e < kTail; ++e) {
+    alignas(32) float rows_of[kPackRows];
+    _mm256_store_ps(rows_of, tail[e]);
+    const int64_t col = kNv * kLanes + e;
+    for (int r = 0; r < rows; ++r) {
+      float v = rows_of[r];
+      if constexpr (kPost) {  // as finish() does, one lane at a time
+        if (post.bias != nullptr) v = v + post.bias[r];
+        if (post.res != nullptr) v = v + post.res[r * post.ldr + col];
+        if (post.clamp == GemmPost::Clamp::kRelu) v = v > 0.f ? v : 0.f;
+        else if (post.clamp == GemmPost::Clamp::kClip) v = v < post.lo ? post.lo : (v > post.hi ? post.hi : v);
+      }
+      c[r * ldc + col] = v;
+    }
+  }
+#endif
 }
 
 // micro() for column block `cb`.
@@ -208,6 +258,29 @@ void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64
     const ColumnBlock cb = column_block(n - j);
     const float* bj = b + j;
     int64_t ldbj = ldb;
+#if defined(TESSERA_PACKED_TAIL)
+    // The last full block takes the few columns after it along.
+    const int64_t tail = n - j - 3 * kLanes;
+    if (tail > 0 && tail <= kMaxTail) {
+      for (int64_t r = 0; r < m; r += kPackRows) {
+        GemmPost at = post;
+        if constexpr (kPost) {
+          if (at.bias != nullptr) at.bias += r;
+          if (at.res != nullptr) at.res += r * at.ldr + j;
+        }
+        const PackedA pa{packed + r * k};
+        const int64_t rows = std::min<int64_t>(kPackRows, m - r);
+        float* cr = c + r * ldc + j;
+        switch (tail) {
+          case 1: micro<kPackRows, 3, kPost, true, PackedA, 1>(pa, k, bj, ldb, cb.last, cr, ldc, rows, at); break;
+          case 2: micro<kPackRows, 3, kPost, true, PackedA, 2>(pa, k, bj, ldb, cb.last, cr, ldc, rows, at); break;
+          case 3: micro<kPackRows, 3, kPost, true, PackedA, 3>(pa, k, bj, ldb, cb.last, cr, ldc, rows, at); break;
+          default: micro<kPackRows, 3, kPost, true, PackedA, 4>(pa, k, bj, ldb, cb.last, cr, ldc, rows, at); break;
+        }
+      }
+      break;
+    }
+#endif
     if (use_panel) {
       for (int64_t i = 0; i < k; ++i) {
         const float* src = b + i * ldb + j;
