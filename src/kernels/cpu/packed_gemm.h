@@ -9,9 +9,11 @@
 // residual and Relu/Clip applied to the accumulators before the store
 // (GemmPost): on one thread a 96x16 by 16x3136 product with bias and Clip
 // takes 49 us this way against 62 us for sgemm and a pass over the output.
-// The im2col paths, with long reductions, keep sgemm: they measured no
-// better with it inside whole models (ResNet-18 on two vEUs slower: 9.7 ->
-// 12.2 ms).
+// With AVX-512, so do 1x1 convs on small planes at any reduction: there
+// the weights outweigh the plane, and a plane of 48 + 1 to 4 pixels costs
+// one pass over them (conv.cc). The im2col paths, with long reductions,
+// keep sgemm: they measured no better with it inside whole models
+// (ResNet-18 on two vEUs slower: 9.7 -> 12.2 ms).
 #pragma once
 
 #include <cstddef>
