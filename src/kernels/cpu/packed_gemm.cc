@@ -9,6 +9,16 @@
 namespace tessera {
 namespace {
 
+// One output through `post` (row r, column col of the tile), as finish()
+// does a vector of them.
+inline float finish_one(float v, int64_t r, int64_t col, const GemmPost& post) {
+  if (post.bias != nullptr) v = v + post.bias[r];
+  if (post.res != nullptr) v = v + post.res[r * post.ldr + col];
+  if (post.clamp == GemmPost::Clamp::kRelu) v = v > 0.f ? v : 0.f;
+  else if (post.clamp == GemmPost::Clamp::kClip) v = v < post.lo ? post.lo : (v > post.hi ? post.hi : v);
+  return v;
+}
+
 #if defined(TESSERA_SIMD)
 #if defined(__AVX512F__) && defined(__AVX512VL__)
 #define TESSERA_PACKED_TAIL 1
@@ -140,14 +150,7 @@ void micro(const A& a, int64_t k, const float* b, int64_t ldb, Mask last, float*
     _mm256_store_ps(rows_of, tail[e]);
     const int64_t col = kNv * kLanes + e;
     for (int r = 0; r < rows; ++r) {
-      float v = rows_of[r];
-      if constexpr (kPost) {  // as finish() does, one lane at a time
-        if (post.bias != nullptr) v = v + post.bias[r];
-        if (post.res != nullptr) v = v + post.res[r * post.ldr + col];
-        if (post.clamp == GemmPost::Clamp::kRelu) v = v > 0.f ? v : 0.f;
-        else if (post.clamp == GemmPost::Clamp::kClip) v = v < post.lo ? post.lo : (v > post.hi ? post.hi : v);
-      }
-      c[r * ldc + col] = v;
+      c[r * ldc + col] = kPost ? finish_one(rows_of[r], r, col, post) : rows_of[r];
     }
   }
 #endif
@@ -326,14 +329,7 @@ void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64
       for (int64_t q = 0; q < rows; ++q) {
         float* out = c + (r + q) * ldc + j;
         for (int64_t p = 0; p < w; ++p) {
-          float v = acc[q][p];
-          if constexpr (kPost) {
-            if (post.bias != nullptr) v = v + post.bias[r + q];
-            if (post.res != nullptr) v = v + post.res[(r + q) * post.ldr + j + p];
-            if (post.clamp == GemmPost::Clamp::kRelu) v = v > 0 ? v : 0.f;
-            else if (post.clamp == GemmPost::Clamp::kClip) v = v < post.lo ? post.lo : (v > post.hi ? post.hi : v);
-          }
-          out[p] = v;
+          out[p] = kPost ? finish_one(acc[q][p], r + q, j + p, post) : acc[q][p];
         }
       }
     }
