@@ -60,6 +60,17 @@ class DwDirect {
       // Rows of one block measured slower shifted (3x3 on 14x14: 1.7
       // against 1.4 us). The shift (valignd) is AVX-512's.
       shift_taps_ = c.pw == c.kw / 2 && nblk_ >= 2 && kLanes == 16;
+      side_.clear();
+      if (shift_taps_) {
+        // square_tile's side masks, per group of 4 blocks: the lanes of
+        // vectors blk0 - 1 .. blk0 + 4 inside the row. Made here, not per
+        // tile: about a sixth of a 6-row tile's instructions were these.
+        for (int64_t blk0 = 0; blk0 < nblk_; blk0 += 4)
+          for (int64_t m = 0; m < kSideVectors; ++m) {
+            const int64_t c0 = (blk0 + m - 1) * kLanes;
+            side_.push_back(static_cast<uint16_t>(lane_bits(-c0, c.iw - c0)));
+          }
+      }
     }
     make_lanes();
     return true;
@@ -292,16 +303,8 @@ class DwDirect {
       }
     };
 #if defined(__AVX512F__)
-    __mmask16 side[B + 2] = {};  // kShift: lanes of vector m - 1 of the tile inside the row
-    if constexpr (kShift) {
-#pragma GCC unroll 6
-      for (int m = 0; m < B + 2; ++m) {
-        const int64_t c0 = (blk0 + m - 1) * kLanes;
-        side[m] = static_cast<__mmask16>(lane_bits(-c0, iw - c0));
-      }
-    }
-#else
-    (void)iw;
+    // kShift: lanes of vector m - 1 of the tile inside the row.
+    const uint16_t* side = kShift ? side_.data() + blk0 / 4 * kSideVectors : nullptr;
 #endif
     // One step per input row, unrolled by the template (R + K - 1 steps)
     // so that every row's ky tests are resolved at compile time.
@@ -414,6 +417,8 @@ class DwDirect {
     Vec::Mask m;
   };
   std::vector<Lanes> lanes_;
+  static constexpr int64_t kSideVectors = 6;  // a tile's 4 blocks and one on each side
+  std::vector<uint16_t> side_;  // shift_taps_: [group of 4 blocks][vector]: lane masks
 };
 
 }  // namespace tessera
