@@ -194,6 +194,36 @@ TEST(Placement, SplitOpsKeepEachPartOnItsVeu) {
   }
 }
 
+// On one vEU every order predicts the same makespan, and both policies run
+// a branch through while its data is warm: two branches of three ops (one
+// twice as long) before the op that joins them. Level by level (the
+// wavefront) or by path length alone (critical path: a1 a2 b1 a3 ...)
+// they interleaved, and each op read data a whole level old.
+TEST(Placement, OneVeuRunsEachBranchThrough) {
+  TaskGraph g;
+  // Steps 0-2: branch a (10 us each), 3-5: branch b (5 us), 6: the join.
+  g.ops.resize(7);
+  for (int s : {1, 2, 4, 5}) g.ops[static_cast<size_t>(s)].preds = {s - 1};
+  g.ops[6].preds = {2, 5};
+  for (size_t s = 0; s < g.ops.size(); ++s) {
+    g.ops[s].tasks = s == 1 ? 2 : 1;
+    for (int q : g.ops[s].preds) g.ops[s].inputs.push_back({q, 4096, Access::kWhole, 0});
+  }
+  const std::vector<double> cost = {10, 5, 10, 5, 5, 5, 1};
+  for (Policy policy : {Policy::kWavefront, Policy::kCriticalPath, Policy::kAuto}) {
+    ScheduleOptions o;
+    o.veus = 1;
+    o.policy = policy;
+    auto plan = schedule(g, cost, o);
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    ASSERT_TRUE(plan_validate(g, *plan).ok());
+    std::vector<int> steps;
+    for (const TaskPlacement& t : plan->placements) steps.push_back(t.step);
+    EXPECT_EQ(steps, (std::vector<int>{0, 1, 1, 2, 3, 4, 5, 6})) << policy_name(policy);
+    EXPECT_NEAR(plan->predicted_us, 10 + 2 * 5 + 10 + 3 * 5 + 1, 0.5) << policy_name(policy);
+  }
+}
+
 // Random valid schedules put rTasks in orders and on vEUs no policy would
 // choose, provoking any missing wait or unsafe buffer reuse.
 TEST_P(PlanZoo, RandomSchedulesStress) {
