@@ -34,7 +34,11 @@ def sha(t):
     return hashlib.sha256(t.encode()).hexdigest()
 
 
-def config_text(d, lease_timeout=1.0, alice_extra="", bob_extra="", fault_injection=False, metrics=""):
+# Leases are given back when a session or connection closes; the timeout
+# reclaims only a client that stays silent. Tests that are not about it
+# give clients 10 s: under `ctest -j2` a client's thread was once starved
+# for more than a second and lost its lease mid-test.
+def config_text(d, lease_timeout=10.0, alice_extra="", bob_extra="", fault_injection=False, metrics=""):
     return textwrap.dedent(f"""\
         [daemon]
         {f'metrics = "{metrics}"' if metrics else ""}
