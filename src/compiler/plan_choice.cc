@@ -45,6 +45,12 @@ constexpr double kMinRatio = 0.25, kMaxRatio = 8;
 // within this fraction of its measured median; otherwise the traced runs
 // met a host other than the timed ones did, and are taken again.
 constexpr double kPredictionSlack = 0.3;
+// A cached choice that still runs fastest keeps its Plan; where its cached
+// timeline then predicts more than this fraction off the median just
+// measured (the host runs faster or slower than when it was chosen), the
+// Plan is traced again and its timeline, median and cache entry renewed,
+// without timing the candidates again.
+constexpr double kTimelineSlack = 0.1;
 // Medians within this factor are a tie, which goes to fewer vEUs; a cached
 // choice stands until the other end runs faster by more.
 constexpr double kStaleChoice = 1.02;
@@ -397,12 +403,14 @@ Result<std::vector<double>> time_interleaved(Planner& planner, Program& p, const
 }
 
 // A cached choice, checked against the other end (the 1-vEU Plan, or for a
-// cached 1-vEU choice the Plan on all n): false when that now runs faster
-// by more than kStaleChoice, when the choice's predicted makespan (with
-// its cached in-run ratios) is off its measured median by more than
-// kPredictionSlack, or when the host stays busy.
-Result<bool> still_holds(Planner& planner, Program& p, const CompileConfig& o, Candidate& chosen,
-                         const std::vector<double>& timeline, int n) {
+// cached 1-vEU choice the Plan on all n).
+struct Check {
+  bool holds = false;    // the other end is not faster by more than kStaleChoice, and the host was not busy
+  double median_us = 0;  // the choice's median in this check
+  double predicted_us = 0;  // with its cached in-run ratios
+};
+Result<Check> still_holds(Planner& planner, Program& p, const CompileConfig& o, Candidate& chosen,
+                          const std::vector<double>& timeline, int n) {
   TESSERA_ASSIGN_OR_RETURN(Candidate other, planner.build(chosen.veus > 1 ? 1 : n, Policy::kAuto, nullptr, false));
   bool contended = false;
   planner.install(chosen);
@@ -413,9 +421,25 @@ Result<bool> still_holds(Planner& planner, Program& p, const CompileConfig& o, C
   std::vector<Candidate*> timed = {&chosen};
   if (!other.idles_a_veu()) timed.push_back(&other);  // else the 1-vEU Plan's work on more threads
   TESSERA_ASSIGN_OR_RETURN(std::vector<double> m, time_interleaved(planner, p, o, timed, 2, runs, &contended));
-  TESSERA_ASSIGN_OR_RETURN(double predicted, planner.predict(chosen, timeline));
-  return !contended && (m.size() == 1 || m[0] <= kStaleChoice * m[1]) &&
-         std::abs(predicted / m[0] - 1) <= kPredictionSlack;
+  Check c;
+  c.holds = !contended && (m.size() == 1 || m[0] <= kStaleChoice * m[1]);
+  c.median_us = m[0];
+  TESSERA_ASSIGN_OR_RETURN(c.predicted_us, planner.predict(chosen, timeline));
+  return c;
+}
+
+// The winner's own in-run ratios from traced runs, and its makespan
+// predicted with them.
+Result<std::pair<std::vector<double>, double>> trace_timeline(Planner& planner, Program& p, const CompileConfig& o,
+                                                              Candidate& w, bool* contended) {
+  planner.install(w);
+  Result<PlanTiming> t = o.plan_runner(p, 1, kTracedRuns, true);
+  planner.uninstall(w);
+  if (!t.ok()) return t.status().with_context("measuring the chosen Plan");
+  *contended = *contended || t->contended;
+  std::vector<double> timeline = planner.in_run_ratios(w, *t);
+  TESSERA_ASSIGN_OR_RETURN(double predicted, planner.predict(w, timeline));
+  return std::make_pair(std::move(timeline), predicted);
 }
 
 Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
@@ -428,9 +452,24 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
     if (record_parse(*text, p.steps.size(), &r) && r.veus <= n) {
       TESSERA_ASSIGN_OR_RETURN(
           Candidate c, planner.build(r.veus, r.policy, r.round == 2 ? &r.build : nullptr, true, r.round == 3));
-      TESSERA_ASSIGN_OR_RETURN(bool holds, still_holds(planner, p, o, c, r.timeline, n));
-      if (holds) return planner.finish(c, r.timeline, n, r.measured_us, r.candidates);
-      log_info("the cached plan choice (", r.veus, " of ", n, " vEUs) no longer ran fastest: measuring again");
+      TESSERA_ASSIGN_OR_RETURN(Check check, still_holds(planner, p, o, c, r.timeline, n));
+      auto off = [&](double predicted) { return std::abs(predicted / check.median_us - 1); };
+      double error = off(check.predicted_us);
+      if (check.holds && error > kTimelineSlack) {
+        // The same Plan on a host running faster or slower than when it
+        // was chosen: its timeline traced again, kept where it predicts
+        // this median better.
+        bool contended = false;
+        TESSERA_ASSIGN_OR_RETURN(auto traced, trace_timeline(planner, p, o, c, &contended));
+        if (!contended && off(traced.second) < error) {
+          error = off(traced.second);
+          r.timeline = std::move(traced.first);
+          r.measured_us = check.median_us;
+          if (error <= kPredictionSlack) cache.put(key, record_text(r));
+        }
+      }
+      if (check.holds && error <= kPredictionSlack) return planner.finish(c, r.timeline, n, r.measured_us, r.candidates);
+      log_info("the cached plan choice (", r.veus, " of ", n, " vEUs) no longer ran fastest or as predicted: measuring again");
     }
   }
   // 1. A candidate per vEU count, run traced: its in-run ratios.
@@ -514,14 +553,9 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
   Candidate& w = cands[best];
   r.measured_us = medians[best];
   for (int attempt = 0;; ++attempt) {
-    planner.install(w);
-    Result<PlanTiming> t = o.plan_runner(p, 1, kTracedRuns, true);
-    planner.uninstall(w);
-    if (!t.ok()) return t.status().with_context("measuring the chosen Plan");
-    contended = contended || t->contended;
-    r.timeline = planner.in_run_ratios(w, *t);
-    TESSERA_ASSIGN_OR_RETURN(double predicted, planner.predict(w, r.timeline));
-    if (std::abs(predicted / r.measured_us - 1) <= kPredictionSlack) break;
+    TESSERA_ASSIGN_OR_RETURN(auto traced, trace_timeline(planner, p, o, w, &contended));
+    r.timeline = std::move(traced.first);
+    if (std::abs(traced.second / r.measured_us - 1) <= kPredictionSlack) break;
     if (attempt == 1) {
       contended = true;  // the host did not hold still long enough
       break;

@@ -124,6 +124,34 @@ TEST_F(PlanChoice, FastestWinsIsCachedAndRebuiltWithoutMeasuring) {
   for (size_t u = 0; u < plan.program.size(); ++u) EXPECT_EQ((*again)->plan->program[u].size(), plan.program[u].size());
 }
 
+// A host that runs everything a quarter slower than when the choice was
+// made: the cached choice still runs fastest, so it stays, and its
+// timeline is traced again (one call more) to predict what runs now; the
+// renewed entry then needs nothing more. Kept as cached, the prediction
+// was a quarter off.
+TEST_F(PlanChoice, ACachedChoiceOnAHostRunningSlowerIsTracedAgain) {
+  FakeRunner fake;
+  auto p = compile(fake);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  const double before = (*p)->plan->measured_us;
+  const int first_calls = fake.calls;
+
+  fake.task_factor = 1.25;
+  auto slower = compile(fake);
+  ASSERT_TRUE(slower.ok()) << slower.status().to_string();
+  const Plan& plan = *(*slower)->plan;
+  EXPECT_EQ(plan.veus, 2);
+  EXPECT_NEAR(plan.measured_us, 1.25 * before, 0.02 * before);
+  EXPECT_NEAR(plan.predicted_us, plan.measured_us, 0.02 * plan.measured_us);
+  EXPECT_EQ(fake.calls - first_calls, 5 + 1) << "the check of the choice, then one traced call";
+
+  const int second_calls = fake.calls;
+  auto again = compile(fake);
+  ASSERT_TRUE(again.ok());
+  EXPECT_NEAR((*again)->plan->predicted_us, plan.predicted_us, 1e-6 * plan.predicted_us);
+  EXPECT_EQ(fake.calls - second_calls, 5) << "the renewed entry holds as it is";
+}
+
 // Candidates may compute an op with different rKernels (a 3x3 conv by
 // Winograd in one, im2col + sgemm in another): the chosen one's rKernels
 // come with its ops, so every step's op is the one its rKernel makes with
