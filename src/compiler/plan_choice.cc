@@ -48,8 +48,9 @@ constexpr double kPredictionSlack = 0.3;
 // A cached choice that still runs fastest keeps its Plan; where its cached
 // timeline then predicts more than this fraction off the median just
 // measured (the host runs faster or slower than when it was chosen), the
-// Plan is traced again and its timeline, median and cache entry renewed,
-// without timing the candidates again.
+// Plan is traced again and its timeline and cache entry renewed, without
+// timing the candidates again (its measured median stays the one it was
+// chosen by, the fastest of the candidates').
 constexpr double kTimelineSlack = 0.1;
 // Medians within this factor are a tie, which goes to fewer vEUs; a cached
 // choice stands until the other end runs faster by more.
@@ -464,7 +465,6 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
         if (!contended && off(traced.second) < error) {
           error = off(traced.second);
           r.timeline = std::move(traced.first);
-          r.measured_us = check.median_us;
           if (error <= kPredictionSlack) cache.put(key, record_text(r));
         }
       }
