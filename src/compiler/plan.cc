@@ -292,6 +292,25 @@ Orders wavefront(const TaskGraph& g, const std::vector<std::vector<int>>& preds,
   return o;
 }
 
+// Each step's successors, from its predecessors.
+std::vector<std::vector<int>> succs_of(const std::vector<std::vector<int>>& preds) {
+  std::vector<std::vector<int>> succs(preds.size());
+  for (size_t s = 0; s < preds.size(); ++s)
+    for (int q : preds[s]) succs[static_cast<size_t>(q)].push_back(static_cast<int>(s));
+  return succs;
+}
+
+// Each step's longest path to the exit: its cost plus its successors' longest.
+std::vector<double> path_ranks(const std::vector<std::vector<int>>& succs, const std::vector<double>& cost) {
+  std::vector<double> rank(succs.size(), 0.0);
+  for (size_t s = succs.size(); s-- > 0;) {
+    double best = 0;
+    for (int q : succs[s]) best = std::max(best, rank[static_cast<size_t>(q)]);
+    rank[s] = cost[s] + best;
+  }
+  return rank;
+}
+
 // Critical path (HEFT-like list scheduling): among ready rTasks, the one with
 // the longest path to the exit goes first, onto the vEU where it finishes
 // earliest given when its inputs are ready there (a hand-off later on
@@ -299,15 +318,8 @@ Orders wavefront(const TaskGraph& g, const std::vector<std::vector<int>>& preds,
 Orders critical_path(const TaskGraph& g, const std::vector<std::vector<int>>& preds, const std::vector<double>& cost,
                      const VeuCosts& vc, DataModel& data, int U) {
   const int n = static_cast<int>(g.size());
-  std::vector<std::vector<int>> succs(n);
-  for (int s = 0; s < n; ++s)
-    for (int q : preds[s]) succs[q].push_back(s);
-  std::vector<double> rank(n, 0.0);
-  for (int s = n - 1; s >= 0; --s) {
-    double best = 0;
-    for (int q : succs[s]) best = std::max(best, rank[q]);
-    rank[s] = cost[s] + best;
-  }
+  const std::vector<std::vector<int>> succs = succs_of(preds);
+  const std::vector<double> rank = path_ranks(succs, cost);
   // end_on[s][u]: latest end of step s's rTasks placed on vEU u.
   std::vector<std::vector<double>> end_on(n, std::vector<double>(U, -1.0));
   std::vector<int> missing(n);
@@ -366,15 +378,8 @@ Orders critical_path(const TaskGraph& g, const std::vector<std::vector<int>>& pr
 // a level at a time, and fewer values are alive at once (a smaller arena).
 Orders locality_order(const TaskGraph& g, const std::vector<std::vector<int>>& preds, const std::vector<double>& cost) {
   const int n = static_cast<int>(g.size());
-  std::vector<std::vector<int>> succs(n);
-  for (int s = 0; s < n; ++s)
-    for (int q : preds[s]) succs[q].push_back(s);
-  std::vector<double> rank(n, 0.0);
-  for (int s = n - 1; s >= 0; --s) {
-    double best = 0;
-    for (int q : succs[s]) best = std::max(best, rank[q]);
-    rank[s] = cost[s] + best;
-  }
+  const std::vector<std::vector<int>> succs = succs_of(preds);
+  const std::vector<double> rank = path_ranks(succs, cost);
   // (position of its newest input's producer, rank, -step): a max-heap.
   using Item = std::tuple<int, double, int>;
   std::priority_queue<Item> ready;
@@ -405,9 +410,7 @@ Orders locality_order(const TaskGraph& g, const std::vector<std::vector<int>>& p
 Orders random_schedule(const TaskGraph& g, const std::vector<std::vector<int>>& preds, int U, uint64_t seed) {
   const int n = static_cast<int>(g.size());
   std::mt19937_64 rng(seed);
-  std::vector<std::vector<int>> succs(n);
-  for (int s = 0; s < n; ++s)
-    for (int q : preds[s]) succs[q].push_back(s);
+  const std::vector<std::vector<int>> succs = succs_of(preds);
   std::vector<int> missing(n);
   std::vector<int64_t> left(n);
   std::vector<TaskRef> ready;
