@@ -527,6 +527,7 @@ PYBIND11_MODULE(_tessera, m) {
                                d["device_ms"] = b.device_ms;
                                d["wait_ms"] = b.wait_ms;
                                d["alone"] = b.alone;
+                               d["exchanged"] = b.exchanged;
                                d["copy_in_bytes"] = b.copy_in_bytes;
                                d["copy_out_bytes"] = b.copy_out_bytes;
                                return d;

@@ -38,9 +38,10 @@ const cli::Command kRun = {
                              "                          both predicted, the best candidates timed; the choice is cached)"},
         {"--no-pin", "", "plan executor: leave threads unpinned (default: vEU i on core i, the caller on core 0)"},
         {"--no-adapt", "",
-         "plan executor: always run the Plan on its vEUs (default: a run goes on the calling thread\n"
-         "                          alone while that is faster on average, as when the host runs the cores in turns;\n"
-         "                          --json marks such runs \"alone\")"},
+         "plan executor: always run the Plan on its vEUs as placed (default: a run goes on the calling\n"
+         "                          thread alone while that is faster on average, as when the host runs the cores in\n"
+         "                          turns, and a 2-vEU Plan's lists on each other's cores while that is faster, as when\n"
+         "                          the host slows the busier list's core; --json marks such runs \"alone\", \"exchanged\")"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
         {"--json", "", "print one JSON object on stdout at the end"},
@@ -413,9 +414,9 @@ int run_main(int argc, char** argv) {
       char buf[256];
       std::snprintf(buf, sizeof buf,
                     "{\"wall_ms\":%.6f,\"copy_in_ms\":%.6f,\"compute_ms\":%.6f,\"copy_out_ms\":%.6f,"
-                    "\"device_ms\":%.6f,\"alone\":%s,\"wait_ms\":[",
+                    "\"device_ms\":%.6f,\"alone\":%s,\"exchanged\":%s,\"wait_ms\":[",
                     wall_ms[k], runs[k].copy_in_ms, runs[k].compute_ms, runs[k].copy_out_ms, runs[k].device_ms,
-                    runs[k].alone ? "true" : "false");
+                    runs[k].alone ? "true" : "false", runs[k].exchanged ? "true" : "false");
       runs_json += cat(k ? "," : "", buf);
       for (size_t u = 0; u < runs[k].wait_ms.size(); ++u) {
         std::snprintf(buf, sizeof buf, "%s%.6f", u ? "," : "", runs[k].wait_ms[u]);

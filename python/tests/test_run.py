@@ -217,6 +217,7 @@ def test_version_devices_and_breakdown(rt, quick):
     assert b["compute_ms"] > 0 and set(b) >= {"copy_in_ms", "queue_ms", "compute_ms", "copy_out_ms", "device_ms"}
     assert b["device_ms"] == 0  # no accelerator: the CPU keeps no device time
     assert b["alone"] is False  # one vEU: nothing to run alone
+    assert b["exchanged"] is False  # nor lists to exchange
 
 
 def test_adapt_off_keeps_every_run_on_the_plan(rt, quick):
@@ -226,8 +227,24 @@ def test_adapt_off_keeps_every_run_on_the_plan(rt, quick):
     s = m.session(veus=2, adapt=False)
     for _ in range(20):
         got = s.run(feeds)["output"]
-        assert s.last_breakdown["alone"] is False
+        assert s.last_breakdown["alone"] is False and s.last_breakdown["exchanged"] is False
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_adapt_exchanges_a_two_veu_plans_lists_with_the_same_bits(rt, quick):
+    # The list exchange chooser's first probe comes after 16 runs (unless
+    # runs went alone first); exchanged runs give the Plan's bits.
+    s = rt.compile(zoo("mlp.onnx"), **quick).session(veus=2)
+    feeds = load("mlp.inputs.npz")
+    want = s.run(feeds)["output"]
+    ways = []
+    for _ in range(40):
+        got = s.run(feeds)["output"]
+        b = s.last_breakdown
+        ways.append((b["alone"], b["exchanged"]))
+        np.testing.assert_array_equal(got, want)
+    assert not any(a and x for a, x in ways), ways
+    assert any(x for _, x in ways) or any(a for a, _ in ways), ways
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: pinning to it changes nothing")

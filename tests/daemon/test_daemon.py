@@ -270,12 +270,15 @@ def test_killed_client_loses_its_lease_within_a_second(daemon):
 
 
 def test_silent_client_is_reclaimed_after_its_lease_timeout(daemon):
-    dm = daemon(lease_timeout=0.5)
+    # Heartbeats go every quarter of the timeout: the lease must outlive the
+    # stop by at least half of it (a loaded host may delay one heartbeat),
+    # and go within a few timeouts.
+    dm = daemon(lease_timeout=2.0)
     p = start_client(dm, ALICE)
     os.kill(p.pid, signal.SIGSTOP)
     try:
-        took = wait_until(lambda: dm.leases() == [], 3.0)
-        assert took is not None and took >= 0.3, took
+        took = wait_until(lambda: dm.leases() == [], 8.0)
+        assert took is not None and took >= 1.0, took
         assert any(f["kind"] == "lease_expired" for f in dm.connect(ROOT).faults())
     finally:
         os.kill(p.pid, signal.SIGKILL)

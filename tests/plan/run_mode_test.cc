@@ -1,11 +1,15 @@
-// A Plan's runs on the calling thread alone (devices/cpu/run_mode.h):
-// plan_one_thread_order is an interleaving the Plan's waits allow, so the
-// zoo's outputs are bitwise the Plan's on 2 and 4 vEUs, for list
-// schedules and random valid ones; and the RunModeChooser, fed made-up run times,
-// goes alone only where that is faster on average, comes back when the
-// Plan is, and backs off its probes.
+// A Plan's runs on the calling thread alone, and a 2-vEU Plan's runs with
+// its lists exchanged (devices/cpu/run_mode.h): plan_one_thread_order is
+// an interleaving the Plan's waits allow, so the zoo's outputs are bitwise
+// the Plan's on 2 and 4 vEUs, for list schedules and random valid ones,
+// and so are a 2-vEU Plan's run exchanged. The RunModeChooser, fed made-up
+// run times, goes alone only where that is faster on average, comes back
+// when the Plan is, and backs off its probes; the ListExchangeChooser
+// exchanges the lists only where that is faster, follows the host back,
+// and probes sooner when a list waits beyond its prediction.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -55,11 +59,14 @@ void expect_valid_order(const Plan& plan, const std::vector<std::pair<int32_t, i
   }
 }
 
-std::vector<Tensor> run_with(std::unique_ptr<Program> p, bool alone, const std::map<std::string, Tensor>& inputs) {
+enum class Way { kPlaced, kAlone, kExchanged };
+
+std::vector<Tensor> run_with(std::unique_ptr<Program> p, Way way, const std::map<std::string, Tensor>& inputs) {
   EngineOptions o;
   o.executor = Executor::kPlan;
   o.adapt = false;
-  o.always_alone = alone;
+  o.always_alone = way == Way::kAlone;
+  o.always_exchanged = way == Way::kExchanged;
   auto s = Engine::create(std::move(p), o);
   EXPECT_TRUE(s.ok()) << s.status().to_string();
   if (!s.ok()) return {};
@@ -67,7 +74,8 @@ std::vector<Tensor> run_with(std::unique_ptr<Program> p, bool alone, const std::
     (*s)->poison_arena();
     for (const Value* in : (*s)->inputs()) EXPECT_TRUE((*s)->set_input(in->name, inputs.at(in->name)).ok());
     EXPECT_TRUE((*s)->run().wait().ok());
-    EXPECT_EQ((*s)->ran_alone(), alone);
+    EXPECT_EQ((*s)->ran_alone(), way == Way::kAlone);
+    EXPECT_EQ((*s)->ran_exchanged(), way == Way::kExchanged);
   }
   std::vector<Tensor> outs;
   for (size_t i = 0; i < (*s)->outputs().size(); ++i) outs.push_back((*s)->output(i));
@@ -94,7 +102,13 @@ TEST_P(RunAlone, BitwiseThePlansOutputsOnListAndRandomSchedules) {
       auto b = compile_zoo(model, co, &inputs);
       ASSERT_TRUE(a.ok() && b.ok()) << what;
       expect_valid_order(*(*a)->plan, plan_one_thread_order(*(*a)->plan), what);
-      expect_bitwise(run_with(std::move(*b), true, inputs), run_with(std::move(*a), false, inputs), what);
+      const std::vector<Tensor> placed = run_with(std::move(*a), Way::kPlaced, inputs);
+      expect_bitwise(run_with(std::move(*b), Way::kAlone, inputs), placed, what + " alone");
+      if (veus == 2) {
+        auto c = compile_zoo(model, co, &inputs);
+        ASSERT_TRUE(c.ok()) << what;
+        expect_bitwise(run_with(std::move(*c), Way::kExchanged, inputs), placed, what + " exchanged");
+      }
     }
   }
 }
@@ -179,6 +193,85 @@ TEST(RunModeChooser, ComesBackToThePlanWhenTheHostDoes) {
   const size_t back = m.find("PPPPPPPPP");
   ASSERT_NE(back, std::string::npos) << m;
   EXPECT_EQ(m.find('A', back), std::string::npos) << m;
+}
+
+// List 0 busy the whole run, list 1 predicted to wait 40 of its 100 µs.
+ListExchangeChooser exchanger() { return ListExchangeChooser({0, 40}, 100); }
+
+// Feeds `n` runs the way the chooser asks: as placed they take `placed_us`,
+// exchanged `exchanged_us`; the list on the slower PU's partner waits the
+// difference beyond its prediction (list 1 when placed is slower). Returns
+// the ways it asked for ('P' placed, 'X' exchanged).
+std::string feed(ListExchangeChooser& c, int n, double placed_us, double exchanged_us) {
+  std::string ways;
+  for (int i = 0; i < n; ++i) {
+    const bool x = c.exchanged();
+    ways += x ? 'X' : 'P';
+    const double run = x ? exchanged_us : placed_us;
+    const double other = x ? placed_us : exchanged_us;
+    const double extra = std::max(0.0, run - other);
+    const std::vector<double> waits = {0, 40 * run / 100 + extra};
+    c.record(run, waits);
+  }
+  return ways;
+}
+
+TEST(ListExchangeChooser, KeepsThePlanAsPlacedWhereBothWaysRunAlike) {
+  ListExchangeChooser c = exchanger();
+  const std::string w = feed(c, 2000, 100, 100);
+  EXPECT_EQ(c.switches(), 0) << w;
+  // It probes, less and less often: at most a probe per 16 runs at first,
+  // then every 1024 (the first doublings take 16 + 32 + ... + 512 runs).
+  const size_t probed = static_cast<size_t>(std::count(w.begin(), w.end(), 'X'));
+  EXPECT_GT(probed, 0u);
+  EXPECT_LE(probed, 10u * ListExchangeChooser::kProbe) << w;
+  EXPECT_EQ(w.substr(0, ListExchangeChooser::kProbeBackoff), std::string(ListExchangeChooser::kProbeBackoff, 'P'));
+}
+
+TEST(ListExchangeChooser, ExchangesTheListsWhileThatRunsFasterAndComesBack) {
+  ListExchangeChooser c = exchanger();
+  // The busier list's PU slows: placed 150 µs, exchanged 105.
+  std::string w = feed(c, 100, 150, 105);
+  const size_t settled = w.find(std::string(2 * ListExchangeChooser::kProbe, 'X'));
+  ASSERT_NE(settled, std::string::npos) << w;
+  EXPECT_LE(settled, static_cast<size_t>(ListExchangeChooser::kProbeBackoff)) << w;
+  EXPECT_EQ(c.switches(), 1) << w;
+  // The slowdown moves to the other PU: placed is faster again, and the
+  // chooser returns within a few probes.
+  w = feed(c, 200, 100, 150);
+  const size_t back = w.find(std::string(2 * ListExchangeChooser::kProbe, 'P'));
+  ASSERT_NE(back, std::string::npos) << w;
+  EXPECT_LE(back, 3u * ListExchangeChooser::kProbeBackoff) << w;
+  EXPECT_EQ(c.switches(), 2) << w;
+}
+
+TEST(ListExchangeChooser, AProbeThatLosesBacksOffUnlessAListWaitsBeyondItsPrediction) {
+  // Exchanged is 3 % faster: under the 5 % margin, so every probe loses.
+  ListExchangeChooser quiet = exchanger();
+  const std::string w = feed(quiet, 3000, 100, 97);
+  EXPECT_EQ(quiet.switches(), 0) << w;
+  std::vector<size_t> probes;
+  for (size_t i = w.find('X'); i != std::string::npos; i = w.find('X', i + ListExchangeChooser::kProbe))
+    probes.push_back(i);
+  ASSERT_GE(probes.size(), 4u) << w;
+  for (size_t i = 2; i < probes.size() && probes[i] - probes[i - 1] < 1024; ++i)
+    EXPECT_GT(probes[i] - probes[i - 1], probes[i - 1] - probes[i - 2]) << w;
+  // The same runs with list 1 waiting a fifth of each run beyond its
+  // prediction: probes keep coming at least every 1024 / 8 runs.
+  ListExchangeChooser skewed = exchanger();
+  std::string s;
+  for (int i = 0; i < 3000; ++i) {
+    const bool x = skewed.exchanged();
+    s += x ? 'X' : 'P';
+    const double run = x ? 97 : 100;
+    const std::vector<double> waits = {0, 0.4 * run + 0.2 * run};
+    skewed.record(run, waits);
+  }
+  size_t gap = 0;
+  for (size_t i = s.find('X'), last = i; i != std::string::npos; last = i, i = s.find('X', i + ListExchangeChooser::kProbe))
+    gap = std::max(gap, i - last);
+  EXPECT_LE(gap, static_cast<size_t>(ListExchangeChooser::kMaxBackoff / 8 + ListExchangeChooser::kProbe)) << s;
+  EXPECT_GT(std::count(s.begin(), s.end(), 'X'), std::count(w.begin(), w.end(), 'X')) << s;
 }
 
 }  // namespace

@@ -95,7 +95,7 @@ void CpuVDevice::worker_main(int veu) {
   while (true) {
     seen = wake_.wait_change(seen, kParkSpins);
     if (stop_.load(std::memory_order_relaxed)) return;
-    execute(veu);
+    execute(exchanged_ ? veu ^ 1 : veu);
   }
 }
 
@@ -159,8 +159,9 @@ void CpuVDevice::run_alone(const std::vector<std::pair<int32_t, int64_t>>& order
   std::fill(wait_ns_.begin(), wait_ns_.end(), 0);
 }
 
-void CpuVDevice::run(const Plan& plan, const std::vector<StepArgs>& steps) {
+void CpuVDevice::run(const Plan& plan, const std::vector<StepArgs>& steps, bool exchanged) {
   TESSERA_CHECK(plan.veus == veus_);
+  TESSERA_CHECK(!exchanged || veus_ == 2);
   pin_caller();
   if (trace_ != nullptr) {
     // Map (vEU, position) to the placement index (each traced run: the
@@ -182,9 +183,12 @@ void CpuVDevice::run(const Plan& plan, const std::vector<StepArgs>& steps) {
   }
   plan_ = &plan;
   steps_ = &steps;
+  exchanged_ = exchanged;
   wake_.publish();
-  execute(0);
-  for (int u = 1; u < veus_; ++u) {
+  const int mine = exchanged ? 1 : 0;
+  execute(mine);
+  for (int u = 0; u < veus_; ++u) {
+    if (u == mine) continue;
     const uint64_t final_count = base_[u] + static_cast<uint64_t>(plan.tasks_per_veu[u]);
     int spins = 0;
     while (counters_[u].value.load(std::memory_order_acquire) < final_count) {

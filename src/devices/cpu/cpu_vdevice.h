@@ -73,7 +73,10 @@ class CpuVDevice {
 
   // Runs `plan` once; `steps` indexed like the Program's steps. Both must
   // outlive the call. Also records per-vEU time spent waiting (ns).
-  void run(const Plan& plan, const std::vector<StepArgs>& steps);
+  // `exchanged` (a 2-vEU Plan): the two lists run on each other's PUs, the
+  // calling thread running vEU 1's and the worker vEU 0's (each list with
+  // its own counter and scratch, so the bits are the same).
+  void run(const Plan& plan, const std::vector<StepArgs>& steps, bool exchanged = false);
   // Runs the rTasks of `order` (plan_one_thread_order of a Plan) on the
   // calling thread with vEU 0's scratch; the workers are left as they are
   // (parked once idle). Every wait time reads 0.
@@ -106,6 +109,7 @@ class CpuVDevice {
   // The current run, written before wake_.publish().
   const Plan* plan_ = nullptr;
   const std::vector<StepArgs>* steps_ = nullptr;
+  bool exchanged_ = false;
   std::vector<uint64_t> base_;       // per vEU, this run
   std::vector<uint64_t> next_base_;  // per vEU, the next run: above its final count this run
   std::vector<int64_t> wait_ns_;

@@ -105,24 +105,30 @@ class TwoLayerExecutor : public StepExecutor {
 };
 
 // The Program's Plan on vEUs that only wait and signal; with `adapt`, on
-// the calling thread alone while that runs faster (run_mode.h).
+// the calling thread alone while that runs faster, and on 2 vEUs with the
+// lists on each other's PUs while that runs faster (run_mode.h).
 class PlanExecutor : public StepExecutor {
  public:
   PlanExecutor(const Program& p, const EngineOptions& o, int veus) : device_(veus, p.max_scratch_bytes, o.pin, o.slots) {
-    if (!(o.adapt || o.always_alone) || veus < 2) return;
+    if (!(o.adapt || o.always_alone || o.always_exchanged) || veus < 2) return;
     order_ = plan_one_thread_order(*p.plan);
     if (order_.empty()) return;
     always_alone_ = o.always_alone;
     chooser_.emplace(plan_predicted_waits_us(*p.plan), p.plan->predicted_us);
+    // Exchanging lists moves them between PUs only where they are pinned.
+    if (veus == 2 && o.pin) exchange_.emplace(plan_predicted_waits_us(*p.plan), p.plan->predicted_us);
+    always_exchanged_ = o.always_exchanged && veus == 2;
     waits_us_.assign(static_cast<size_t>(veus), 0);
   }
   void run(const Program& p, const ResolvedArgs& a) override {
     alone_ = false;
+    exchanged_ = false;
     if (!chooser_ || device_.tracing()) return device_.run(*p.plan, a.steps);
-    alone_ = always_alone_ || chooser_->alone();
+    alone_ = always_alone_ || (!always_exchanged_ && chooser_->alone());
+    exchanged_ = !alone_ && (always_exchanged_ || (exchange_ && exchange_->exchanged()));
     const int64_t t0 = now_ns();
     if (alone_) device_.run_alone(order_, a.steps);
-    else device_.run(*p.plan, a.steps);
+    else device_.run(*p.plan, a.steps, exchanged_);
     const double us = static_cast<double>(now_ns() - t0) / 1e3;
     if (alone_) {
       chooser_->record(us, {});
@@ -131,17 +137,21 @@ class PlanExecutor : public StepExecutor {
     const std::vector<int64_t>& w = device_.wait_ns();
     for (size_t u = 0; u < waits_us_.size(); ++u) waits_us_[u] = static_cast<double>(w[u]) / 1e3;
     chooser_->record(us, waits_us_);
+    if (exchange_) exchange_->record(us, waits_us_);
   }
   CpuVDevice* vdevice() override { return &device_; }
   bool ran_alone() const override { return alone_; }
+  bool ran_exchanged() const override { return exchanged_; }
 
  private:
   CpuVDevice device_;
   std::vector<std::pair<int32_t, int64_t>> order_;  // the Plan's rTasks, in an order one thread may run them
   std::optional<RunModeChooser> chooser_;
+  std::optional<ListExchangeChooser> exchange_;  // 2 pinned vEUs: which PU runs which list
   std::vector<double> waits_us_;
-  bool always_alone_ = false;
+  bool always_alone_ = false, always_exchanged_ = false;
   bool alone_ = false;
+  bool exchanged_ = false;
 };
 
 // The null device's: nothing runs (Engine::run zero-fills the outputs).

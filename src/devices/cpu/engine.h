@@ -64,11 +64,16 @@ struct EngineOptions {
   bool null_device = false;
   // Plan executor on several vEUs: run the Plan's rTasks on the calling
   // thread alone while that runs faster (the host stopped letting the vEUs
-  // run at once; devices/cpu/run_mode.h).
+  // run at once), and a pinned 2-vEU Plan's two lists on each other's PUs
+  // while that runs faster (the host slowed the PU of the busier list;
+  // devices/cpu/run_mode.h).
   bool adapt = true;
   // Plan executor: every run on the calling thread alone, in the order
   // plan_one_thread_order gives (for tests: the same bits as the Plan).
   bool always_alone = false;
+  // Plan executor on 2 vEUs: every run with the lists exchanged (for tests
+  // and measurements: the same bits as the Plan).
+  bool always_exchanged = false;
 };
 
 // How an Engine runs its Program's steps once: one implementation per
@@ -82,6 +87,9 @@ class StepExecutor {
   virtual CpuVDevice* vdevice() { return nullptr; }
   // (optional) Whether the last run went on the calling thread alone.
   virtual bool ran_alone() const { return false; }
+  // (optional) Whether the last run went with a 2-vEU Plan's lists on
+  // each other's PUs.
+  virtual bool ran_exchanged() const { return false; }
 };
 // The executor `options` names, for `threads` threads; the null device's
 // runs nothing.
@@ -127,6 +135,7 @@ class Engine : public LoadedProgram {
   Status bind_output(size_t i, void* data) override;
   void wait_ms(std::vector<double>& out) const override;
   bool ran_alone() const override { return exec_->ran_alone(); }
+  bool ran_exchanged() const override { return exec_->ran_exchanged(); }
   Status set_trace(std::vector<std::pair<int64_t, int64_t>>* spans) override;
   // Fills the whole arena with a NaN pattern (0xFF bytes), so that any
   // element a kernel fails to write shows up. Call before set_input().

@@ -57,69 +57,113 @@ inline std::vector<double> plan_predicted_waits_us(const Plan& plan) {
 // Waiting beyond the predicted by more than this fraction of a run.
 inline constexpr double kStalledFraction = 0.25;
 
-// Whether a run of `run_us` in which vEU u waited `wait_us[u]` was
-// stalled: some vEU waited longer than the Plan predicts (`predicted_wait_us`
-// scaled by how much slower than `predicted_us` the whole run was) by more
-// than kStalledFraction of the run.
+// Whether, in a run of `run_us` in which vEU u waited `wait_us[u]`, some
+// vEU waited longer than the Plan predicts (`predicted_wait_us` scaled by
+// how much slower than `predicted_us` the whole run was) by more than
+// `fraction` of the run: stalled, at kStalledFraction.
 inline bool run_stalled(std::span<const double> predicted_wait_us, double predicted_us, double run_us,
-                        std::span<const double> wait_us) {
+                        std::span<const double> wait_us, double fraction = kStalledFraction) {
   if (predicted_us <= 0 || run_us <= 0) return false;
   const double scale = run_us / predicted_us;  // a run uniformly slower waits longer too
   for (size_t u = 0; u < wait_us.size() && u < predicted_wait_us.size(); ++u)
-    if (wait_us[u] - predicted_wait_us[u] * scale > kStalledFraction * run_us) return true;
+    if (wait_us[u] - predicted_wait_us[u] * scale > fraction * run_us) return true;
   return false;
 }
 
+// The last kRunWindow run times of one way of running.
+inline constexpr size_t kRunWindow = 8;
+struct RunRing {
+  std::array<double, kRunWindow> v{};
+  size_t n = 0;  // pushed so far
+  void push(double x) { v[n++ % kRunWindow] = x; }
+  // The mean of the last k (at most kRunWindow) runs.
+  double mean(size_t k) const {
+    const size_t m = std::min({k, n, kRunWindow});
+    double sum = 0;
+    for (size_t i = 0; i < m; ++i) sum += v[(n - 1 - i) % kRunWindow];
+    return m > 0 ? sum / static_cast<double>(m) : 0;
+  }
+};
+
+// Two ways of running, one kept and the other probed now and then: the
+// state both choosers below share. Outside probes runs go the kept way;
+// a probe runs the other way a few times, then either takes over or, if
+// it lost, makes the kept way's next probe wait twice as long.
+struct TwoWays {
+  static constexpr int kProbeBackoff = 16;  // runs before the first probe, and after a switch
+  static constexpr int kMaxBackoff = 1024;
+  int kept = 0;
+  bool probing = false;
+  RunRing ring[2];  // recent runs, per way
+  int backoff[2] = {kProbeBackoff, kProbeBackoff};  // per way: runs kept before it probes the other
+  int probed = 0;
+  int since_probe = 0;
+
+  // The way this run goes: the other one while probing.
+  int running() const { return probing ? 1 - kept : kept; }
+  void start_probe() {
+    probing = true;
+    probed = 0;
+  }
+  // After a probe's last run: the probed way is kept if its mean over its
+  // last `probe_runs` beats the kept way's recent mean by `margin`.
+  // Returns whether it took over.
+  bool end_probe(size_t probe_runs, double margin) {
+    const int other = 1 - kept;
+    const bool won = ring[other].mean(probe_runs) < margin * ring[kept].mean(kRunWindow);
+    if (won) {
+      kept = other;
+      backoff[kept] = kProbeBackoff;
+    } else {
+      backoff[kept] = std::min(2 * backoff[kept], kMaxBackoff);
+    }
+    probing = false;
+    since_probe = 0;
+    return won;
+  }
+};
+
 class RunModeChooser {
  public:
-  static constexpr size_t kWindow = 8;  // recent runs kept per mode
+  static constexpr size_t kWindow = kRunWindow;  // recent runs kept per mode
   static constexpr int kStalledOf = 3;  // stalled runs among the last kWindow plan runs that start a probe
   static constexpr int kAloneProbe = 4;
   static constexpr int kPlanProbe = 8;
-  static constexpr int kProbeBackoff = 16;
-  static constexpr int kMaxBackoff = 1024;
+  static constexpr int kProbeBackoff = TwoWays::kProbeBackoff;
+  static constexpr int kMaxBackoff = TwoWays::kMaxBackoff;
   // A mode must beat the other by this factor to take over.
   static constexpr double kMargin = 0.95;
 
   // `predicted_wait_us[u]`: how long vEU u waits within its list in the
   // predicted timeline; `predicted_us`: its makespan.
   RunModeChooser(std::vector<double> predicted_wait_us, double predicted_us)
-      : predicted_wait_us_(std::move(predicted_wait_us)), predicted_us_(predicted_us) {}
+      : predicted_wait_us_(std::move(predicted_wait_us)), predicted_us_(predicted_us) {
+    w_.since_probe = kProbeBackoff;  // the first stalls may probe at once
+  }
 
   // Whether the next run goes on the calling thread alone.
-  bool alone() const { return running() == kAloneMode; }
+  bool alone() const { return w_.running() == kAloneMode; }
 
   // A finished run: its time and each vEU's waits (a run alone: empty).
   void record(double run_us, std::span<const double> wait_us) {
-    ++since_probe_;
-    const int ran = running();
-    push(ring_[ran], run_us);
-    if (!probing_) {
+    ++w_.since_probe;
+    const int ran = w_.running();
+    w_.ring[ran].push(run_us);
+    if (!w_.probing) {
       // Alone, the Plan is probed every backoff runs; on the Plan, alone
       // is probed only after stalls.
-      if (mode_ == kAloneMode) ++alone_runs_;
+      if (w_.kept == kAloneMode) ++alone_runs_;
       else stalled_ = (stalled_ << 1 | (stalled(run_us, wait_us) ? 1u : 0u)) & ((1u << kWindow) - 1);
-      const bool due = mode_ == kAloneMode || std::popcount(stalled_) >= kStalledOf;
-      if (due && since_probe_ >= backoff_[mode_]) {
-        probing_ = true;
-        probed_ = 0;
-      }
+      const bool due = w_.kept == kAloneMode || std::popcount(stalled_) >= kStalledOf;
+      if (due && w_.since_probe >= w_.backoff[w_.kept]) w_.start_probe();
       return;
     }
     // A probe of the other mode: it takes over if its mean beats this
-    // mode's recent mean by kMargin; else this mode's next probe waits
-    // twice as long.
+    // mode's recent mean by kMargin.
     const int runs = ran == kAloneMode ? kAloneProbe : kPlanProbe;
-    if (++probed_ < runs) return;
-    if (mean(ring_[ran], static_cast<size_t>(runs)) < kMargin * mean(ring_[mode_], kWindow)) {
-      mode_ = ran;
-      backoff_[mode_] = kProbeBackoff;
-    } else {
-      backoff_[mode_] = std::min(2 * backoff_[mode_], kMaxBackoff);
-    }
-    probing_ = false;
+    if (++w_.probed < runs) return;
+    w_.end_probe(static_cast<size_t>(runs), kMargin);
     stalled_ = 0;
-    since_probe_ = 0;
   }
 
   // Runs that went alone outside probes (a Session that settled on it).
@@ -127,34 +171,88 @@ class RunModeChooser {
 
  private:
   static constexpr int kPlanMode = 0, kAloneMode = 1;
-  struct Ring {
-    std::array<double, kWindow> v{};
-    size_t n = 0;  // pushed so far
-  };
-  static void push(Ring& r, double x) { r.v[r.n++ % kWindow] = x; }
-  // The mean of the last k (at most kWindow) runs.
-  static double mean(const Ring& r, size_t k) {
-    const size_t n = std::min({k, r.n, kWindow});
-    double sum = 0;
-    for (size_t i = 0; i < n; ++i) sum += r.v[(r.n - 1 - i) % kWindow];
-    return n > 0 ? sum / static_cast<double>(n) : 0;
-  }
   bool stalled(double run_us, std::span<const double> wait_us) const {
     return run_stalled(predicted_wait_us_, predicted_us_, run_us, wait_us);
   }
-  // The mode this run goes in: the other one while probing.
-  int running() const { return probing_ ? 1 - mode_ : mode_; }
 
   std::vector<double> predicted_wait_us_;
   double predicted_us_;
-  int mode_ = kPlanMode;
-  bool probing_ = false;
-  Ring ring_[2];          // recent runs, per mode
-  int backoff_[2] = {kProbeBackoff, kProbeBackoff};  // per mode: runs in it before it probes the other
+  TwoWays w_;             // way 0 the Plan, 1 alone
   unsigned stalled_ = 0;  // bit i: the plan run i runs ago was stalled
-  int probed_ = 0;
-  int since_probe_ = kProbeBackoff;  // the first stalls may probe at once
   int64_t alone_runs_ = 0;
+};
+
+// ListExchangeChooser: whether a 2-vEU Plan's next run goes with its two
+// lists on each other's PUs.
+//
+// A static Plan on 2 vEUs often gives one list the critical path and the
+// other slack (NASNet-like's measured Plan: one list busy twice as long as
+// the other). Hosts slow one vCPU at a time, for seconds or minutes
+// (docs/notes/2026-11-27-uneven-vcpus-and-warm-orders.md): when it is the
+// PU running the critical list, every run waits for it, where the other
+// list would have absorbed the slowdown in its slack. The lists do not
+// care which PU runs them (each has its own counter and scratch: the same
+// bits), so the Session may exchange them at any run:
+//
+//   probe   every backoff runs of the Plan, the next kProbe runs go the
+//           other way; an eighth of the backoff (at least kProbeBackoff
+//           runs) is enough where some list waited beyond its predicted
+//           waits by more than kSkewFraction of the run in kSkewedOf of
+//           the last kWindow runs (the other list's PU ran slow);
+//   switch  if the probe's mean, less its first kProbeWarmup runs (data
+//           moving to the other PUs' caches), beats the last kWindow
+//           runs' by kMargin, the other way it is, and its next probe
+//           comes after kProbeBackoff runs; else the next probe waits
+//           twice as long (up to kMaxBackoff runs).
+//
+// Pure arithmetic on a few doubles, like RunModeChooser: no allocation,
+// lock or system call. Thread-safety: one per Session, used by its running
+// thread.
+class ListExchangeChooser {
+ public:
+  static constexpr size_t kWindow = kRunWindow;
+  static constexpr int kProbe = 8;
+  static constexpr int kProbeWarmup = 2;
+  static constexpr int kProbeBackoff = TwoWays::kProbeBackoff;
+  static constexpr int kMaxBackoff = TwoWays::kMaxBackoff;
+  static constexpr int kSkewedOf = 3;
+  static constexpr double kSkewFraction = 0.1;
+  static constexpr double kMargin = RunModeChooser::kMargin;
+
+  // As RunModeChooser's: each list's predicted waits and the makespan.
+  ListExchangeChooser(std::vector<double> predicted_wait_us, double predicted_us)
+      : predicted_wait_us_(std::move(predicted_wait_us)), predicted_us_(predicted_us) {}
+
+  // Whether the next run of the Plan goes with its lists exchanged.
+  bool exchanged() const { return w_.running() == 1; }
+
+  // A finished run of the Plan (not one alone): its time and each list's
+  // waits (list u's at u, whichever PU ran it).
+  void record(double run_us, std::span<const double> wait_us) {
+    w_.ring[w_.running()].push(run_us);
+    ++w_.since_probe;
+    if (!w_.probing) {
+      const bool skew = run_stalled(predicted_wait_us_, predicted_us_, run_us, wait_us, kSkewFraction);
+      skewed_ = (skewed_ << 1 | (skew ? 1u : 0u)) & ((1u << kWindow) - 1);
+      const int backoff = w_.backoff[w_.kept];
+      const int wait = std::popcount(skewed_) >= kSkewedOf ? std::max(kProbeBackoff, backoff / 8) : backoff;
+      if (w_.since_probe >= wait) w_.start_probe();
+      return;
+    }
+    if (++w_.probed < kProbe) return;
+    switches_ += w_.end_probe(kProbe - kProbeWarmup, kMargin) ? 1 : 0;
+    skewed_ = 0;
+  }
+
+  // How often the lists changed PUs for good (outside probes).
+  int64_t switches() const { return switches_; }
+
+ private:
+  std::vector<double> predicted_wait_us_;
+  double predicted_us_;
+  TwoWays w_;            // way 0 as placed, 1 exchanged
+  unsigned skewed_ = 0;  // bit i: the run i runs ago had a list wait beyond its prediction
+  int64_t switches_ = 0;
 };
 
 }  // namespace tessera
