@@ -194,11 +194,11 @@ class RunModeChooser {
 // care which PU runs them (each has its own counter and scratch: the same
 // bits), so the Session may exchange them at any run:
 //
-//   probe   every backoff runs of the Plan, the next kProbe runs go the
-//           other way; an eighth of the backoff (at least kProbeBackoff
-//           runs) is enough where some list waited beyond its predicted
-//           waits by more than kSkewFraction of the run in kSkewedOf of
-//           the last kWindow runs (the other list's PU ran slow);
+//   probe   when some list waited beyond its predicted waits by more than
+//           kSkewFraction of the run in kSkewedOf of the last kWindow
+//           runs (the other list's PU ran slow), and backoff runs have
+//           gone since the last probe, the next kProbe runs go the other
+//           way (on an even host nothing is probed: probes are slow runs);
 //   switch  if the probe's mean, less its first kProbeWarmup runs (data
 //           moving to the other PUs' caches), beats the last kWindow
 //           runs' by kMargin, the other way it is, and its next probe
@@ -221,7 +221,9 @@ class ListExchangeChooser {
 
   // As RunModeChooser's: each list's predicted waits and the makespan.
   ListExchangeChooser(std::vector<double> predicted_wait_us, double predicted_us)
-      : predicted_wait_us_(std::move(predicted_wait_us)), predicted_us_(predicted_us) {}
+      : predicted_wait_us_(std::move(predicted_wait_us)), predicted_us_(predicted_us) {
+    w_.since_probe = kProbeBackoff;  // the first skew may probe at once
+  }
 
   // Whether the next run of the Plan goes with its lists exchanged.
   bool exchanged() const { return w_.running() == 1; }
@@ -234,9 +236,7 @@ class ListExchangeChooser {
     if (!w_.probing) {
       const bool skew = run_stalled(predicted_wait_us_, predicted_us_, run_us, wait_us, kSkewFraction);
       skewed_ = (skewed_ << 1 | (skew ? 1u : 0u)) & ((1u << kWindow) - 1);
-      const int backoff = w_.backoff[w_.kept];
-      const int wait = std::popcount(skewed_) >= kSkewedOf ? std::max(kProbeBackoff, backoff / 8) : backoff;
-      if (w_.since_probe >= wait) w_.start_probe();
+      if (std::popcount(skewed_) >= kSkewedOf && w_.since_probe >= w_.backoff[w_.kept]) w_.start_probe();
       return;
     }
     if (++w_.probed < kProbe) return;
