@@ -116,7 +116,7 @@ class PlanExecutor : public StepExecutor {
     always_alone_ = o.always_alone;
     chooser_.emplace(plan_predicted_waits_us(*p.plan), p.plan->predicted_us);
     // Exchanging lists moves them between PUs only where they are pinned.
-    if (veus == 2 && o.pin) exchange_.emplace(plan_predicted_waits_us(*p.plan), p.plan->predicted_us);
+    if (o.adapt && veus == 2 && o.pin) exchange_.emplace(plan_predicted_waits_us(*p.plan), p.plan->predicted_us);
     always_exchanged_ = o.always_exchanged && veus == 2;
     waits_us_.assign(static_cast<size_t>(veus), 0);
   }
