@@ -106,7 +106,7 @@ tsan: zoo
 	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/contract_test
 	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/plan_test --gtest_filter='$(TSAN_FILTER)'
 	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/api_test --gtest_filter='$(TSAN_API_FILTER)'
-	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/run_mode_test --gtest_filter='*/mlp:*/add_chains8:RunModeChooser.*:ListExchangeChooser.*'
+	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/run_mode_test --gtest_filter='*/mlp:*/add_chains8:RunModeChooser.*:ListExchangeChooser.*:SpareCore*'
 
 bench-deps:
 	@test -d $(BUILD)/bench/node_modules/onnxruntime-node || \

@@ -20,8 +20,13 @@ Plan, predicted to measured) and writes the section of bench/RESULTS.md
 for this host's shape (the host map's digest), keeping the sections of
 other host shapes.
 
+Every timed run is also written, batch by batch, to --runs (JSON: per
+workload, per system, one list of run times in ms per round, in the
+order the round ran them), for looking at tails round by round.
+
 Usage: /usr/bin/python3 bench/run_bench.py [--rounds N] [--batch-ms MS]
            [--only W,...] [--unseen] [--quick] [--out bench/RESULTS.md]
+           [--runs build/bench/runs.json]
 """
 import argparse
 import datetime
@@ -252,14 +257,16 @@ def measure(w, systems, a, quiet):
         time.sleep(GAP_S)
     batches = {name: [] for name in systems}
     order = list(systems)
+    orders = []
     for r in range(a.rounds):
         print(f"bench: {w} round {r + 1}/{a.rounds}", file=sys.stderr)
         quiet(f"{w} round {r + 1}")
-        for name in order[r % len(order):] + order[:r % len(order)]:
+        orders.append(order[r % len(order):] + order[:r % len(order)])
+        for name in orders[-1]:
             n = iters[name]
             batches[name].append(systems[name].times(max(2, n // 4), n))
             time.sleep(GAP_S)
-    return batches, iters
+    return batches, iters, orders
 
 
 def main():
@@ -273,6 +280,8 @@ def main():
     ap.add_argument("--unseen", action="store_true", help="also the unseen-kind models (geometric mean)")
     ap.add_argument("--quick", action="store_true", help="2 rounds of 20 ms batches: a smoke test, not a measurement")
     ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
+    ap.add_argument("--runs", default=os.path.join(ROOT, "build", "bench", "runs.json"),
+                    help="where every timed run goes, per workload, system and round (JSON)")
     a = ap.parse_args()
     if a.quick:
         a.rounds, a.batch_ms = 2, 20
@@ -298,6 +307,7 @@ def main():
     waits, busy_rounds = [], []
     batch_iters = {}
     unfused = {}
+    raw = {}
     tmp = tempfile.mkdtemp(prefix="tessera-bench-")
 
     def quiet(what):
@@ -330,7 +340,8 @@ def main():
             systems["pytorch"] = Torch(w, a.threads).bind(arrays)
             if w in SCHEDULING:  # the same chains with fusion off: scheduling alone
                 systems["unfused"] = tessera_server(a.build, model, npz, a.threads, fuse=False)
-            batches, iters = measure(w, systems, a, quiet)
+            batches, iters, orders = measure(w, systems, a, quiet)
+            raw[w] = {"order": orders, "ms": dict(batches)}
         except RuntimeError as e:
             print(f"bench: {w}: {e}", file=sys.stderr)
             return 1
@@ -356,6 +367,10 @@ def main():
                 (f" ({', '.join(busy_rounds)})" if busy_rounds else "") + ".\n")
     print(table + summary)
     write_results(a, tessera, maps, table, summary)
+    os.makedirs(os.path.dirname(os.path.abspath(a.runs)), exist_ok=True)
+    with open(a.runs, "w") as f:
+        json.dump({"rounds": a.rounds, "batch_ms": a.batch_ms, "workloads": raw}, f)
+    print(f"bench: every timed run in {a.runs}", file=sys.stderr)
     return 0
 
 

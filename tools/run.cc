@@ -40,8 +40,9 @@ const cli::Command kRun = {
         {"--no-adapt", "",
          "plan executor: always run the Plan on its vEUs as placed (default: a run goes on the calling\n"
          "                          thread alone while that is faster on average, as when the host runs the cores in\n"
-         "                          turns, and a 2-vEU Plan's lists on each other's cores while that is faster, as when\n"
-         "                          the host slows the busier list's core; --json marks such runs \"alone\", \"exchanged\")"},
+         "                          turns, a 2-vEU Plan's lists on each other's cores while that is faster, as when\n"
+         "                          the host slows the busier list's core, and a 1-vEU Plan on the second core it was\n"
+         "                          given while that one runs faster; --json marks such runs \"alone\", \"exchanged\")"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
         {"--json", "", "print one JSON object on stdout at the end"},

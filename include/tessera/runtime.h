@@ -176,8 +176,10 @@ struct SessionOptions {
   // while that runs faster, as when the host runs the vEUs' cores in turns;
   // and, on 2 pinned vEUs, with the Plan's two lists on each other's cores
   // while that runs faster, as when the host slows the core of the busier
-  // list. RunBreakdown::alone and ::exchanged say which runs did. false:
-  // always the Plan as placed.
+  // list; and a 1-vEU Plan kept on a request for more vEUs on the
+  // session's second core while that one runs it faster.
+  // RunBreakdown::alone and ::exchanged say which runs did. false: always
+  // the Plan as placed.
   bool adapt = true;
   // A latency objective in milliseconds (0: none): the session is admitted
   // only where its Plan's predicted latency meets it, and refused
@@ -195,7 +197,7 @@ struct RunBreakdown {
   double device_ms = 0;    // an accelerator's own time inside compute_ms (GPU events); 0 on the CPU
   std::vector<double> wait_ms = {};  // plan executor: per vEU, time spent waiting
   bool alone = false;                 // plan executor: the run went on the calling thread alone (SessionOptions::adapt)
-  bool exchanged = false;             // plan executor: the run went with its 2 lists on each other's cores (adapt)
+  bool exchanged = false;             // plan executor: the run went with its 2 lists on each other's cores, or its 1 list on the second core (adapt)
   // Bytes copied: inputs the Plan could not read where they lay (memory
   // not aligned to the dtype, say), outputs not bound with bind_output.
   uint64_t copy_in_bytes = 0, copy_out_bytes = 0;

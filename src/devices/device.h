@@ -108,7 +108,8 @@ class LoadedProgram {
   // place of its vEUs (cpu: devices/cpu/run_mode.h). Default: false.
   virtual bool ran_alone() const { return false; }
   // (optional) Whether the last run went with a 2-vEU Plan's two lists on
-  // each other's PUs (cpu: devices/cpu/run_mode.h). Default: false.
+  // each other's PUs, or a 1-vEU Plan's list on its second slot (cpu:
+  // devices/cpu/run_mode.h). Default: false.
   virtual bool ran_exchanged() const { return false; }
   // (optional) An accelerator's own time for the last run's work (ms,
   // timed on the device: the launch to its end, without the copies).
@@ -127,7 +128,7 @@ struct PlaceOptions {
   // topology order), vEU u on slots[u]; empty: 0, 1, ...
   std::vector<int> slots = {};
   bool pin = true;  // cpu: pin each vEU to its slot
-  bool adapt = true;  // cpu: a Plan's runs may go on the caller alone, or a 2-vEU Plan's lists on each other's PUs, while that is faster
+  bool adapt = true;  // cpu: a Plan's runs may go on the caller alone, a 2-vEU Plan's lists on each other's PUs, or a 1-vEU Plan's on a second slot, while that is faster
 };
 
 class Device {

@@ -6,7 +6,11 @@
 // run times, goes alone only where that is faster on average, comes back
 // when the Plan is, and backs off its probes; the ListExchangeChooser
 // probes nothing on an even host, exchanges the lists while that is
-// faster, follows the host back, and backs off probes that lose.
+// faster, follows the host back, and backs off probes that lose. A 1-vEU
+// Plan given a spare PU gives its bits there too; the SpareCoreChooser
+// probes nothing on an even host (time slices lost now and then are no
+// slow PU), moves the list to the faster PU and back, and backs off
+// probes that lose.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +20,7 @@
 #include "devices/cpu/engine.h"
 #include "devices/cpu/run_mode.h"
 #include "tests/common/zoo_util.h"
+#include "topology/cpu_topology.h"
 
 namespace tessera {
 namespace {
@@ -61,9 +66,11 @@ void expect_valid_order(const Plan& plan, const std::vector<std::pair<int32_t, i
 
 enum class Way { kPlaced, kAlone, kExchanged };
 
-std::vector<Tensor> run_with(std::unique_ptr<Program> p, Way way, const std::map<std::string, Tensor>& inputs) {
+std::vector<Tensor> run_with(std::unique_ptr<Program> p, Way way, const std::map<std::string, Tensor>& inputs,
+                             int threads = 0) {
   EngineOptions o;
   o.executor = Executor::kPlan;
+  o.threads = threads;
   o.adapt = false;
   o.always_alone = way == Way::kAlone;
   o.always_exchanged = way == Way::kExchanged;
@@ -76,6 +83,9 @@ std::vector<Tensor> run_with(std::unique_ptr<Program> p, Way way, const std::map
     EXPECT_TRUE((*s)->run().wait().ok());
     EXPECT_EQ((*s)->ran_alone(), way == Way::kAlone);
     EXPECT_EQ((*s)->ran_exchanged(), way == Way::kExchanged);
+    std::vector<double> waits;
+    (*s)->wait_ms(waits);
+    EXPECT_EQ(waits.size(), static_cast<size_t>((*s)->program().plan->veus));  // the Plan's vEUs, no spare
   }
   std::vector<Tensor> outs;
   for (size_t i = 0; i < (*s)->outputs().size(); ++i) outs.push_back((*s)->output(i));
@@ -115,6 +125,21 @@ TEST_P(RunAlone, BitwiseThePlansOutputsOnListAndRandomSchedules) {
 
 INSTANTIATE_TEST_SUITE_P(Zoo, RunAlone, ::testing::ValuesIn(testing_util::kZooModels),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+TEST(SpareCore, A1VeuPlansListOnTheSparePuGivesItsBits) {
+  if (cpu_topology().pus < 2) GTEST_SKIP() << "one PU: no spare to run a 1-vEU Plan on";
+  for (const std::string model : {"mlp", "bert_tiny", "add_chain"}) {
+    CompileConfig co;
+    co.build_plan = true;
+    co.schedule.veus = 1;
+    std::map<std::string, Tensor> inputs;
+    auto a = compile_zoo(model, co, &inputs);
+    auto b = compile_zoo(model, co, &inputs);
+    ASSERT_TRUE(a.ok() && b.ok()) << model;
+    const std::vector<Tensor> placed = run_with(std::move(*a), Way::kPlaced, inputs, 2);
+    expect_bitwise(run_with(std::move(*b), Way::kExchanged, inputs, 2), placed, model + " on the spare PU");
+  }
+}
 
 TEST(RunAlone, AWaitCycleHasNoOrder) {
   Plan p;
@@ -264,6 +289,84 @@ TEST(ListExchangeChooser, ProbesThatLoseBackOff) {
     const size_t gap = probes[i] - probes[i - 1], before = probes[i - 1] - probes[i - 2];
     EXPECT_LE(gap, static_cast<size_t>(ListExchangeChooser::kMaxBackoff + ListExchangeChooser::kProbe)) << w;
     if (before < ListExchangeChooser::kMaxBackoff) {
+      EXPECT_GT(gap, before) << w;
+    }
+  }
+}
+
+// Feeds `n` runs the way the chooser asks: on the caller's PU they take
+// `caller_us`, on the spare `spare_us`; every tenth run lost a time slice
+// (50 times as long). Returns the PUs it asked for ('C' or 'S').
+std::string feed(SpareCoreChooser& c, int n, double caller_us, double spare_us) {
+  std::string ways;
+  for (int i = 0; i < n; ++i) {
+    const bool spare = c.spare();
+    ways += spare ? 'S' : 'C';
+    const double run = spare ? spare_us : caller_us;
+    c.record(i % 10 == 9 ? 50 * run : run * (1 + 0.01 * (i % 3)));
+  }
+  return ways;
+}
+
+TEST(SpareCoreChooser, AnEvenHostProbesNothing) {
+  // Both PUs alike, or the spare 10 % faster from the start (no slowdown
+  // to see): time slices lost now and then are no slow PU, and no run
+  // goes to the spare.
+  for (double spare_us : {70.0, 63.0}) {
+    SpareCoreChooser c;
+    EXPECT_EQ(feed(c, 3000, 70, spare_us), std::string(3000, 'C'));
+    EXPECT_EQ(c.switches(), 0);
+  }
+}
+
+TEST(SpareCoreChooser, MovesToTheFasterPuAndBack) {
+  SpareCoreChooser c;
+  ASSERT_EQ(feed(c, 100, 70, 70), std::string(100, 'C'));
+  // The caller's PU slows to 100 µs: once the last kWindow runs show it,
+  // a probe, and the spare it is.
+  std::string w = feed(c, 100, 100, 70);
+  const size_t settled = w.find(std::string(2 * SpareCoreChooser::kProbe, 'S'));
+  EXPECT_LE(settled, SpareCoreChooser::kWindow) << w;
+  EXPECT_EQ(w.find('C', settled), std::string::npos) << w;
+  EXPECT_EQ(c.switches(), 1) << w;
+  // Then the spare's PU slows and the caller's is back: back within a
+  // window and a probe.
+  w = feed(c, 200, 70, 100);
+  const size_t back = w.find(std::string(2 * SpareCoreChooser::kProbe, 'C'));
+  ASSERT_NE(back, std::string::npos) << w;
+  EXPECT_LE(back, SpareCoreChooser::kWindow + SpareCoreChooser::kProbeBackoff) << w;
+  EXPECT_EQ(w.find('S', back), std::string::npos) << w;
+  EXPECT_EQ(c.switches(), 2) << w;
+}
+
+TEST(SpareCoreChooser, APuThatStraddlesTheThresholdsProbesRarely) {
+  // The caller's PU runs 66 µs and 84 µs by turns, 16 runs each, and the
+  // spare 84: every probe loses, and after the first few they come at
+  // most once in kMaxBackoff runs, however often the PU looks slow anew.
+  SpareCoreChooser c;
+  std::string w;
+  for (int i = 0; i < 400; ++i) w += feed(c, 16, i % 2 == 0 ? 66 : 84, 84);
+  EXPECT_EQ(c.switches(), 0) << w;
+  const auto spare_runs = std::count(w.begin(), w.end(), 'S');
+  EXPECT_LE(spare_runs, 12 * SpareCoreChooser::kProbe) << w;  // 6400 runs: backoff 16, 32, ..., 1024, then 1024
+  EXPECT_GT(spare_runs, 0) << w;
+}
+
+TEST(SpareCoreChooser, ProbesThatLoseBackOff) {
+  // Both PUs slow alike after a fast start: every probe loses, and they
+  // come less and less often, at least every kMaxBackoff runs.
+  SpareCoreChooser c;
+  feed(c, 100, 70, 70);
+  const std::string w = feed(c, 8000, 100, 100);
+  EXPECT_EQ(c.switches(), 0) << w;
+  std::vector<size_t> probes;
+  for (size_t i = w.find('S'); i != std::string::npos; i = w.find('S', i + SpareCoreChooser::kProbe))
+    probes.push_back(i);
+  ASSERT_GE(probes.size(), 7u) << w;
+  for (size_t i = 2; i < probes.size(); ++i) {
+    const size_t gap = probes[i] - probes[i - 1], before = probes[i - 1] - probes[i - 2];
+    EXPECT_LE(gap, static_cast<size_t>(SpareCoreChooser::kMaxBackoff + SpareCoreChooser::kProbe)) << w;
+    if (before < SpareCoreChooser::kMaxBackoff) {
       EXPECT_GT(gap, before) << w;
     }
   }

@@ -160,9 +160,11 @@ void CpuVDevice::run_alone(const std::vector<std::pair<int32_t, int64_t>>& order
 }
 
 void CpuVDevice::run(const Plan& plan, const std::vector<StepArgs>& steps, bool exchanged) {
-  TESSERA_CHECK(plan.veus == veus_);
+  // A Plan on all the vEUs, or a 1-vEU Plan on a device with a spare PU.
+  TESSERA_CHECK(plan.veus == veus_ || (plan.veus == 1 && veus_ == 2));
   TESSERA_CHECK(!exchanged || veus_ == 2);
   pin_caller();
+  const int lists = plan.veus;
   if (trace_ != nullptr) {
     // Map (vEU, position) to the placement index (each traced run: the
     // plan may be another than last time).
@@ -177,17 +179,20 @@ void CpuVDevice::run(const Plan& plan, const std::vector<StepArgs>& steps, bool 
   }
   // Each vEU's counts start above everything it published before, whatever
   // Plan that was: no earlier value can satisfy a wait of this run.
-  for (int u = 0; u < veus_; ++u) {
+  for (int u = 0; u < lists; ++u) {
     base_[u] = next_base_[u];
     next_base_[u] = base_[u] + static_cast<uint64_t>(plan.tasks_per_veu[u]) + 1;
   }
   plan_ = &plan;
   steps_ = &steps;
   exchanged_ = exchanged;
-  wake_.publish();
+  // One list on the caller's PU needs no worker; on the spare PU the
+  // worker runs it while the caller waits for its final count.
+  if (lists > 1 || exchanged) wake_.publish();
   const int mine = exchanged ? 1 : 0;
-  execute(mine);
-  for (int u = 0; u < veus_; ++u) {
+  if (mine < lists) execute(mine);
+  else wait_ns_[static_cast<size_t>(mine)] = 0;
+  for (int u = 0; u < lists; ++u) {
     if (u == mine) continue;
     const uint64_t final_count = base_[u] + static_cast<uint64_t>(plan.tasks_per_veu[u]);
     int spins = 0;

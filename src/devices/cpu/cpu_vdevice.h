@@ -75,7 +75,10 @@ class CpuVDevice {
   // outlive the call. Also records per-vEU time spent waiting (ns).
   // `exchanged` (a 2-vEU Plan): the two lists run on each other's PUs, the
   // calling thread running vEU 1's and the worker vEU 0's (each list with
-  // its own counter and scratch, so the bits are the same).
+  // its own counter and scratch, so the bits are the same). A device of 2
+  // vEUs also runs a 1-vEU Plan: its list on the caller's PU, or, exchanged,
+  // on the worker's (the spare PU) while the caller waits for it; wait_ns()
+  // then holds 0 for the spare.
   void run(const Plan& plan, const std::vector<StepArgs>& steps, bool exchanged = false);
   // Runs the rTasks of `order` (plan_one_thread_order of a Plan) on the
   // calling thread with vEU 0's scratch; the workers are left as they are

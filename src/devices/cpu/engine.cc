@@ -109,7 +109,14 @@ class TwoLayerExecutor : public StepExecutor {
 // lists on each other's PUs while that runs faster (run_mode.h).
 class PlanExecutor : public StepExecutor {
  public:
-  PlanExecutor(const Program& p, const EngineOptions& o, int veus) : device_(veus, p.max_scratch_bytes, o.pin, o.slots) {
+  // `pus`: veus, or 2 for a 1-vEU Plan given a spare PU.
+  PlanExecutor(const Program& p, const EngineOptions& o, int veus, int pus)
+      : device_(pus, p.max_scratch_bytes, o.pin, o.slots) {
+    if (pus > veus) {
+      always_exchanged_ = o.always_exchanged;
+      if (o.adapt) spare_.emplace();
+      return;
+    }
     if (!(o.adapt || o.always_alone || o.always_exchanged) || veus < 2) return;
     order_ = plan_one_thread_order(*p.plan);
     if (order_.empty()) return;
@@ -123,6 +130,18 @@ class PlanExecutor : public StepExecutor {
   void run(const Program& p, const ResolvedArgs& a) override {
     alone_ = false;
     exchanged_ = false;
+    if (spare_ || always_exchanged_) {
+      if (device_.tracing() || !spare_) {
+        exchanged_ = always_exchanged_;
+        return device_.run(*p.plan, a.steps, exchanged_);
+      }
+      // A 1-vEU Plan with a spare PU: its list on whichever PU runs it faster.
+      exchanged_ = spare_->spare();
+      const int64_t t0 = now_ns();
+      device_.run(*p.plan, a.steps, exchanged_);
+      spare_->record(static_cast<double>(now_ns() - t0) / 1e3);
+      return;
+    }
     if (!chooser_ || device_.tracing()) return device_.run(*p.plan, a.steps);
     alone_ = always_alone_ || (!always_exchanged_ && chooser_->alone());
     exchanged_ = !alone_ && (always_exchanged_ || (exchange_ && exchange_->exchanged()));
@@ -148,6 +167,7 @@ class PlanExecutor : public StepExecutor {
   std::vector<std::pair<int32_t, int64_t>> order_;  // the Plan's rTasks, in an order one thread may run them
   std::optional<RunModeChooser> chooser_;
   std::optional<ListExchangeChooser> exchange_;  // 2 pinned vEUs: which PU runs which list
+  std::optional<SpareCoreChooser> spare_;         // a 1-vEU Plan with a spare PU: which PU runs it
   std::vector<double> waits_us_;
   bool always_alone_ = false, always_exchanged_ = false;
   bool alone_ = false;
@@ -162,9 +182,19 @@ class NullExecutor : public StepExecutor {
 
 }  // namespace
 
+int plan_pus(const Program& p, const EngineOptions& o) {
+  const int veus = p.plan->veus;
+  // A 1-vEU Plan (the measured choice kept one of the vEUs asked for) on
+  // pinned vEUs keeps a second PU it may move its list to (adapt), or
+  // always runs there (always_exchanged).
+  const bool spare = veus == 1 && o.threads >= 2 && o.pin && (o.adapt || o.always_exchanged) &&
+                     cpu_topology().pus >= 2;
+  return spare ? 2 : veus;
+}
+
 std::unique_ptr<StepExecutor> make_step_executor(const Program& p, const EngineOptions& o, int threads) {
   if (o.null_device) return std::make_unique<NullExecutor>();
-  if (o.executor == Executor::kPlan) return std::make_unique<PlanExecutor>(p, o, threads);
+  if (o.executor == Executor::kPlan) return std::make_unique<PlanExecutor>(p, o, threads, plan_pus(p, o));
   if (o.executor == Executor::kTwoLayer && threads > 1) return std::make_unique<TwoLayerExecutor>(p, threads);
   return std::make_unique<SequentialExecutor>(p);
 }
@@ -250,8 +280,8 @@ DeviceEvent Engine::run() {
 
 void Engine::wait_ms(std::vector<double>& out) const {
   out.clear();
-  if (CpuVDevice* d = exec_->vdevice())
-    for (int64_t w : d->wait_ns()) out.push_back(static_cast<double>(w) / 1e6);
+  if (CpuVDevice* d = exec_->vdevice())  // the Plan's vEUs (not a spare PU's)
+    for (int u = 0; u < threads_; ++u) out.push_back(static_cast<double>(d->wait_ns()[static_cast<size_t>(u)]) / 1e6);
 }
 
 Status Engine::set_trace(std::vector<std::pair<int64_t, int64_t>>* spans) {

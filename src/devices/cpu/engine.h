@@ -51,7 +51,7 @@ ResolvedArgs resolve_args(const Program& p, void* arena);
 
 struct EngineOptions {
   Executor executor = Executor::kTwoLayer;
-  int threads = 0;  // 0: the cores available (plan: the Plan's vEU count)
+  int threads = 0;  // 0: the cores available (plan: the Plan's vEU count, and a spare PU: adapt)
   // Plan executor: pin worker vEU i to PU i, and the threads that create the
   // engine and call run() to PU 0 (devices/cpu/cpu_vdevice.h). Off leaves
   // every affinity alone.
@@ -66,13 +66,15 @@ struct EngineOptions {
   // thread alone while that runs faster (the host stopped letting the vEUs
   // run at once), and a pinned 2-vEU Plan's two lists on each other's PUs
   // while that runs faster (the host slowed the PU of the busier list;
-  // devices/cpu/run_mode.h).
+  // devices/cpu/run_mode.h). A pinned 1-vEU Plan given 2 or more `threads`
+  // keeps a second PU and runs its list there while that runs faster.
   bool adapt = true;
   // Plan executor: every run on the calling thread alone, in the order
   // plan_one_thread_order gives (for tests: the same bits as the Plan).
   bool always_alone = false;
   // Plan executor on 2 vEUs: every run with the lists exchanged (for tests
-  // and measurements: the same bits as the Plan).
+  // and measurements: the same bits as the Plan); a 1-vEU Plan given 2
+  // threads: every run on the second PU.
   bool always_exchanged = false;
 };
 
@@ -94,6 +96,9 @@ class StepExecutor {
 // The executor `options` names, for `threads` threads; the null device's
 // runs nothing.
 std::unique_ptr<StepExecutor> make_step_executor(const Program& p, const EngineOptions& options, int threads);
+// The PUs the plan executor's vDevice holds for `p`'s Plan: its vEUs, or 2
+// for a 1-vEU Plan that keeps a spare PU (EngineOptions::adapt).
+int plan_pus(const Program& p, const EngineOptions& options);
 
 // The CPU's LoadedProgram (devices/device.h).
 class Engine : public LoadedProgram {

@@ -83,6 +83,15 @@ struct RunRing {
     for (size_t i = 0; i < m; ++i) sum += v[(n - 1 - i) % kRunWindow];
     return m > 0 ? sum / static_cast<double>(m) : 0;
   }
+  // The median of the last k (at most kRunWindow) runs.
+  double median(size_t k) const {
+    const size_t m = std::min({k, n, kRunWindow});
+    std::array<double, kRunWindow> last{};
+    for (size_t i = 0; i < m; ++i) last[i] = v[(n - 1 - i) % kRunWindow];
+    if (m == 0) return 0;
+    std::sort(last.begin(), last.begin() + static_cast<std::ptrdiff_t>(m));
+    return m % 2 == 1 ? last[m / 2] : (last[m / 2 - 1] + last[m / 2]) / 2;
+  }
 };
 
 // Two ways of running, one kept and the other probed now and then: the
@@ -109,8 +118,12 @@ struct TwoWays {
   // last `probe_runs` beats the kept way's recent mean by `margin`.
   // Returns whether it took over.
   bool end_probe(size_t probe_runs, double margin) {
+    return finish_probe(ring[1 - kept].mean(probe_runs) < margin * ring[kept].mean(kRunWindow));
+  }
+  // After a probe's last run, whether the probed way `won`: it is kept,
+  // or the kept way's next probe waits twice as long. Returns `won`.
+  bool finish_probe(bool won) {
     const int other = 1 - kept;
-    const bool won = ring[other].mean(probe_runs) < margin * ring[kept].mean(kRunWindow);
     if (won) {
       kept = other;
       backoff[kept] = kProbeBackoff;
@@ -252,6 +265,87 @@ class ListExchangeChooser {
   double predicted_us_;
   TwoWays w_;            // way 0 as placed, 1 exchanged
   unsigned skewed_ = 0;  // bit i: the run i runs ago had a list wait beyond its prediction
+  int64_t switches_ = 0;
+};
+
+// SpareCoreChooser: which of a session's two PUs runs a 1-vEU Plan's list.
+//
+// The measured plan choice may keep one vEU of the two a session holds
+// (a small model whose split costs more than it saves). Hosts slow one
+// vCPU at a time: the same 1-vEU Plan runs about 70 µs on one core and
+// 100 on the other for seconds, then the other way round
+// (docs/notes/2026-11-27-uneven-vcpus-and-warm-orders.md). The list may
+// run on either PU (the same bits), so the Session moves it to the faster
+// one. One list has no waits to show skew; its run time does:
+//
+//   probe   when the median of the last kWindow runs is above kSlow times
+//           the best such median seen (this PU slowed), and backoff runs
+//           have gone since the last probe, the next kProbe runs go on the
+//           other PU; on an even host nothing is probed;
+//   switch  if the probe's median, less its first kProbeWarmup runs (the
+//           weights moving to the other core's caches), beats the last
+//           kWindow runs' by kMargin, the other PU it is; else the next
+//           probe waits twice as long (up to kMaxBackoff runs). A PU that
+//           slows again after kRecoveredRuns near its best (within
+//           kRecovered) probes at once.
+//
+// Medians, not means: one run that lost a time slice would otherwise look
+// like a slow PU, and a run of a few tens of µs loses one often. Pure
+// arithmetic on a few doubles, like the choosers above.
+// Thread-safety: one per Session, used by its running thread.
+class SpareCoreChooser {
+ public:
+  static constexpr size_t kWindow = kRunWindow;
+  static constexpr int kProbe = 8;
+  static constexpr int kProbeWarmup = 2;
+  static constexpr int kProbeBackoff = TwoWays::kProbeBackoff;
+  static constexpr int kMaxBackoff = TwoWays::kMaxBackoff;
+  static constexpr double kSlow = 1.15;
+  static constexpr double kRecovered = 1.05;  // near its best
+  static constexpr int64_t kRecoveredRuns = 256;  // that long near its best: the next slowdown is news
+  static constexpr double kMargin = RunModeChooser::kMargin;
+
+  SpareCoreChooser() { w_.since_probe = kProbeBackoff; }
+
+  // Whether the next run goes on the spare PU.
+  bool spare() const { return w_.running() == 1; }
+
+  // A finished run and its time.
+  void record(double run_us) {
+    const int ran = w_.running();
+    w_.ring[ran].push(run_us);
+    ++w_.since_probe;
+    if (!w_.probing) {
+      if (w_.ring[ran].n < kWindow) return;
+      const double m = w_.ring[ran].median(kWindow);
+      best_ = std::min(best_, m);
+      // A slowdown after the PU ran near its best for kRecoveredRuns is
+      // news: it probes without waiting out the backoff that earlier
+      // losses built. (Sooner, a PU whose runs straddle the thresholds
+      // would probe every few dozen runs, and every probe that loses is
+      // kProbe slow runs.)
+      if (m < kRecovered * best_) {
+        ++recovered_;
+      } else if (m > kSlow * best_) {
+        if (recovered_ >= kRecoveredRuns) w_.backoff[w_.kept] = kProbeBackoff;
+        recovered_ = 0;
+        if (w_.since_probe >= w_.backoff[w_.kept]) w_.start_probe();
+      }
+      return;
+    }
+    if (++w_.probed < kProbe) return;
+    const bool won = w_.ring[1 - w_.kept].median(kProbe - kProbeWarmup) < kMargin * w_.ring[w_.kept].median(kWindow);
+    switches_ += w_.finish_probe(won) ? 1 : 0;
+    recovered_ = 0;
+  }
+
+  // How often the list changed PUs for good (outside probes).
+  int64_t switches() const { return switches_; }
+
+ private:
+  TwoWays w_;  // way 0 the caller's PU, 1 the spare
+  double best_ = 1e300;  // the lowest median of kWindow runs outside probes
+  int64_t recovered_ = 0;  // runs near its best since the kept PU last ran slow
   int64_t switches_ = 0;
 };
 
