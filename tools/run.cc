@@ -38,11 +38,12 @@ const cli::Command kRun = {
                              "                          both predicted, the best candidates timed; the choice is cached)"},
         {"--no-pin", "", "plan executor: leave threads unpinned (default: vEU i on core i, the caller on core 0)"},
         {"--no-adapt", "",
-         "plan executor: always run the Plan on its vEUs as placed (default: a run goes on the calling\n"
-         "                          thread alone while that is faster on average, as when the host runs the cores in\n"
-         "                          turns, a 2-vEU Plan's lists on each other's cores while that is faster, as when\n"
-         "                          the host slows the busier list's core, and a 1-vEU Plan on the second core it was\n"
-         "                          given while that one runs faster; --json marks such runs \"alone\", \"exchanged\")"},
+         "plan executor: always run the Plan on its vEUs as placed (default: a run goes on one thread\n"
+         "                          alone, on the faster core, while that is faster on average, as when the host runs\n"
+         "                          the cores in turns or slows one, a 2-vEU Plan's lists on each other's cores while\n"
+         "                          that is faster, as when the host slows the busier list's core, and a 1-vEU Plan on\n"
+         "                          the second core it was given while that one runs faster; --json marks such runs\n"
+         "                          \"alone\", \"exchanged\")"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
         {"--json", "", "print one JSON object on stdout at the end"},

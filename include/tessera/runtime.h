@@ -171,9 +171,10 @@ struct SessionOptions {
   // the thread that opened the session gets its affinity back when the
   // last session it opened is destroyed on it: docs/api.md).
   bool pin = true;
-  // Plan executor on several vEUs: a run may go on the calling thread
-  // alone (the Plan's rTasks, in an order its waits allow: the same bits)
-  // while that runs faster, as when the host runs the vEUs' cores in turns;
+  // Plan executor on several vEUs: a run may go on one thread alone (the
+  // Plan's rTasks, in an order its waits allow: the same bits; pinned, on
+  // the core that ran fastest) while that runs faster, as when the host
+  // runs the vEUs' cores in turns or slows one of them;
   // and, on 2 pinned vEUs, with the Plan's two lists on each other's cores
   // while that runs faster, as when the host slows the core of the busier
   // list; and a 1-vEU Plan kept on a request for more vEUs on the
@@ -196,7 +197,7 @@ struct RunBreakdown {
   double copy_out_ms = 0;  // outputs out (0 where bound with bind_output)
   double device_ms = 0;    // an accelerator's own time inside compute_ms (GPU events); 0 on the CPU
   std::vector<double> wait_ms = {};  // plan executor: per vEU, time spent waiting
-  bool alone = false;                 // plan executor: the run went on the calling thread alone (SessionOptions::adapt)
+  bool alone = false;                 // plan executor: the run went on one thread alone (SessionOptions::adapt)
   bool exchanged = false;             // plan executor: the run went with its 2 lists on each other's cores, or its 1 list on the second core (adapt)
   // Bytes copied: inputs the Plan could not read where they lay (memory
   // not aligned to the dtype, say), outputs not bound with bind_output.

@@ -64,7 +64,7 @@ void expect_valid_order(const Plan& plan, const std::vector<std::pair<int32_t, i
   }
 }
 
-enum class Way { kPlaced, kAlone, kExchanged };
+enum class Way { kPlaced, kAlone, kAloneOnWorker, kExchanged };
 
 std::vector<Tensor> run_with(std::unique_ptr<Program> p, Way way, const std::map<std::string, Tensor>& inputs,
                              int threads = 0) {
@@ -72,7 +72,8 @@ std::vector<Tensor> run_with(std::unique_ptr<Program> p, Way way, const std::map
   o.executor = Executor::kPlan;
   o.threads = threads;
   o.adapt = false;
-  o.always_alone = way == Way::kAlone;
+  o.always_alone = way == Way::kAlone || way == Way::kAloneOnWorker;
+  o.alone_veu = way == Way::kAloneOnWorker ? 1 : 0;
   o.always_exchanged = way == Way::kExchanged;
   auto s = Engine::create(std::move(p), o);
   EXPECT_TRUE(s.ok()) << s.status().to_string();
@@ -81,7 +82,7 @@ std::vector<Tensor> run_with(std::unique_ptr<Program> p, Way way, const std::map
     (*s)->poison_arena();
     for (const Value* in : (*s)->inputs()) EXPECT_TRUE((*s)->set_input(in->name, inputs.at(in->name)).ok());
     EXPECT_TRUE((*s)->run().wait().ok());
-    EXPECT_EQ((*s)->ran_alone(), way == Way::kAlone);
+    EXPECT_EQ((*s)->ran_alone(), way == Way::kAlone || way == Way::kAloneOnWorker);
     EXPECT_EQ((*s)->ran_exchanged(), way == Way::kExchanged);
     std::vector<double> waits;
     (*s)->wait_ms(waits);
@@ -114,6 +115,9 @@ TEST_P(RunAlone, BitwiseThePlansOutputsOnListAndRandomSchedules) {
       expect_valid_order(*(*a)->plan, plan_one_thread_order(*(*a)->plan), what);
       const std::vector<Tensor> placed = run_with(std::move(*a), Way::kPlaced, inputs);
       expect_bitwise(run_with(std::move(*b), Way::kAlone, inputs), placed, what + " alone");
+      auto d = compile_zoo(model, co, &inputs);
+      ASSERT_TRUE(d.ok()) << what;
+      expect_bitwise(run_with(std::move(*d), Way::kAloneOnWorker, inputs), placed, what + " alone on vEU 1's thread");
       if (veus == 2) {
         auto c = compile_zoo(model, co, &inputs);
         ASSERT_TRUE(c.ok()) << what;
@@ -193,6 +197,24 @@ TEST(RunModeChooser, GoesAloneWhereThatIsFasterOnAverage) {
   EXPECT_GT(c.settled_alone_runs(), 100) << m;
   // It still probes the Plan now and then, less often while alone keeps winning.
   EXPECT_NE(m.find("PPPPPPPP", settled), std::string::npos) << m;
+}
+
+TEST(RunModeChooser, GoesAloneOnThePuWhoseListWaited) {
+  // Stalls where vEU 1 waits half of each stalled run (its partner's PU
+  // slowed): alone goes on vEU 1's PU where any PU may take it, else on
+  // the caller's; and with the lists exchanged, vEU 1's list ran on PU 0.
+  for (int exchanged : {0, 1}) {
+    for (bool any_pu : {true, false}) {
+      RunModeChooser c({10, 10}, 100, any_pu);
+      int runs = 0;
+      while (!c.alone() && runs++ < 64) {
+        const std::vector<double> waits = {10, runs % 2 == 0 ? 200.0 : 10};
+        c.record(runs % 2 == 0 ? 400 : 100, waits, exchanged == 1);
+      }
+      ASSERT_TRUE(c.alone());
+      EXPECT_EQ(c.alone_veu(), any_pu ? 1 - exchanged : 0) << "any_pu " << any_pu << " exchanged " << exchanged;
+    }
+  }
 }
 
 TEST(RunModeChooser, StaysOnThePlanWhereAloneIsSlowerAndBacksOff) {

@@ -95,6 +95,10 @@ void CpuVDevice::worker_main(int veu) {
   while (true) {
     seen = wake_.wait_change(seen, kParkSpins);
     if (stop_.load(std::memory_order_relaxed)) return;
+    if (alone_veu_ >= 0) {
+      if (veu == alone_veu_) execute_order(veu);
+      continue;
+    }
     execute(exchanged_ ? veu ^ 1 : veu);
   }
 }
@@ -150,11 +154,41 @@ void CpuVDevice::execute(int u) {
   counters[u].value.store(my_base + static_cast<uint64_t>(plan.tasks_per_veu[u]), std::memory_order_release);
 }
 
-void CpuVDevice::run_alone(const std::vector<std::pair<int32_t, int64_t>>& order, const std::vector<StepArgs>& steps) {
+void CpuVDevice::execute_order(int veu) {
+  void* scratch = static_cast<char*>(scratch_) + scratch_stride_ * static_cast<size_t>(veu);
+  for (const auto& [step, task] : *order_) {
+    const StepArgs& s = (*steps_)[static_cast<size_t>(step)];
+    s.op->run(task, TaskArgs{s.in, s.out, scratch});
+  }
+  if (veu != 0)  // release: the caller acquires everything written
+    counters_[veu].value.store(base_[static_cast<size_t>(veu)], std::memory_order_release);
+}
+
+void CpuVDevice::run_alone(const std::vector<std::pair<int32_t, int64_t>>& order, const std::vector<StepArgs>& steps,
+                           int veu) {
+  TESSERA_CHECK(veu >= 0 && veu < veus_);
   pin_caller();
-  for (const auto& [step, task] : order) {
-    const StepArgs& s = steps[static_cast<size_t>(step)];
-    s.op->run(task, TaskArgs{s.in, s.out, scratch_});
+  order_ = &order;
+  steps_ = &steps;
+  if (veu == 0) {
+    alone_veu_ = -1;
+    execute_order(0);
+  } else {
+    // The worker's count goes one above anything it published before and
+    // signals the end; its next run starts above that.
+    const size_t u = static_cast<size_t>(veu);
+    base_[u] = next_base_[u];
+    next_base_[u] = base_[u] + 1;
+    alone_veu_ = veu;
+    wake_.publish();
+    int spins = 0;
+    while (counters_[u].value.load(std::memory_order_acquire) < base_[u]) {
+      _mm_pause();
+      if (oversubscribed_ && ++spins == 4096) {
+        spins = 0;
+        sched_yield();
+      }
+    }
   }
   std::fill(wait_ns_.begin(), wait_ns_.end(), 0);
 }
@@ -186,6 +220,7 @@ void CpuVDevice::run(const Plan& plan, const std::vector<StepArgs>& steps, bool 
   plan_ = &plan;
   steps_ = &steps;
   exchanged_ = exchanged;
+  alone_veu_ = -1;
   // One list on the caller's PU needs no worker; on the spare PU the
   // worker runs it while the caller waits for its final count.
   if (lists > 1 || exchanged) wake_.publish();

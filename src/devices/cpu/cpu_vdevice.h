@@ -80,10 +80,12 @@ class CpuVDevice {
   // on the worker's (the spare PU) while the caller waits for it; wait_ns()
   // then holds 0 for the spare.
   void run(const Plan& plan, const std::vector<StepArgs>& steps, bool exchanged = false);
-  // Runs the rTasks of `order` (plan_one_thread_order of a Plan) on the
-  // calling thread with vEU 0's scratch; the workers are left as they are
-  // (parked once idle). Every wait time reads 0.
-  void run_alone(const std::vector<std::pair<int32_t, int64_t>>& order, const std::vector<StepArgs>& steps);
+  // Runs the rTasks of `order` (plan_one_thread_order of a Plan) on one
+  // vEU's thread with its scratch: `veu` 0, the calling thread, leaves the
+  // workers as they are (parked once idle); another runs them on that
+  // worker while the caller waits for it. Every wait time reads 0.
+  void run_alone(const std::vector<std::pair<int32_t, int64_t>>& order, const std::vector<StepArgs>& steps,
+                 int veu = 0);
   bool tracing() const { return trace_ != nullptr; }
   const std::vector<int64_t>& wait_ns() const { return wait_ns_; }
   // When set, run() records each rTask's start/end (ns, steady clock) into
@@ -98,6 +100,7 @@ class CpuVDevice {
   void worker_main(int veu);
   void pin_caller() const;  // this thread to PU 0, once per thread
   void execute(int veu);
+  void execute_order(int veu);
 
   const int veus_;
   const std::vector<int> slots_;
@@ -113,6 +116,8 @@ class CpuVDevice {
   const Plan* plan_ = nullptr;
   const std::vector<StepArgs>* steps_ = nullptr;
   bool exchanged_ = false;
+  const std::vector<std::pair<int32_t, int64_t>>* order_ = nullptr;  // a run alone on a worker: its rTasks
+  int alone_veu_ = -1;  // that worker; -1: the run is the Plan's
   std::vector<uint64_t> base_;       // per vEU, this run
   std::vector<uint64_t> next_base_;  // per vEU, the next run: above its final count this run
   std::vector<int64_t> wait_ns_;

@@ -1,5 +1,6 @@
 #include "devices/cpu/engine.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -121,7 +122,9 @@ class PlanExecutor : public StepExecutor {
     order_ = plan_one_thread_order(*p.plan);
     if (order_.empty()) return;
     always_alone_ = o.always_alone;
-    chooser_.emplace(plan_predicted_waits_us(*p.plan), p.plan->predicted_us);
+    always_alone_veu_ = std::clamp(o.alone_veu, 0, veus - 1);
+    // Pinned, a run alone goes on whichever vEU's PU ran its list fastest.
+    chooser_.emplace(plan_predicted_waits_us(*p.plan), p.plan->predicted_us, o.pin);
     // Exchanging lists moves them between PUs only where they are pinned.
     if (o.adapt && veus == 2 && o.pin) exchange_.emplace(plan_predicted_waits_us(*p.plan), p.plan->predicted_us);
     always_exchanged_ = o.always_exchanged && veus == 2;
@@ -146,7 +149,7 @@ class PlanExecutor : public StepExecutor {
     alone_ = always_alone_ || (!always_exchanged_ && chooser_->alone());
     exchanged_ = !alone_ && (always_exchanged_ || (exchange_ && exchange_->exchanged()));
     const int64_t t0 = now_ns();
-    if (alone_) device_.run_alone(order_, a.steps);
+    if (alone_) device_.run_alone(order_, a.steps, always_alone_ ? always_alone_veu_ : chooser_->alone_veu());
     else device_.run(*p.plan, a.steps, exchanged_);
     const double us = static_cast<double>(now_ns() - t0) / 1e3;
     if (alone_) {
@@ -155,7 +158,7 @@ class PlanExecutor : public StepExecutor {
     }
     const std::vector<int64_t>& w = device_.wait_ns();
     for (size_t u = 0; u < waits_us_.size(); ++u) waits_us_[u] = static_cast<double>(w[u]) / 1e3;
-    chooser_->record(us, waits_us_);
+    chooser_->record(us, waits_us_, exchanged_);
     if (exchange_) exchange_->record(us, waits_us_);
   }
   CpuVDevice* vdevice() override { return &device_; }
@@ -170,6 +173,7 @@ class PlanExecutor : public StepExecutor {
   std::optional<SpareCoreChooser> spare_;         // a 1-vEU Plan with a spare PU: which PU runs it
   std::vector<double> waits_us_;
   bool always_alone_ = false, always_exchanged_ = false;
+  int always_alone_veu_ = 0;
   bool alone_ = false;
   bool exchanged_ = false;
 };

@@ -148,17 +148,25 @@ class RunModeChooser {
   static constexpr double kMargin = 0.95;
 
   // `predicted_wait_us[u]`: how long vEU u waits within its list in the
-  // predicted timeline; `predicted_us`: its makespan.
-  RunModeChooser(std::vector<double> predicted_wait_us, double predicted_us)
-      : predicted_wait_us_(std::move(predicted_wait_us)), predicted_us_(predicted_us) {
+  // predicted timeline; `predicted_us`: its makespan. `any_pu`: a run
+  // alone may go on any vEU's PU (pinned vEUs), not only the caller's.
+  RunModeChooser(std::vector<double> predicted_wait_us, double predicted_us, bool any_pu = false)
+      : predicted_wait_us_(std::move(predicted_wait_us)), predicted_us_(predicted_us), any_pu_(any_pu),
+        beyond_(predicted_wait_us_.size(), 0) {
     w_.since_probe = kProbeBackoff;  // the first stalls may probe at once
   }
 
-  // Whether the next run goes on the calling thread alone.
+  // Whether the next run goes on one PU alone.
   bool alone() const { return w_.running() == kAloneMode; }
+  // The vEU whose PU runs it alone: 0 (the caller's), or with any_pu the
+  // one whose list waited longest beyond its prediction in the plan runs
+  // before the probe (it waited on the others: its PU ran fastest).
+  int alone_veu() const { return alone_veu_; }
 
   // A finished run: its time and each vEU's waits (a run alone: empty).
-  void record(double run_us, std::span<const double> wait_us) {
+  // `exchanged`: a 2-vEU Plan's lists ran on each other's PUs (list u's
+  // waits at u, on PU 1 - u).
+  void record(double run_us, std::span<const double> wait_us, bool exchanged = false) {
     ++w_.since_probe;
     const int ran = w_.running();
     w_.ring[ran].push(run_us);
@@ -167,8 +175,13 @@ class RunModeChooser {
       // is probed only after stalls.
       if (w_.kept == kAloneMode) ++alone_runs_;
       else stalled_ = (stalled_ << 1 | (stalled(run_us, wait_us) ? 1u : 0u)) & ((1u << kWindow) - 1);
+      if (w_.kept == kPlanMode && any_pu_) note_waits(run_us, wait_us, exchanged);
       const bool due = w_.kept == kAloneMode || std::popcount(stalled_) >= kStalledOf;
-      if (due && w_.since_probe >= w_.backoff[w_.kept]) w_.start_probe();
+      if (due && w_.since_probe >= w_.backoff[w_.kept]) {
+        if (w_.kept == kPlanMode && any_pu_)
+          alone_veu_ = static_cast<int>(std::max_element(beyond_.begin(), beyond_.end()) - beyond_.begin());
+        w_.start_probe();
+      }
       return;
     }
     // A probe of the other mode: it takes over if its mean beats this
@@ -187,9 +200,23 @@ class RunModeChooser {
   bool stalled(double run_us, std::span<const double> wait_us) const {
     return run_stalled(predicted_wait_us_, predicted_us_, run_us, wait_us);
   }
+  // Each PU's list's wait beyond its prediction, as a fraction of the run,
+  // decayed over recent plan runs (no allocation: beyond_ is sized once).
+  void note_waits(double run_us, std::span<const double> wait_us, bool exchanged) {
+    if (run_us <= 0 || predicted_us_ <= 0) return;
+    const double scale = run_us / predicted_us_;
+    for (size_t u = 0; u < wait_us.size() && u < beyond_.size(); ++u) {
+      const size_t pu = exchanged && beyond_.size() == 2 ? 1 - u : u;
+      const double over = (wait_us[u] - predicted_wait_us_[u] * scale) / run_us;
+      beyond_[pu] = 0.75 * beyond_[pu] + over;
+    }
+  }
 
   std::vector<double> predicted_wait_us_;
   double predicted_us_;
+  bool any_pu_ = false;
+  std::vector<double> beyond_;  // per PU (vEU thread): note_waits
+  int alone_veu_ = 0;
   TwoWays w_;             // way 0 the Plan, 1 alone
   unsigned stalled_ = 0;  // bit i: the plan run i runs ago was stalled
   int64_t alone_runs_ = 0;
