@@ -166,7 +166,10 @@ void CpuVDevice::execute_order(int veu) {
 
 void CpuVDevice::run_alone(const std::vector<std::pair<int32_t, int64_t>>& order, const std::vector<StepArgs>& steps,
                            int veu) {
-  TESSERA_CHECK(veu >= 0 && veu < veus_);
+  // On a worker only where it is the one worker: a publish wakes every
+  // worker, and one that takes no part could still be reading this run's
+  // fields when the caller writes the next run's.
+  TESSERA_CHECK(veu == 0 || (veu == 1 && veus_ == 2));
   pin_caller();
   order_ = &order;
   steps_ = &steps;

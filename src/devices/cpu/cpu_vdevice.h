@@ -82,8 +82,9 @@ class CpuVDevice {
   void run(const Plan& plan, const std::vector<StepArgs>& steps, bool exchanged = false);
   // Runs the rTasks of `order` (plan_one_thread_order of a Plan) on one
   // vEU's thread with its scratch: `veu` 0, the calling thread, leaves the
-  // workers as they are (parked once idle); another runs them on that
-  // worker while the caller waits for it. Every wait time reads 0.
+  // workers as they are (parked once idle); on a device of 2 vEUs, `veu` 1
+  // runs them on the worker while the caller waits for it. Every wait time
+  // reads 0.
   void run_alone(const std::vector<std::pair<int32_t, int64_t>>& order, const std::vector<StepArgs>& steps,
                  int veu = 0);
   bool tracing() const { return trace_ != nullptr; }

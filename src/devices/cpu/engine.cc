@@ -122,9 +122,9 @@ class PlanExecutor : public StepExecutor {
     order_ = plan_one_thread_order(*p.plan);
     if (order_.empty()) return;
     always_alone_ = o.always_alone;
-    always_alone_veu_ = std::clamp(o.alone_veu, 0, veus - 1);
-    // Pinned, a run alone goes on whichever vEU's PU ran its list fastest.
-    chooser_.emplace(plan_predicted_waits_us(*p.plan), p.plan->predicted_us, o.pin);
+    always_alone_veu_ = veus == 2 ? std::clamp(o.alone_veu, 0, 1) : 0;
+    // Pinned on 2 vEUs, a run alone goes on whichever PU ran its list fastest.
+    chooser_.emplace(plan_predicted_waits_us(*p.plan), p.plan->predicted_us, o.pin && veus == 2);
     // Exchanging lists moves them between PUs only where they are pinned.
     if (o.adapt && veus == 2 && o.pin) exchange_.emplace(plan_predicted_waits_us(*p.plan), p.plan->predicted_us);
     always_exchanged_ = o.always_exchanged && veus == 2;

@@ -64,15 +64,15 @@ struct EngineOptions {
   bool null_device = false;
   // Plan executor on several vEUs: run the Plan's rTasks on one thread
   // alone while that runs faster (the host stopped letting the vEUs run at
-  // once, or slowed one PU: pinned, the thread of the vEU that waited
-  // longest beyond its prediction, on the fastest PU), and a pinned 2-vEU Plan's two lists on each other's PUs
+  // once, or slowed one PU: pinned on 2 vEUs, the thread of the vEU that
+  // waited longest beyond its prediction, on the faster PU), and a pinned 2-vEU Plan's two lists on each other's PUs
   // while that runs faster (the host slowed the PU of the busier list;
   // devices/cpu/run_mode.h). A pinned 1-vEU Plan given 2 or more `threads`
   // keeps a second PU and runs its list there while that runs faster.
   bool adapt = true;
   // Plan executor: every run on one vEU's thread alone, in the order
   // plan_one_thread_order gives (for tests: the same bits as the Plan):
-  // vEU `alone_veu`'s, 0 the calling thread.
+  // vEU `alone_veu`'s (0 the calling thread, 1 the worker of a 2-vEU Plan).
   bool always_alone = false;
   int alone_veu = 0;
   // Plan executor on 2 vEUs: every run with the lists exchanged (for tests
