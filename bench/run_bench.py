@@ -21,8 +21,9 @@ for this host's shape (the host map's digest), keeping the sections of
 other host shapes.
 
 Every timed run is also written, batch by batch, to --runs (JSON: per
-workload, per system, one list of run times in ms per round, in the
-order the round ran them), for looking at tails round by round.
+workload, the systems' order in each round and, per system, one list of
+run times in ms per round, and for Tessera's Plans how each run went: P
+as placed, A alone, X exchanged), for looking at tails round by round.
 
 Usage: /usr/bin/python3 bench/run_bench.py [--rounds N] [--batch-ms MS]
            [--only W,...] [--unseen] [--quick] [--out bench/RESULTS.md]
@@ -173,7 +174,9 @@ class Server:
     def times(self, warmup, iters):
         self.p.stdin.write(f"{warmup} {iters}\n")
         self.p.stdin.flush()
-        return self._reply()["ms"]
+        reply = self._reply()
+        self.ways = reply.get("ways")  # Tessera's: how each run went (P, A, X)
+        return reply["ms"]
 
     def kill(self):
         """Ends the process (by its pid): stdin closed, then a kill if it lingers."""
@@ -256,6 +259,7 @@ def measure(w, systems, a, quiet):
         iters[name] = min(max(MIN_ITERS, math.ceil(a.batch_ms / max(t, 1e-3))), MAX_ITERS)
         time.sleep(GAP_S)
     batches = {name: [] for name in systems}
+    ways = {name: [] for name in systems}
     order = list(systems)
     orders = []
     for r in range(a.rounds):
@@ -265,8 +269,10 @@ def measure(w, systems, a, quiet):
         for name in orders[-1]:
             n = iters[name]
             batches[name].append(systems[name].times(max(2, n // 4), n))
+            if getattr(systems[name], "ways", None) is not None:
+                ways[name].append(systems[name].ways)
             time.sleep(GAP_S)
-    return batches, iters, orders
+    return batches, iters, orders, {k: v for k, v in ways.items() if v}
 
 
 def main():
@@ -340,8 +346,8 @@ def main():
             systems["pytorch"] = Torch(w, a.threads).bind(arrays)
             if w in SCHEDULING:  # the same chains with fusion off: scheduling alone
                 systems["unfused"] = tessera_server(a.build, model, npz, a.threads, fuse=False)
-            batches, iters, orders = measure(w, systems, a, quiet)
-            raw[w] = {"order": orders, "ms": dict(batches)}
+            batches, iters, orders, ways = measure(w, systems, a, quiet)
+            raw[w] = {"order": orders, "ms": dict(batches), "ways": ways}
         except RuntimeError as e:
             print(f"bench: {w}: {e}", file=sys.stderr)
             return 1

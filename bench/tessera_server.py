@@ -8,7 +8,8 @@ Compiles MODEL through the Python module and opens one session. Prints one
 JSON line, {"ready": true, "plan": <the Plan's summary, as `tessera run
 --json` gives it>}; then, for each line "WARMUP ITERS" on stdin, runs
 WARMUP untimed and ITERS timed runs and prints {"ms": [compute time of
-each timed run]} (inputs already bound, as `tessera run` reports it).
+each timed run], "ways": "..."} (inputs already bound, as `tessera run`
+reports it; per run P as placed, A alone, X exchanged: SessionOptions::adapt).
 Ends with stdin."""
 import argparse
 import json
@@ -41,11 +42,13 @@ def main():
         warmup, iters = (int(x) for x in line.split())
         for _ in range(warmup):
             s.run(feeds)
-        ms = []
+        ms, ways = [], []
         for _ in range(iters):
             s.run(feeds)
-            ms.append(s.last_breakdown["compute_ms"])
-        print(json.dumps({"ms": ms}), flush=True)
+            b = s.last_breakdown
+            ms.append(b["compute_ms"])
+            ways.append("A" if b["alone"] else "X" if b["exchanged"] else "P")
+        print(json.dumps({"ms": ms, "ways": "".join(ways)}), flush=True)
 
 
 if __name__ == "__main__":
