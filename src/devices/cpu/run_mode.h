@@ -86,10 +86,14 @@ struct RunRing {
   // The median of the last k (at most kRunWindow) runs.
   double median(size_t k) const {
     const size_t m = std::min({k, n, kRunWindow});
-    std::array<double, kRunWindow> last{};
-    for (size_t i = 0; i < m; ++i) last[i] = v[(n - 1 - i) % kRunWindow];
     if (m == 0) return 0;
-    std::sort(last.begin(), last.begin() + static_cast<std::ptrdiff_t>(m));
+    std::array<double, kRunWindow> last{};
+    for (size_t i = 0; i < m; ++i) {  // insertion sort: at most kRunWindow values
+      const double x = v[(n - 1 - i) % kRunWindow];
+      size_t j = i;
+      for (; j > 0 && last[j - 1] > x; --j) last[j] = last[j - 1];
+      last[j] = x;
+    }
     return m % 2 == 1 ? last[m / 2] : (last[m / 2 - 1] + last[m / 2]) / 2;
   }
 };
