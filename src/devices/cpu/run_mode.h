@@ -17,7 +17,8 @@
 //           since the last probe), the next kAloneProbe runs go alone;
 //   probe   if their mean beats the mean of the last kWindow plan runs by
 //           5 %, runs go alone; else back to the Plan, and the next probe
-//           waits twice as long (up to kMaxBackoff runs);
+//           waits twice as long (up to kMaxBackoff runs); a first run
+//           alone kHopeless slower than that mean ends the probe at once;
 //   alone   every backoff runs (doubling while alone keeps winning), the
 //           Plan runs kPlanProbe times and is kept if its mean beats the
 //           last kWindow alone runs' by 5 %.
@@ -150,6 +151,10 @@ class RunModeChooser {
   static constexpr int kMaxBackoff = TwoWays::kMaxBackoff;
   // A mode must beat the other by this factor to take over.
   static constexpr double kMargin = 0.95;
+  // A probe's first run alone this much slower than the Plan's recent mean
+  // ends it (margin for a first run that also brings the other list's
+  // data into this core's caches).
+  static constexpr double kHopeless = 1.3;
 
   // `predicted_wait_us[u]`: how long vEU u waits within its list in the
   // predicted timeline; `predicted_us`: its makespan. `any_pu`: a run
@@ -189,8 +194,16 @@ class RunModeChooser {
       return;
     }
     // A probe of the other mode: it takes over if its mean beats this
-    // mode's recent mean by kMargin.
+    // mode's recent mean by kMargin. A first run alone slower than the
+    // Plan's recent mean by kHopeless ends the probe at once: four such
+    // runs would only lengthen the tail (ResNet-18's alone runs took 1.5x
+    // its median).
     const int runs = ran == kAloneMode ? kAloneProbe : kPlanProbe;
+    if (ran == kAloneMode && w_.probed == 0 && run_us > kHopeless * w_.ring[kPlanMode].mean(kWindow)) {
+      w_.finish_probe(false);
+      stalled_ = 0;
+      return;
+    }
     if (++w_.probed < runs) return;
     w_.end_probe(static_cast<size_t>(runs), kMargin);
     stalled_ = 0;
