@@ -246,6 +246,23 @@ TEST(RunModeChooser, ComesBackToThePlanWhenTheHostDoes) {
   EXPECT_EQ(m.find('A', back), std::string::npos) << m;
 }
 
+// In `ways`, the probes (runs of `probe` `mark`s): at least `at_least` of
+// them, each gap between them longer than the one before until the gaps
+// reach `max_backoff`, and none longer than that plus a probe.
+void expect_probes_back_off(const std::string& ways, char mark, int probe, int max_backoff, size_t at_least) {
+  std::vector<size_t> probes;
+  for (size_t i = ways.find(mark); i != std::string::npos; i = ways.find(mark, i + static_cast<size_t>(probe)))
+    probes.push_back(i);
+  ASSERT_GE(probes.size(), at_least) << ways;
+  for (size_t i = 2; i < probes.size(); ++i) {
+    const size_t gap = probes[i] - probes[i - 1], before = probes[i - 1] - probes[i - 2];
+    EXPECT_LE(gap, static_cast<size_t>(max_backoff + probe)) << ways;
+    if (before < static_cast<size_t>(max_backoff)) {
+      EXPECT_GT(gap, before) << ways;
+    }
+  }
+}
+
 // List 0 busy the whole run, list 1 predicted to wait 40 of its 100 µs.
 ListExchangeChooser exchanger() { return ListExchangeChooser({0, 40}, 100); }
 
@@ -307,17 +324,7 @@ TEST(ListExchangeChooser, ProbesThatLoseBackOff) {
     c.record(100, waits);
   }
   EXPECT_EQ(c.switches(), 0) << w;
-  std::vector<size_t> probes;
-  for (size_t i = w.find('X'); i != std::string::npos; i = w.find('X', i + ListExchangeChooser::kProbe))
-    probes.push_back(i);
-  ASSERT_GE(probes.size(), 8u) << w;
-  for (size_t i = 2; i < probes.size(); ++i) {
-    const size_t gap = probes[i] - probes[i - 1], before = probes[i - 1] - probes[i - 2];
-    EXPECT_LE(gap, static_cast<size_t>(ListExchangeChooser::kMaxBackoff + ListExchangeChooser::kProbe)) << w;
-    if (before < ListExchangeChooser::kMaxBackoff) {
-      EXPECT_GT(gap, before) << w;
-    }
-  }
+  expect_probes_back_off(w, 'X', ListExchangeChooser::kProbe, ListExchangeChooser::kMaxBackoff, 8);
 }
 
 // Feeds `n` runs the way the chooser asks: on the caller's PU they take
@@ -385,17 +392,7 @@ TEST(SpareCoreChooser, ProbesThatLoseBackOff) {
   feed(c, 100, 70, 70);
   const std::string w = feed(c, 8000, 100, 100);
   EXPECT_EQ(c.switches(), 0) << w;
-  std::vector<size_t> probes;
-  for (size_t i = w.find('S'); i != std::string::npos; i = w.find('S', i + SpareCoreChooser::kProbe))
-    probes.push_back(i);
-  ASSERT_GE(probes.size(), 7u) << w;
-  for (size_t i = 2; i < probes.size(); ++i) {
-    const size_t gap = probes[i] - probes[i - 1], before = probes[i - 1] - probes[i - 2];
-    EXPECT_LE(gap, static_cast<size_t>(SpareCoreChooser::kMaxBackoff + SpareCoreChooser::kProbe)) << w;
-    if (before < SpareCoreChooser::kMaxBackoff) {
-      EXPECT_GT(gap, before) << w;
-    }
-  }
+  expect_probes_back_off(w, 'S', SpareCoreChooser::kProbe, SpareCoreChooser::kMaxBackoff, 7);
 }
 
 }  // namespace

@@ -114,6 +114,7 @@ class PlanExecutor : public StepExecutor {
   PlanExecutor(const Program& p, const EngineOptions& o, int veus, int pus)
       : device_(pus, p.max_scratch_bytes, o.pin, o.slots) {
     if (pus > veus) {
+      has_spare_ = true;
       always_exchanged_ = o.always_exchanged;
       if (o.adapt) spare_.emplace();
       return;
@@ -133,8 +134,8 @@ class PlanExecutor : public StepExecutor {
   void run(const Program& p, const ResolvedArgs& a) override {
     alone_ = false;
     exchanged_ = false;
-    if (spare_ || always_exchanged_) {
-      if (device_.tracing() || !spare_) {
+    if (has_spare_) {
+      if (!spare_ || device_.tracing()) {
         exchanged_ = always_exchanged_;
         return device_.run(*p.plan, a.steps, exchanged_);
       }
@@ -170,7 +171,8 @@ class PlanExecutor : public StepExecutor {
   std::vector<std::pair<int32_t, int64_t>> order_;  // the Plan's rTasks, in an order one thread may run them
   std::optional<RunModeChooser> chooser_;
   std::optional<ListExchangeChooser> exchange_;  // 2 pinned vEUs: which PU runs which list
-  std::optional<SpareCoreChooser> spare_;         // a 1-vEU Plan with a spare PU: which PU runs it
+  bool has_spare_ = false;                        // a 1-vEU Plan on a device of 2 vEUs
+  std::optional<SpareCoreChooser> spare_;         // with adapt: which PU runs it
   std::vector<double> waits_us_;
   bool always_alone_ = false, always_exchanged_ = false;
   int always_alone_veu_ = 0;

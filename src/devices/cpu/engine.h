@@ -65,9 +65,9 @@ struct EngineOptions {
   // Plan executor on several vEUs: run the Plan's rTasks on one thread
   // alone while that runs faster (the host stopped letting the vEUs run at
   // once, or slowed one PU: pinned on 2 vEUs, the thread of the vEU that
-  // waited longest beyond its prediction, on the faster PU), and a pinned 2-vEU Plan's two lists on each other's PUs
-  // while that runs faster (the host slowed the PU of the busier list;
-  // devices/cpu/run_mode.h). A pinned 1-vEU Plan given 2 or more `threads`
+  // waited longest beyond its prediction, on the faster PU), and a pinned
+  // 2-vEU Plan's two lists on each other's PUs while that runs faster
+  // (the host slowed the PU of the busier list; devices/cpu/run_mode.h). A pinned 1-vEU Plan given 2 or more `threads`
   // keeps a second PU and runs its list there while that runs faster.
   bool adapt = true;
   // Plan executor: every run on one vEU's thread alone, in the order
