@@ -126,7 +126,8 @@ std::vector<OptionSpec> compile_option_specs() {
        "project a stacked recurrent layer's input every N steps so layers overlap as a wavefront\n"
        "                          (default 0: the whole sequence at once, after the layer below)"},
       {"--no-recurrent-carry", "",
-       "project a stacked LSTM layer's input separately instead of inside the steps of the layer below"},
+       "project a stacked LSTM layer's input separately instead of inside the steps of the layer below\n"
+       "                          (the cpu carries it only where its kernels are AVX-512, which run the two fused)"},
       {"--host-map", "FILE",
        "plan for the host this map describes (tessera topo --json; docs/formats/host-map.md)\n"
        "                          instead of this one's (default: $TESSERA_HOST_MAP, else measured and cached)"},

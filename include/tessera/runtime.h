@@ -146,7 +146,8 @@ struct CompileOptions {
   bool concat_in_place = true;
   // Lower forward LSTMs and GRUs to one op per time step; with it, project
   // a stacked layer's input every `recurrent_chunk` steps (0: at once) and
-  // carry the projection in the steps below (`recurrent_carry`).
+  // carry the projection in the steps below (`recurrent_carry`; the cpu
+  // carries only where its kernels are AVX-512, which run the two fused).
   bool lower_recurrent = true;
   int64_t recurrent_chunk = 0;
   bool recurrent_carry = true;

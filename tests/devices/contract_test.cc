@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "devices/device.h"
+#include "kernels/cpu/kernel.h"
 #include "runtime/backends.h"
 #include "tests/common/zoo_util.h"
 
@@ -41,6 +42,20 @@ TEST(Backends, FindDeviceNamesWhatThereIs) {
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
   EXPECT_NE(none.status().message().find("cpu, null"), std::string::npos) << none.status().message();
+}
+
+// The cpu asks the compiler for every pass but one where its kernels lack
+// the fused form: a stacked LSTM's projection carried by the steps below
+// only with AVX-512 (the unfused cell runs GEMV and tile one after the
+// other, slower than projecting separately).
+TEST(Backends, CpuCarriesRecurrentProjectionsOnlyWhereFused) {
+  Result<std::shared_ptr<Device>> cpu = find_device("cpu");
+  ASSERT_TRUE(cpu.ok());
+  const Device::Passes p = (*cpu)->passes();
+  EXPECT_TRUE(p.fuse && p.lower_recurrent && p.concat_in_place);
+  EXPECT_EQ(p.recurrent_chunk, -1);
+  EXPECT_EQ(p.recurrent_carry, std::string(kernel_isa()) == "avx512") << kernel_isa();
+  EXPECT_EQ(p.recurrent_carry, rnn_carry_fused());
 }
 
 // Each device, through the contract alone: compile mlp with its rKernels

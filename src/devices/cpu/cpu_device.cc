@@ -32,6 +32,13 @@ class CpuDevice : public Device {
   KernelTable kernels() const override { return cpu_kernels(); }
   std::string_view program_kind() const override { return "cpu"; }
   bool profiles() const override { return true; }
+  // Every pass; a stacked LSTM's projection carried by the steps below only
+  // where the cells run it fused (kernels/cpu/kernel.h, rnn_carry_fused).
+  Passes passes() const override {
+    Passes p;
+    p.recurrent_carry = rnn_carry_fused();
+    return p;
+  }
   VeuCosts costs(const HostMap* map, const std::vector<int>& slots) const override {
     return map ? VeuCosts::from_host_map(*map, slots) : VeuCosts::uniform(static_cast<int>(slots.size()));
   }

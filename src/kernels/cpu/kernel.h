@@ -30,6 +30,14 @@ void cpu_kernels_thread_init();
 // "avx2" or "portable".
 const char* kernel_isa();
 
+// Whether a lowered LSTM cell that carries the next layer's projection
+// (next_slice) runs the two fused, the tile's FMAs in the idle slots of
+// the GEMV's stream: built for AVX-512 only, whose 32 registers hold the
+// GEMV's sums and the 8 x 32 tile's at once. Elsewhere such a cell runs
+// them one after the other, slower than projecting separately, so the
+// CPU device does not ask the compiler to carry (Device::Passes).
+bool rnn_carry_fused();
+
 // --- helpers for kernel files ----------------------------------------------
 
 // Bits [lo, hi) of a 32-bit lane mask, both ends clamped to [0, 32] (empty

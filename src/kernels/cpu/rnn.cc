@@ -247,6 +247,14 @@ Tensor pack_rnn_gate_vector(const float* v, int64_t gates, int64_t hidden) {
   return out;
 }
 
+bool rnn_carry_fused() {
+#if defined(__AVX512F__)
+  return true;
+#else
+  return false;
+#endif
+}
+
 namespace {
 
 // acc[W] = sum over i < k of h[i] * panel row i: the sums stay in
