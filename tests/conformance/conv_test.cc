@@ -316,8 +316,11 @@ TEST_F(Nn, GroupedConvCutIntoRTasksSplitsGroups) {
   n->attrs["pads"] = attr_ints({1, 1, 1, 1});
   n->outputs[0]->dtype = DType::kFloat32;
   n->outputs[0]->shape = Shape{1, c, h, w};
-  const RKernel* k = cpu_kernel_find("Conv");
+  // The rKernel that runs it on this build (the first Conv rKernel that
+  // fits the node).
+  const RKernel* k = kernel_for(cpu_kernels(), *n);
   ASSERT_NE(k, nullptr);
+  SCOPED_TRACE(k->name);
   Tensor in = rng.floats(Shape{1, c, h, w});
   for (int64_t tasks : {2, 3}) {
     auto op = k->make(*n, KernelParams{tasks});
