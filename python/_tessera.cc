@@ -642,17 +642,29 @@ PYBIND11_MODULE(_tessera, m) {
       .def(
           "compile",
           [](Runtime& r, const std::string& path, std::map<std::string, std::vector<int64_t>> shapes, bool profile,
-             bool measure, bool fuse, bool variants) {
+             bool measure, bool fuse, bool variants, std::string host_map, bool block_fusion, bool concat_in_place,
+             bool lower_recurrent, int64_t recurrent_chunk, bool recurrent_carry) {
+            if (recurrent_chunk < 0)
+              throw py::value_error("recurrent_chunk " + std::to_string(recurrent_chunk) +
+                                    ": a number of steps, 0 or more");
             CompileOptions o;
             o.shapes = std::move(shapes);
             o.profile = profile;
             o.measure = measure;
             o.fuse = fuse;
             o.variants = variants;
+            o.host_map = std::move(host_map);
+            o.block_fusion = block_fusion;
+            o.concat_in_place = concat_in_place;
+            o.lower_recurrent = lower_recurrent;
+            o.recurrent_chunk = recurrent_chunk;
+            o.recurrent_carry = recurrent_carry;
             return value_or_raise(without_gil([&] { return r.compile(path, o); }));
           },
           py::arg("path"), py::arg("shapes") = std::map<std::string, std::vector<int64_t>>{},
-          py::arg("profile") = true, py::arg("measure") = true, py::arg("fuse") = true, py::arg("variants") = true);
+          py::arg("profile") = true, py::arg("measure") = true, py::arg("fuse") = true, py::arg("variants") = true,
+          py::arg("host_map") = "", py::arg("block_fusion") = false, py::arg("concat_in_place") = true,
+          py::arg("lower_recurrent") = true, py::arg("recurrent_chunk") = 0, py::arg("recurrent_carry") = true);
 
   m.def(
       "inspect",

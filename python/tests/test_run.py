@@ -278,3 +278,25 @@ def test_every_executor_writes_outputs_into_python_memory_alone(rt, quick, execu
         outs = s.run(inputs)
         for k, v in outs.items():
             assert rel_l2(v, want[k]) <= 1e-4, (executor, k, rel_l2(v, want[k]))
+
+
+def test_compile_options_reach_the_compiler(rt, quick):
+    """The recurrent lowering, its chunks and block fusion, as the CLI's
+    --no-lower-recurrent, --recurrent-chunk and --block-fusion."""
+    def ops(m):
+        return [step[0] for step in m.plan(veus=2)["steps"]]
+
+    lstm = zoo("lstm_tc.onnx")
+    lowered = ops(rt.compile(lstm, **quick))
+    assert lowered.count("TesseraLstmCell") == 1000 and lowered.count("TesseraRnnProj") == 10
+    assert "LSTM" not in lowered
+    whole = ops(rt.compile(lstm, lower_recurrent=False, **quick))
+    assert whole.count("LSTM") == 10 and "TesseraLstmCell" not in whole
+    # 100 steps in chunks of 16: 7 projections per stacked layer, 1 for the first.
+    chunked = ops(rt.compile(lstm, recurrent_chunk=16, **quick))
+    assert chunked.count("TesseraRnnProj") == 1 + 9 * 7
+    with pytest.raises(ValueError, match="recurrent_chunk -1"):
+        rt.compile(lstm, recurrent_chunk=-1, **quick)
+    mobilenet = zoo("mobilenet_v2.onnx")
+    assert "TesseraInvertedResidual" not in ops(rt.compile(mobilenet, **quick))
+    assert "TesseraInvertedResidual" in ops(rt.compile(mobilenet, block_fusion=True, **quick))
