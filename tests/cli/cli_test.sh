@@ -191,8 +191,9 @@ expect_fail "topo: missing map" 1 "cannot read host map" $T topo --host-map $TMP
 expect_fail "topo: refresh and a file" 2 "--refresh measures this host" $T topo --refresh --host-map $TMP/map.json
 
 # The Plan's choice: --json says how it was chosen; the 1-vEU Plan is
-# always a candidate; medians within 2 % are a tie that goes to fewer vEUs; --no-measure keeps the predicted choice; a given host
-# map is planned for.
+# always a candidate; medians within 2 % are a tie that goes to fewer
+# vEUs; --no-measure keeps the predicted choice; a given host map is
+# planned for.
 check "run --json: measured plan choice" bash -c "$T run $ZOO/mlp.onnx --iters 3 --threads 2 --json 2>/dev/null > $TMP/m.json && $PY -c '
 import json
 p=json.load(open(\"$TMP/m.json\"))[\"plan\"]

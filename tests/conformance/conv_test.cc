@@ -346,6 +346,50 @@ TEST_F(Nn, GroupedConvCutIntoRTasksSplitsGroups) {
   }
 }
 
+// A biased Conv with square windows and pads of half the window, and
+// its output from every rTask of `tasks`, run one after another.
+struct TiledConv {
+  Graph g;
+  Node* n = nullptr;
+  Tensor in, w, b;
+  int64_t out_elems = 0;
+
+  TiledConv(Rng& rng, int64_t cin, int64_t cout, int64_t group, int64_t k, int64_t stride, int64_t hw) {
+    const int64_t pad = k / 2, ohw = (hw + 2 * pad - k) / stride + 1;
+    in = rng.floats(Shape{1, cin, hw, hw});
+    w = rng.floats(Shape{cout, cin / group, k, k});
+    b = rng.floats(Shape{cout});
+    Value* x = g.add_input("x", DType::kFloat32, Shape{1, cin, hw, hw});
+    n = g.add_node("Conv", "conv", {x, g.add_constant("w", w), g.add_constant("b", b)}, 1);
+    n->attrs["group"] = attr_i(group);
+    n->attrs["pads"] = attr_ints({pad, pad, pad, pad});
+    n->attrs["strides"] = attr_ints({stride, stride});
+    n->outputs[0]->dtype = DType::kFloat32;
+    n->outputs[0]->shape = Shape{1, cout, ohw, ohw};
+    out_elems = cout * ohw * ohw;
+  }
+  // The rKernel that runs it on this build.
+  const RKernel* kernel() const { return kernel_for(cpu_kernels(), *n); }
+  Result<std::vector<float>> run(int64_t tasks) const {
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ROp> op, kernel()->make(*n, KernelParams{tasks}));
+    std::vector<float> out(static_cast<size_t>(out_elems), std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> scratch(op->scratch_bytes() / sizeof(float) + 1);
+    const void* ins[] = {in.raw(), w.raw(), b.raw()};
+    void* outs[] = {out.data()};
+    for (int64_t t = 0; t < op->tasks(); ++t) op->run(t, TaskArgs{ins, outs, scratch.data()});
+    return out;
+  }
+};
+
+double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double d = 0, r = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    d += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    r += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(d / r);
+}
+
 // Depthwise convs (3x3 and 5x5, stride 1 and 2) and a 3-channel stem give
 // the same bits in every tiling: whole planes per rTask or rows of a
 // plane, on maps narrower than a vector (which may run flat) and wider.
@@ -359,34 +403,17 @@ TEST_F(Nn, DepthwiseAndStemSameBitsInEveryTiling) {
       for (int64_t hw : {5, 7, 14, 29}) forms.push_back({32, 32, 32, k, stride, hw});
   for (int64_t stride : {1, 2}) forms.push_back({3, 32, 1, 3, stride, 32});
   for (const Form& f : forms) {
-    const int64_t pad = f.k / 2, ohw = (f.hw + 2 * pad - f.k) / f.stride + 1;
-    Graph g;
-    Value* x = g.add_input("x", DType::kFloat32, Shape{1, f.cin, f.hw, f.hw});
-    Value* wt = g.add_constant("w", rng.floats(Shape{f.cout, f.cin / f.group, f.k, f.k}));
-    Value* b = g.add_constant("b", rng.floats(Shape{f.cout}));
-    Node* n = g.add_node("Conv", "conv", {x, wt, b}, 1);
-    n->attrs["group"] = attr_i(f.group);
-    n->attrs["pads"] = attr_ints({pad, pad, pad, pad});
-    n->attrs["strides"] = attr_ints({f.stride, f.stride});
-    n->outputs[0]->dtype = DType::kFloat32;
-    n->outputs[0]->shape = Shape{1, f.cout, ohw, ohw};
-    const RKernel* k = kernel_for(cpu_kernels(), *n);
-    ASSERT_NE(k, nullptr);
-    Tensor in = rng.floats(Shape{1, f.cin, f.hw, f.hw});
-    std::vector<float> first;
-    for (int64_t tasks : {1, 3, 4, 32, 64, 96}) {
-      SCOPED_TRACE("cin " + std::to_string(f.cin) + ", " + std::to_string(f.k) + "x" + std::to_string(f.k) +
-                   " stride " + std::to_string(f.stride) + " on " + std::to_string(f.hw) + ", " +
-                   std::to_string(tasks) + " rTasks, " + std::string(k->name));
-      auto op = k->make(*n, KernelParams{tasks});
-      ASSERT_TRUE(op.ok()) << op.status().to_string();
-      std::vector<float> out(static_cast<size_t>(f.cout * ohw * ohw), std::numeric_limits<float>::quiet_NaN());
-      std::vector<float> scratch((*op)->scratch_bytes() / sizeof(float) + 1);
-      const void* ins[] = {in.raw(), wt->constant->raw(), b->constant->raw()};
-      void* outs[] = {out.data()};
-      for (int64_t t = 0; t < (*op)->tasks(); ++t) (*op)->run(t, TaskArgs{ins, outs, scratch.data()});
-      if (first.empty()) first = out;
-      else EXPECT_EQ(std::memcmp(out.data(), first.data(), out.size() * sizeof(float)), 0) << (*op)->tasks();
+    const TiledConv conv(rng, f.cin, f.cout, f.group, f.k, f.stride, f.hw);
+    ASSERT_NE(conv.kernel(), nullptr);
+    SCOPED_TRACE("cin " + std::to_string(f.cin) + ", " + std::to_string(f.k) + "x" + std::to_string(f.k) +
+                 " stride " + std::to_string(f.stride) + " on " + std::to_string(f.hw) + ", " +
+                 std::string(conv.kernel()->name));
+    Result<std::vector<float>> first = conv.run(1);
+    ASSERT_TRUE(first.ok()) << first.status().to_string();
+    for (int64_t tasks : {3, 4, 32, 64, 96}) {
+      Result<std::vector<float>> out = conv.run(tasks);
+      ASSERT_TRUE(out.ok()) << out.status().to_string();
+      EXPECT_EQ(std::memcmp(out->data(), first->data(), out->size() * sizeof(float)), 0) << tasks << " rTasks";
     }
   }
 }
@@ -398,42 +425,18 @@ TEST_F(Nn, DepthwiseAndStemSameBitsInEveryTiling) {
 TEST_F(Nn, PointwiseTilingsAgree) {
   for (int64_t hw : {7, 13, 28})
     for (int64_t cin : {64, 300}) {
-      Graph g;
-      const int64_t c = 48;
-      Value* x = g.add_input("x", DType::kFloat32, Shape{1, cin, hw, hw});
-      Value* wt = g.add_constant("w", rng.floats(Shape{c, cin, 1, 1}));
-      Value* b = g.add_constant("b", rng.floats(Shape{c}));
-      Node* n = g.add_node("Conv", "pw", {x, wt, b}, 1);
-      n->outputs[0]->dtype = DType::kFloat32;
-      n->outputs[0]->shape = Shape{1, c, hw, hw};
-      const RKernel* k = kernel_for(cpu_kernels(), *n);
-      ASSERT_NE(k, nullptr);
-      Tensor in = rng.floats(Shape{1, cin, hw, hw});
-      std::vector<float> first;
-      for (int64_t tasks : {1, 2, 3, 4, 6, 7, 16}) {
-        SCOPED_TRACE(std::to_string(hw) + "x" + std::to_string(hw) + ", cin " + std::to_string(cin) + ", " +
-                     std::to_string(tasks) + " rTasks");
-        auto op = k->make(*n, KernelParams{tasks});
-        ASSERT_TRUE(op.ok()) << op.status().to_string();
-        std::vector<float> out(static_cast<size_t>(c * hw * hw), std::numeric_limits<float>::quiet_NaN());
-        std::vector<float> scratch((*op)->scratch_bytes() / sizeof(float) + 1);
-        const void* ins[] = {in.raw(), wt->constant->raw(), b->constant->raw()};
-        void* outs[] = {out.data()};
-        for (int64_t t = 0; t < (*op)->tasks(); ++t) (*op)->run(t, TaskArgs{ins, outs, scratch.data()});
-        if (first.empty()) {
-          first = out;
-          continue;
-        }
-        if (cin <= 256) {
-          EXPECT_EQ(std::memcmp(out.data(), first.data(), out.size() * sizeof(float)), 0) << (*op)->tasks();
-        } else {
-          double d = 0, r = 0;
-          for (size_t i = 0; i < out.size(); ++i) {
-            d += (out[i] - first[i]) * static_cast<double>(out[i] - first[i]);
-            r += static_cast<double>(first[i]) * first[i];
-          }
-          EXPECT_LE(std::sqrt(d / r), 1e-6) << (*op)->tasks();
-        }
+      const TiledConv conv(rng, cin, 48, 1, 1, 1, hw);
+      ASSERT_NE(conv.kernel(), nullptr);
+      SCOPED_TRACE(std::to_string(hw) + "x" + std::to_string(hw) + ", cin " + std::to_string(cin));
+      Result<std::vector<float>> first = conv.run(1);
+      ASSERT_TRUE(first.ok()) << first.status().to_string();
+      for (int64_t tasks : {2, 3, 4, 6, 7, 16}) {
+        Result<std::vector<float>> out = conv.run(tasks);
+        ASSERT_TRUE(out.ok()) << out.status().to_string();
+        if (cin <= 256)
+          EXPECT_EQ(std::memcmp(out->data(), first->data(), out->size() * sizeof(float)), 0) << tasks << " rTasks";
+        else
+          EXPECT_LE(rel_l2(*out, *first), 1e-6) << tasks << " rTasks";
       }
     }
 }
