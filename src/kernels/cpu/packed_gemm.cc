@@ -10,8 +10,9 @@ namespace tessera {
 namespace {
 
 // One output through `post` (row r, column col of the tile), as finish()
-// does a vector of them.
-inline float finish_one(float v, int64_t r, int64_t col, const GemmPost& post) {
+// does a vector of them. Used by the AVX-512 tail and the portable path
+// only, so an AVX2 build leaves it unused.
+[[maybe_unused]] inline float finish_one(float v, int64_t r, int64_t col, const GemmPost& post) {
   if (post.bias != nullptr) v = v + post.bias[r];
   if (post.res != nullptr) v = v + post.res[r * post.ldr + col];
   if (post.clamp == GemmPost::Clamp::kRelu) v = v > 0.f ? v : 0.f;
