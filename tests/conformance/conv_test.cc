@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ir/ops/op_registry.h"
+#include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/dw_strip.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernel.h"
@@ -300,6 +301,36 @@ TEST_F(Nn, DepthwiseStripsWriteOnlyTheirRows) {
 #else
   GTEST_SKIP() << "DwStrip is the AVX2 build's depthwise kernel; this build is " << kernel_isa();
 #endif
+}
+
+// The padded rows the grouped and depthwise kernels copy their input
+// into: every width, both edges (pads wider than a vector included), and
+// no write past the slack the buffer leaves. The source holds only
+// [lo, hi), so a read outside it is a sanitizer error.
+TEST_F(Nn, RowPadderPadsEveryEdge) {
+  constexpr float kSentinel = -7.f;
+  int checked = 0;
+  for (int64_t wp = 1; wp <= 41; ++wp)
+    for (int64_t lo = 0; lo <= std::min<int64_t>(wp, 19); ++lo)
+      for (int64_t hi = lo; hi <= wp; ++hi) {
+        std::vector<float> src(static_cast<size_t>(std::max<int64_t>(hi - lo, 1)));
+        for (size_t i = 0; i < src.size(); ++i) src[i] = 1.f + static_cast<float>(i);
+        const RowPadder padder(wp, lo, hi);
+        std::vector<float> dst(static_cast<size_t>(wp + kPadRowSlack + 4), kSentinel);
+        padder.row(dst.data(), src.data() - lo);
+        for (int64_t k = 0; k < wp; ++k) {
+          const float want = k >= lo && k < hi ? 1.f + static_cast<float>(k - lo) : 0.f;
+          ASSERT_EQ(dst[static_cast<size_t>(k)], want) << "wp " << wp << " lo " << lo << " hi " << hi << " at " << k;
+        }
+        for (size_t k = static_cast<size_t>(wp + kPadRowSlack); k < dst.size(); ++k)
+          ASSERT_EQ(dst[k], kSentinel) << "wp " << wp << " lo " << lo << " hi " << hi << ": wrote past the slack";
+        std::fill(dst.begin(), dst.end(), kSentinel);
+        padder.zeros(dst.data());
+        for (int64_t k = 0; k < wp; ++k) ASSERT_EQ(dst[static_cast<size_t>(k)], 0.f) << "wp " << wp << " at " << k;
+        for (size_t k = static_cast<size_t>(wp + kPadRowSlack); k < dst.size(); ++k) ASSERT_EQ(dst[k], kSentinel);
+        ++checked;
+      }
+  EXPECT_GT(checked, 5000);
 }
 
 // A grouped 3x3 conv cut into a given number of rTasks splits its groups,

@@ -138,7 +138,7 @@ class ConvOp : public ROp {
       // whole vector blocks.
       const int64_t ow_pad = (c.ow + kDwBlock - 1) / kDwBlock * kDwBlock;
       wp_ = (ow_pad - 1) * c.sw + (c.kw - 1) * c.dw + 1;
-      scratch_bytes_ = static_cast<size_t>((hp_ + 1) * wp_ + 1) * sizeof(float);
+      scratch_bytes_ = static_cast<size_t>((hp_ + 1) * wp_ + 1 + kPadRowSlack) * sizeof(float);
 #if defined(TESSERA_DW_STRIP)
       // With AVX2, 3x3 and 5x5 windows at stride 1 or 2 run in strips,
       // but for rows of less than one vector, which run flat (MobileNetV2's
@@ -542,16 +542,12 @@ class ConvOp : public ROp {
     const float b = bias ? bias[c] : 0.f;
     const int64_t y_lo = r0 * c_.sh, y_hi = (r1 - 1) * c_.sh + (c_.kh - 1) * c_.dh + 1;  // padded rows read
     const int64_t x_lo = std::min<int64_t>(c_.pw, wp_), x_hi = std::clamp<int64_t>(c_.pw + c_.iw, x_lo, wp_);
+    const RowPadder padder(wp_, x_lo, x_hi);
     for (int64_t py = y_lo; py < y_hi; ++py) {
       float* dst = pad + py * wp_;
       const int64_t iy = py - c_.ph;
-      if (iy < 0 || iy >= c_.ih) {
-        std::fill(dst, dst + wp_, 0.f);
-      } else {
-        std::fill(dst, dst + x_lo, 0.f);
-        std::memcpy(dst + x_lo, xc + iy * c_.iw + (x_lo - c_.pw), static_cast<size_t>(x_hi - x_lo) * sizeof(float));
-        std::fill(dst + x_hi, dst + wp_, 0.f);
-      }
+      if (iy < 0 || iy >= c_.ih) padder.zeros(dst);
+      else padder.row(dst, xc + iy * c_.iw - c_.pw);
     }
     // Blocks of kDwBlock outputs, each accumulated in a vector register
     // over all taps, kDwGroup blocks at once to hide the add latency: one

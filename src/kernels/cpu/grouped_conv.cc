@@ -82,7 +82,7 @@ class GroupedConvOp : public ROp {
       for (int64_t ky = 0; ky < c.kh; ++ky)
         for (int64_t kx = 0; kx < c.kw; ++kx)
           tap_off_.push_back(static_cast<int32_t>((ci * hp_ + ky * c.dh) * wp_ + kx * c.dw));
-    scratch_bytes_ = static_cast<size_t>(cin_g_ * hp_ * wp_) * sizeof(float);
+    scratch_bytes_ = static_cast<size_t>(cin_g_ * hp_ * wp_ + kPadRowSlack) * sizeof(float);
     clamp_.take(epi);
   }
 
@@ -124,18 +124,13 @@ class GroupedConvOp : public ROp {
   void fill(const float* xg, int64_t r0, int64_t r1, float* pad) const {
     const int64_t rows = (r1 - r0 - 1) * c_.sh + (c_.kh - 1) * c_.dh + 1;
     const int64_t x0 = std::min(c_.pw, wp_), x1 = std::clamp(c_.pw + c_.iw, x0, wp_);
+    const RowPadder padder(wp_, x0, x1);
     for (int64_t ci = 0; ci < cin_g_; ++ci)
       for (int64_t r = 0; r < rows; ++r) {
         float* dst = pad + (ci * hp_ + r) * wp_;
         const int64_t iy = r0 * c_.sh - c_.ph + r;
-        if (iy < 0 || iy >= c_.ih) {
-          std::fill(dst, dst + wp_, 0.f);
-          continue;
-        }
-        const float* src = xg + (ci * c_.ih + iy) * c_.iw - c_.pw;
-        std::fill(dst, dst + x0, 0.f);
-        std::copy(src + x0, src + x1, dst + x0);
-        std::fill(dst + x1, dst + wp_, 0.f);
+        if (iy < 0 || iy >= c_.ih) padder.zeros(dst);
+        else padder.row(dst, xg + (ci * c_.ih + iy) * c_.iw - c_.pw);
       }
   }
 
