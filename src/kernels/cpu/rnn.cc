@@ -285,7 +285,7 @@ constexpr int64_t kNextTileCols = 32;
 // (untouched since the last run); left to the hardware prefetcher its
 // steps took 16-18 us, prefetched 12 (LSTM-TC traces; whole runs 4-9 %
 // faster, with 8 to 32 rows ahead alike).
-constexpr int64_t kNextTilePrefetchRows = 16;
+[[maybe_unused]] constexpr int64_t kNextTilePrefetchRows = 16;  // AVX-512 builds only
 static_assert(kNextTileCols * sizeof(float) == 128, "a tile row is two cache lines");
 
 // One tile: rows a[0..7] (the previous layer's h rows), columns `wcol`
