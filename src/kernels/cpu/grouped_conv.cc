@@ -11,8 +11,9 @@
 // over all of the group's taps. Per tap (ci, ky, kx): NV weight vectors
 // (packed [group][block][ci][ky][kx][NV * lanes] when the op is made),
 // one broadcast input per pixel, NV * kTile fused multiply-adds. The
-// input rows a task reads are first copied, zero-padded, into scratch, so
-// that the taps need no bounds: pixel p of a tile reads scratch at
+// input rows a task reads are first copied, zero-padded, into scratch
+// (RowPadder, a few vector loads and stores a row), so that the taps need
+// no bounds: pixel p of a tile reads scratch at
 // tap offset + its own offset. A tile's pixels run along the flattened
 // output plane, across row ends; the last tile repeats its last pixel
 // (computed, not stored).
