@@ -55,8 +55,8 @@ constexpr int64_t kMinPixelBlock = 32;
 constexpr size_t kColBytes = size_t{384} << 10;
 constexpr int64_t kMinTasks = 2;
 constexpr int64_t kMaxSmallBlock = 64;
-// 1x1 convs with constant weights and at most this many input channels per
-// group multiply with packed_gemm and their epilogue in registers; longer
+// 1x1 convs with constant weights and at most kPackedGemmMaxK input
+// channels per group multiply with packed_gemm and their epilogue in registers; longer
 // reductions keep sgemm (packed_gemm.h). On one thread, packed_gemm
 // against sgemm with a pass for bias and Clip: K = 16: 49 / 62 us
 // (96 x 3136 outputs); K = 32: 6.0 / 8.5 us (32 x 512); K = 160: 23.6 /
@@ -72,7 +72,6 @@ constexpr int64_t kMaxSmallBlock = 64;
 // pixels 700 against 738; at 784, 3170 against 2790: large planes keep
 // sgemm.
 #if defined(TESSERA_SIMD)
-constexpr int64_t kPackedPointwiseMaxK = 256;
 #if defined(__AVX512F__) && defined(__AVX512VL__)
 constexpr int64_t kPackedPointwiseSmallPlane = 256;
 #else
@@ -182,7 +181,7 @@ class ConvOp : public ROp {
     tasks_ = outer * ob_ * pb_;
 #if defined(TESSERA_SIMD)
     if (path_ == Path::kPointwise && weights != nullptr &&
-        (kdim_ <= kPackedPointwiseMaxK || pixels_ <= kPackedPointwiseSmallPlane))
+        (kdim_ <= kPackedGemmMaxK || pixels_ <= kPackedPointwiseSmallPlane))
       pack_pointwise(weights);
 #else
     (void)weights;

@@ -49,9 +49,6 @@ constexpr int64_t kMinTaskRows = 8;
 // A strip's expanded input rows and depthwise output rows take at most
 // this much scratch (when one output row fits).
 constexpr int64_t kStripBytes = 384 << 10;
-// The project conv multiplies with packed_gemm up to this reduction, with
-// sgemm beyond (conv.cc's kPackedPointwiseMaxK).
-constexpr int64_t kPackedMaxK = 256;
 
 // An activation the strips apply in registers (Relu or Clip) or none.
 struct Clamp {
@@ -92,7 +89,7 @@ class InvertedResidualOp : public ROp {
     scratch_bytes_ = static_cast<size_t>(buffer_floats(strip_) + d.iw) * sizeof(float);
     pack1_.assign(packed_size(cexp_, cin_), 0.f);
     pack_rows(w1, cexp_, cin_, cin_, pack1_.data());
-    if (cexp_ <= kPackedMaxK) {
+    if (cexp_ <= kPackedGemmMaxK) {
       pack3_.assign(packed_size(cout_, cexp_), 0.f);
       pack_rows(w3, cout_, cexp_, cexp_, pack3_.data());
     }

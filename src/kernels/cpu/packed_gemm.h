@@ -27,6 +27,11 @@ namespace tessera {
 // registers.
 inline constexpr int64_t kPackRows = 8;
 
+// The 1 x 1 convs (conv.cc) and the inverted residual's project
+// (inverted_residual.cc) multiply with packed_gemm up to this reduction,
+// with sgemm beyond (conv.cc gives the measurements).
+inline constexpr int64_t kPackedGemmMaxK = 256;
+
 // Floats that pack_rows writes for an m x k matrix.
 size_t packed_size(int64_t m, int64_t k);
 
