@@ -56,8 +56,8 @@ constexpr size_t kColBytes = size_t{384} << 10;
 constexpr int64_t kMinTasks = 2;
 constexpr int64_t kMaxSmallBlock = 64;
 // 1x1 convs with constant weights and at most kPackedGemmMaxK input
-// channels per group multiply with packed_gemm and their epilogue in registers; longer
-// reductions keep sgemm (packed_gemm.h). On one thread, packed_gemm
+// channels per group multiply with packed_gemm and their epilogue in
+// registers; longer reductions keep sgemm (packed_gemm.h). On one thread, packed_gemm
 // against sgemm with a pass for bias and Clip: K = 16: 49 / 62 us
 // (96 x 3136 outputs); K = 32: 6.0 / 8.5 us (32 x 512); K = 160: 23.6 /
 // 29.3 us (32 x 512); K = 96 equal (32 / 34 us, 24 x 1568). Builds

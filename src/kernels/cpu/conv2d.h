@@ -45,13 +45,13 @@ class RowPadder {
     full1_ = full0_ + std::max<int64_t>(0, (std::min(hi, wp) - full0_) / kLanes * kLanes);
     head_ = full0_ / kLanes;
     tail_ = std::max<int64_t>(0, up(wp - full1_) / kLanes);
-    head_mask_ = Vec::range(lo, hi);
-    tail_mask_[0] = Vec::range(lo - full1_, hi - full1_);
-    tail_mask_[1] = Vec::range(lo - full1_ - kLanes, hi - full1_ - kLanes);
+    head_mask_ = lanes(lo, hi);
+    tail_mask_[0] = lanes(lo - full1_, hi - full1_);
+    tail_mask_[1] = lanes(lo - full1_ - kLanes, hi - full1_ - kLanes);
   }
   void row(float* dst, const float* src) const {
     if (head_ > 1 || tail_ > 2) {  // pads wider than a vector: masks made per vector
-      for (int64_t k = 0; k < wp_; k += kLanes) Vec::store(dst + k, Vec::load(src + k, Vec::range(lo_ - k, hi_ - k)));
+      for (int64_t k = 0; k < wp_; k += kLanes) Vec::store(dst + k, Vec::load(src + k, lanes(lo_ - k, hi_ - k)));
       return;
     }
     if (head_ == 1) Vec::store(dst, Vec::load(src, head_mask_));
@@ -74,6 +74,9 @@ class RowPadder {
   }
 
  private:
+  // Lanes j of a vector with a <= j < b.
+  static Vec::Mask lanes(int64_t a, int64_t b) { return Vec::from_bits(lane_bits(a, b)); }
+
   int64_t wp_, lo_, hi_;
   int64_t full0_ = 0, full1_ = 0;  // [full0_, full1_): whole vectors of src
   int64_t head_ = 0, tail_ = 0;    // masked vectors before and after them

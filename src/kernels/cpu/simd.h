@@ -24,11 +24,6 @@ struct Vec {
   static constexpr const char* kIsa = "avx512";
   // Lanes [0, n) (all of them for n >= kLanes).
   static Mask first(int64_t n) { return n >= kLanes ? Mask(0xffff) : static_cast<Mask>((1u << n) - 1); }
-  // Lanes j with a <= j < b (any a, b).
-  static Mask range(int64_t a, int64_t b) {
-    const auto below = [](int64_t n) { return n <= 0 ? 0u : n >= kLanes ? 0xffffu : (1u << n) - 1; };
-    return static_cast<Mask>(below(b) & ~below(a));
-  }
   // Lane j on where bit j of `bits` is set.
   static Mask from_bits(uint32_t bits) { return static_cast<Mask>(bits); }
   static T zero() { return _mm512_setzero_ps(); }
@@ -69,11 +64,6 @@ struct Vec {
   static Mask first(int64_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n < kLanes ? n : kLanes)),
                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  }
-  static Mask range(int64_t a, int64_t b) {
-    const auto clamp = [](int64_t n) { return _mm256_set1_epi32(static_cast<int>(n < 0 ? 0 : n > kLanes ? kLanes : n)); };
-    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_andnot_si256(_mm256_cmpgt_epi32(clamp(a), iota), _mm256_cmpgt_epi32(clamp(b), iota));
   }
   static Mask from_bits(uint32_t bits) {
     const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
