@@ -61,12 +61,9 @@ class DwStrip {
   int64_t scratch_floats() const { return nstrip_ * kLanes * c_.sw + 4 * kLanes; }
 
   // Output rows [r0, r1) of one plane; `scratch` as scratch_floats().
-  void rows(const float* xc, const float* wc, float b, float* scratch, float* yc, int64_t r0, int64_t r1) const {
-    std::fill(scratch, scratch + scratch_floats(), 0.f);
-    const float* zero = scratch + 2 * kLanes;  // loads start up to pw <= 2 columns left of it
-    if (!clamp_.on) return rows_as<false>(xc, wc, b, zero, yc, r0, r1);
-    rows_as<true>(xc, wc, b, zero, yc, r0, r1);
-  }
+  // Defined in dw_strip.cc, the one place the tile templates are
+  // instantiated.
+  void rows(const float* xc, const float* wc, float b, float* scratch, float* yc, int64_t r0, int64_t r1) const;
 
   // Whether rows() also applies `epi` (Relu or Clip, no residual).
   bool fuse(const Epilogue& epi) { return clamp_.take(epi); }
