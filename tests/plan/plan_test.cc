@@ -484,20 +484,31 @@ TEST(Profiler, MeasuresCachesAndFeedsThePlan) {
   EXPECT_GT(planted->measured, 0u);
   EXPECT_EQ(planted->contended, planted->measured);
   for (double c : planted->task_cost_us) EXPECT_GT(c, 0.0);
-  // The profiled plan still computes the same thing: bit for bit with
-  // AVX-512 kernels, whose sums do not depend on their tiling. In a
-  // portable build the 3-channel stem is im2col and sgemm, whose sums
-  // follow the tile's shape. With AVX2 kernels, the tilings a sanitizer
-  // build's profile chose gave a relative L2 difference of 3e-8. The op
-  // whose sums moved was not pinned down: the convs' own tilings are
-  // (Nn.DepthwiseAndStemSameBitsInEveryTiling, Nn.PointwiseTilingsAgree).
-  auto want = sequential_reference("nasnet_like");
+  // The profiled plan still computes the same thing. Its variants may run
+  // an op by another rKernel that fits it; a sanitizer build's profile,
+  // for one, measures oneDNN's uninstrumented sgemm fastest and runs the
+  // stem and the 1x1s as im2col + sgemm, whose sums run in another order:
+  // then the outputs agree to rounding (a relative L2 difference of 3e-8
+  // with AVX2 kernels). On the default rKernels they are bit for bit, as
+  // their tilings are (Nn.DepthwiseAndStemSameBitsInEveryTiling,
+  // Nn.PointwiseTilingsAgree), but in a portable build, whose 3-channel
+  // stem is im2col and sgemm with sums that follow the tile's shape.
+  std::map<std::string, Tensor> unused;
+  auto defaults = compile_zoo("nasnet_like", {}, &unused);
+  ASSERT_TRUE(defaults.ok()) << defaults.status().to_string();
+  std::map<std::string, std::string_view> default_kernel;
+  for (const Step& s : (*defaults)->steps) default_kernel[s.node->name] = s.kernel->name;
+  std::string others;
+  for (const Step& s : (*first)->steps)
+    if (default_kernel[s.node->name] != s.kernel->name) others += " " + s.node->name + ": " + std::string(s.kernel->name);
+  auto want = run_outputs(std::move(*defaults), Executor::kSequential, inputs);
   auto got = run_outputs(std::move(*first), Executor::kPlan, inputs);
-  if (std::string(kernel_isa()) == "avx512") {
+  if (others.empty() && std::string(kernel_isa()) != "portable") {
     expect_bitwise(got, want, "profiled plan");
   } else {
     ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(rel_l2(got[i], want[i]), 1e-5) << "profiled plan, output " << i;
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_LE(rel_l2(got[i], want[i]), 1e-6) << "profiled plan, output " << i << "; other rKernels:" << others;
   }
   fs::remove_all(dir);
 }
