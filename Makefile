@@ -22,7 +22,10 @@
 #
 # The sanitizer and fuzz builds carry line tables only (-g1): enough for
 # file:line in every report, and their compiles take a fifth to two fifths
-# less time than with full debug information. They are developer builds,
+# less time than with full debug information. They optimize at -O1 but
+# for the kernels (-O2, where their tests spend their time): the ASan
+# build takes a quarter less CPU time than at -O2, and its suites run
+# as fast. They are developer builds,
 # so they always treat warnings as errors: the fuzz build is the one clang
 # compile, and its warnings differ from gcc's with the host's ISA (an
 # AVX2 host leaves AVX-512-only helpers unused).
@@ -31,7 +34,7 @@ BUILD_TYPE ?= Release
 WERROR ?= $(if $(CI),ON,OFF)
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 300
-SAN_FLAGS := -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
+SAN_FLAGS := -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
 PYTHON := /usr/bin/python3
 BUILD := build
 TESSERA := $(BUILD)/bin/tessera
