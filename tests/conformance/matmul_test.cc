@@ -173,6 +173,61 @@ TEST_F(Nn, MatMulDefaultTilesRowsInBlocksOf8) {
   }
 }
 
+// A MatMul whose B is a constant packs it into column panels once
+// (gemm_rows_packed); the outputs must be the bits of the same MatMul
+// with B as an input, read in place, in every tiling: 1 rTask, row and
+// column splits whose tiles start inside a panel, and the default. Widths
+// around a panel (24 columns with AVX2, 48 with AVX-512), reductions up
+// to the row kernel's longest, a batched A over a 2-D B, and a B read by
+// sgemm (k past the row kernel's), which is left as it is.
+TEST_F(Nn, MatMulConstantBPackedGivesTheSameBits) {
+  struct Case { Shape a; int64_t k, n; };
+  for (const Case& cs : {Case{Shape{64, 128}, 128, 512}, Case{Shape{64, 512}, 512, 128}, Case{Shape{9, 70}, 70, 49},
+                         Case{Shape{3, 16, 33}, 33, 100}, Case{Shape{8, 7}, 7, 1}, Case{Shape{16, 600}, 600, 40}}) {
+    const KernelParams tilings[] = {KernelParams{1}, KernelParams{3}, KernelParams{7}, KernelParams{16}, KernelParams{}};
+    for (const KernelParams& kp : tilings) {
+      SCOPED_TRACE(str_cat(cs.a.to_string(), " by ", cs.k, " x ", cs.n, ", tasks ", kp.tasks));
+      Graph g;
+      Value* a = g.add_input("a", DType::kFloat32, cs.a);
+      Tensor bt = rng.floats(Shape{cs.k, cs.n});
+      Value* bc = g.add_constant("b", bt);
+      Value* bi = g.add_input("bi", DType::kFloat32, Shape{cs.k, cs.n});
+      Shape out = cs.a;
+      out.dims.back() = cs.n;
+      Node* packed = g.add_node("MatMul", "packed", {a, bc}, 1);
+      Node* plain = g.add_node("MatMul", "plain", {a, bi}, 1);
+      for (Node* n : {packed, plain}) {
+        n->outputs[0]->dtype = DType::kFloat32;
+        n->outputs[0]->shape = out;
+      }
+      const RKernel* kern = cpu_kernel_find("MatMul");
+      ASSERT_NE(kern, nullptr);
+      auto op_packed = kern->make(*packed, kp);
+      auto op_plain = kern->make(*plain, kp);
+      ASSERT_TRUE(op_packed.ok()) << op_packed.status().to_string();
+      ASSERT_TRUE(op_plain.ok()) << op_plain.status().to_string();
+      ASSERT_EQ((*op_packed)->tasks(), (*op_plain)->tasks());
+      const bool rows = matmul_uses_rows(cs.k, cs.a.dims[cs.a.rank() - 2], cs.n);
+      EXPECT_EQ((*op_packed)->path(), rows ? "gemm_rows, B packed" : "sgemm");
+      Tensor in = rng.floats(cs.a);
+      std::vector<float> got(static_cast<size_t>(out.numel()), 7.f), want(got);
+      for (int64_t t = 0; t < (*op_packed)->tasks(); ++t) {
+        std::vector<float> scratch((*op_packed)->scratch_bytes() / sizeof(float) + 1);
+        const void* ins_packed[] = {in.raw(), bc->constant->raw()};
+        const void* ins_plain[] = {in.raw(), bt.raw()};
+        void* outs_packed[] = {got.data()};
+        void* outs_plain[] = {want.data()};
+        (*op_packed)->run(t, TaskArgs{ins_packed, outs_packed, scratch.data()});
+        (*op_plain)->run(t, TaskArgs{ins_plain, outs_plain, scratch.data()});
+      }
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
+      // And against the double-precision product.
+      Tensor ref = matmul_ref(in, bt);
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], ref.data<float>()[i], 1e-4) << "element " << i;
+    }
+  }
+}
+
 // transpose, the attention's K^T copy: 16 x 16 register blocks and the
 // scalar edges, with row strides wider than the matrices.
 TEST_F(Nn, TransposeWithEdgesAndStrides) {

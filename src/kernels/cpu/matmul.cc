@@ -16,6 +16,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/epilogue.h"
 #include "kernels/cpu/kernel.h"
+#include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/row_math.h"
 
 namespace tessera {
@@ -73,7 +74,20 @@ class MatMulOp : public ROp {
         norm_(norm), norm_bias_(norm_bias), norm_eps_(norm_eps), sections_(std::move(sections)) {
     tasks_ = g_.tasks();
   }
-  std::string_view path() const override { return matmul_uses_rows(k_, g_.m, g_.n) ? "gemm_rows" : "sgemm"; }
+
+  // A constant B read by gemm_rows, the same matrix for every batch entry,
+  // is packed into panels once (gemm_rows_packed: the same bits).
+  void pack_b(const float* b) {
+    if (b == nullptr || !matmul_uses_rows(k_, g_.m, g_.n)) return;
+    for (int64_t off : b_off_)
+      if (off != 0) return;
+    packed_b_.assign(packed_cols_size(k_, g_.n), 0.f);
+    pack_cols(b, k_, g_.n, g_.n, packed_b_.data());
+  }
+
+  std::string_view path() const override {
+    return !packed_b_.empty() ? "gemm_rows, B packed" : matmul_uses_rows(k_, g_.m, g_.n) ? "gemm_rows" : "sgemm";
+  }
 
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t bi, m0, m1, n0, n1;
@@ -87,7 +101,8 @@ class MatMulOp : public ROp {
       const int64_t ldc = sections_[s + 1] - sections_[s];
       const int64_t at = bi * g_.m * ldc + m0 * ldc + (c0 - sections_[s]);
       float* c = static_cast<float*>(args.out[s]) + at;
-      matmul_gemm(m1 - m0, c1 - c0, k_, a, k_, b + c0, g_.n, c, ldc, g_.m, g_.n);
+      if (!packed_b_.empty()) gemm_rows_packed(m1 - m0, c0, c1, k_, a, k_, packed_b_.data(), c, ldc);
+      else matmul_gemm(m1 - m0, c1 - c0, k_, a, k_, b + c0, g_.n, c, ldc, g_.m, g_.n);
       if (!has_bias_ && epi_.empty() && !norm_) continue;
       // TesseraFusedMatMul: the bias Add (bias + y, as the unfused Add),
       // then the residual and activation, then the LayerNormalization
@@ -117,6 +132,7 @@ class MatMulOp : public ROp {
   bool norm_, norm_bias_;  // a LayerNormalization of each row (scale: input 4, bias: input 5)
   float norm_eps_;
   std::vector<int64_t> sections_;
+  std::vector<float> packed_b_;  // B packed by pack_cols, or empty
 };
 
 // Offsets of each broadcast batch entry into an operand with batch dims
@@ -169,9 +185,12 @@ Result<std::unique_ptr<ROp>> make_matmul(const Node& n, const KernelParams& p) {
                                     " columns and ", n.outputs.size(), " outputs"));
   Grid g = make_grid(batch, m, nn, k, p, norm);
   TESSERA_ASSIGN_OR_RETURN(Epilogue epi, Epilogue::from_node(n));
-  return std::unique_ptr<ROp>(new MatMulOp(g, k, batch_offsets(out_batch, ab, m * k),
-                                           batch_offsets(out_batch, bb, k * nn), n.input(2) != nullptr, epi, norm,
-                                           n.input(5) != nullptr, n.attr_float("norm_epsilon", 1e-5f), std::move(sections)));
+  auto op = std::make_unique<MatMulOp>(g, k, batch_offsets(out_batch, ab, m * k), batch_offsets(out_batch, bb, k * nn),
+                                       n.input(2) != nullptr, epi, norm, n.input(5) != nullptr,
+                                       n.attr_float("norm_epsilon", 1e-5f), std::move(sections));
+  const Value* bv = n.inputs[1];
+  if (bv->is_constant() && bv->dtype == DType::kFloat32) op->pack_b(bv->constant->data<float>());
+  return std::unique_ptr<ROp>(std::move(op));
 }
 
 // ----------------------------------------------------------------- Gemm ---

@@ -378,6 +378,39 @@ void gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, con
 #endif
 }
 
+int64_t packed_cols_width() {
+#if defined(TESSERA_SIMD)
+  return 3 * kLanes;
+#else
+  return 64;
+#endif
+}
+
+size_t packed_cols_size(int64_t k, int64_t n) {
+  const int64_t w = packed_cols_width();
+  return static_cast<size_t>((n + w - 1) / w * w * k);
+}
+
+void pack_cols(const float* b, int64_t k, int64_t n, int64_t ldb, float* out) {
+  const int64_t w = packed_cols_width();
+  for (int64_t j = 0; j < n; j += w)
+    for (int64_t i = 0; i < k; ++i) {
+      float* dst = out + j * k + i * w;
+      for (int64_t c = 0; c < w; ++c) dst[c] = j + c < n ? b[i * ldb + j + c] : 0.f;
+    }
+}
+
+void gemm_rows_packed(int64_t m, int64_t n0, int64_t n1, int64_t k, const float* a, int64_t lda,
+                      const float* packed, float* c, int64_t ldc) {
+  // Panel by panel; a tile that starts inside a panel reads it from there.
+  const int64_t w = packed_cols_width();
+  for (int64_t col = n0; col < n1;) {
+    const int64_t p = col / w, off = col % w, width = std::min(w - off, n1 - col);
+    gemm_rows(m, width, k, a, lda, packed + p * w * k + off, w, c + (col - n0), ldc);
+    col += width;
+  }
+}
+
 void transpose(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
   int64_t r0 = 0;
 #if defined(__AVX512F__)
