@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/strings.h"
 #include "ir/ops/op_registry.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/dw_strip.h"
@@ -470,6 +471,59 @@ TEST_F(Nn, PointwiseTilingsAgree) {
           EXPECT_LE(rel_l2(*out, *first), 1e-6) << tasks << " rTasks";
       }
     }
+}
+
+// The im2col rKernel, given a 1x1 conv at stride 1 without padding (a
+// variant the compiler may pick for one), runs it as one sgemm on the
+// input: no scratch for an im2col copy, path "1x1 sgemm", the pointwise
+// rKernel's bits where that one runs sgemm too (a long reduction, where
+// the weights are not packed), and the
+// reference's values in every tiling, grouped or not. A 1x1 at stride 2
+// still gathers.
+TEST_F(Nn, Im2colOnPointwiseConvsSkipsTheCopy) {
+  const RKernel* im2col = nullptr;
+  const RKernel* pointwise = nullptr;
+  for (const RKernel& k : cpu_kernels()) {
+    if (k.name == "conv.im2col_gemm") im2col = &k;
+    if (k.name == "conv.pointwise") pointwise = &k;
+  }
+  ASSERT_NE(im2col, nullptr);
+  ASSERT_NE(pointwise, nullptr);
+  struct Case { int64_t cin, cout, group, hw; };
+  for (const Case& cs : {Case{32, 16, 1, 28}, Case{300, 48, 1, 7}, Case{64, 32, 4, 13}}) {
+    SCOPED_TRACE(str_cat(cs.cin, " -> ", cs.cout, ", group ", cs.group, ", ", cs.hw, "x", cs.hw));
+    const TiledConv conv(rng, cs.cin, cs.cout, cs.group, 1, 1, cs.hw);
+    auto probe = im2col->make(*conv.n, KernelParams{});
+    ASSERT_TRUE(probe.ok()) << probe.status().to_string();
+    EXPECT_EQ((*probe)->path(), "1x1 sgemm");
+    EXPECT_EQ((*probe)->scratch_bytes(), 0u);
+    const Tensor ref = conv_ref(conv.in, conv.w, &conv.b,
+                                ConvSpec{1, cs.cin, cs.hw, cs.hw, cs.cout, 1, 1, cs.group, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+                                cs.hw, cs.hw, 0, 0);
+    for (int64_t tasks : {1, 3, 8}) {
+      auto op = im2col->make(*conv.n, KernelParams{tasks});
+      ASSERT_TRUE(op.ok()) << op.status().to_string();
+      std::vector<float> out(static_cast<size_t>(conv.out_elems), std::numeric_limits<float>::quiet_NaN());
+      const void* ins[] = {conv.in.raw(), conv.w.raw(), conv.b.raw()};
+      void* outs[] = {out.data()};
+      for (int64_t t = 0; t < (*op)->tasks(); ++t) (*op)->run(t, TaskArgs{ins, outs, nullptr});
+      for (size_t i = 0; i < out.size(); ++i)
+        ASSERT_NEAR(out[i], ref.data<float>()[i], 1e-4) << tasks << " rTasks, element " << i;
+      auto pw = pointwise->make(*conv.n, KernelParams{tasks});
+      ASSERT_TRUE(pw.ok()) << pw.status().to_string();
+      if ((*pw)->path() == "1x1 sgemm") {  // the pointwise rKernel unpacked: the same sgemm calls
+        std::vector<float> want(out.size(), 0.f);
+        void* pw_outs[] = {want.data()};
+        for (int64_t t = 0; t < (*pw)->tasks(); ++t) (*pw)->run(t, TaskArgs{ins, pw_outs, nullptr});
+        EXPECT_EQ(std::memcmp(out.data(), want.data(), out.size() * sizeof(float)), 0) << tasks << " rTasks";
+      }
+    }
+  }
+  const TiledConv strided(rng, 32, 16, 1, 1, 2, 14);
+  auto gathered = im2col->make(*strided.n, KernelParams{});
+  ASSERT_TRUE(gathered.ok()) << gathered.status().to_string();
+  EXPECT_EQ((*gathered)->path(), "im2col + sgemm");
+  EXPECT_GT((*gathered)->scratch_bytes(), 0u);
 }
 
 TEST_F(Nn, Conv1d) {

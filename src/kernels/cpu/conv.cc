@@ -93,6 +93,15 @@ class ConvOp : public ROp {
     pixels_ = c.oh * c.ow;
     kdim_ = cin_g_ * c.kh * c.kw;
     path_ = path;
+    // A 1x1 conv at stride 1 without padding needs no im2col: its input
+    // already is the GEMM's B. The im2col rKernel runs it as one sgemm on
+    // the input (the pointwise path, weights left unpacked) instead of
+    // copying every plane first.
+    if (path_ == Path::kIm2col && c.kh == 1 && c.kw == 1 && c.sh == 1 && c.sw == 1 && c.ph == 0 && c.pw == 0 &&
+        c.ih == c.oh && c.iw == c.ow) {
+      path_ = Path::kPointwise;
+      weights = nullptr;  // sgemm, not packed_gemm
+    }
     double flops = 2.0 * c.batch * c.cout * pixels_ * kdim_;
     int64_t outer = c.batch * c.group;
     int64_t target = p.tasks > 0 ? p.tasks
