@@ -642,7 +642,7 @@ PYBIND11_MODULE(_tessera, m) {
       .def(
           "compile",
           [](Runtime& r, const std::string& path, std::map<std::string, std::vector<int64_t>> shapes, bool profile,
-             bool measure, bool fuse, bool variants, std::string host_map, bool block_fusion, bool concat_in_place,
+             bool measure, bool fuse, bool variants, std::string host_map, bool block_fusion, bool concat_in_place, bool channel_blocks,
              bool lower_recurrent, int64_t recurrent_chunk, bool recurrent_carry) {
             if (recurrent_chunk < 0)
               throw py::value_error("recurrent_chunk " + std::to_string(recurrent_chunk) +
@@ -656,6 +656,7 @@ PYBIND11_MODULE(_tessera, m) {
             o.host_map = std::move(host_map);
             o.block_fusion = block_fusion;
             o.concat_in_place = concat_in_place;
+            o.channel_blocks = channel_blocks;
             o.lower_recurrent = lower_recurrent;
             o.recurrent_chunk = recurrent_chunk;
             o.recurrent_carry = recurrent_carry;
@@ -663,7 +664,7 @@ PYBIND11_MODULE(_tessera, m) {
           },
           py::arg("path"), py::arg("shapes") = std::map<std::string, std::vector<int64_t>>{},
           py::arg("profile") = true, py::arg("measure") = true, py::arg("fuse") = true, py::arg("variants") = true,
-          py::arg("host_map") = "", py::arg("block_fusion") = false, py::arg("concat_in_place") = true,
+          py::arg("host_map") = "", py::arg("block_fusion") = false, py::arg("concat_in_place") = true, py::arg("channel_blocks") = true,
           py::arg("lower_recurrent") = true, py::arg("recurrent_chunk") = 0, py::arg("recurrent_carry") = true);
 
   m.def(

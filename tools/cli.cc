@@ -121,6 +121,9 @@ std::vector<OptionSpec> compile_option_specs() {
       {"--no-fuse", "", "no fusion: Conv/Gemm/MatMul epilogues, attention and elementwise chains stay separate ops"},
       {"--block-fusion", "", "fuse inverted residual blocks (1x1, depthwise, 1x1 conv) into one op (default off)"},
       {"--no-in-place", "", "every Concat copies its inputs instead of their producers writing into its output"},
+      {"--no-channel-blocks", "",
+       "keep every conv on NCHW planes instead of running chains of 1x1 and depthwise convs on\n"
+       "                          blocks of 8 channels (default on where the kernels exist: AVX2)"},
       {"--no-lower-recurrent", "", "keep forward LSTMs and GRUs whole instead of one rOperator per time step"},
       {"--recurrent-chunk", "N",
        "project a stacked recurrent layer's input every N steps so layers overlap as a wavefront\n"
@@ -148,6 +151,7 @@ Status apply_compile_flags(const Args& args, CompileOptions* co) {
   co->fuse = !args.has("--no-fuse");
   co->block_fusion = args.has("--block-fusion");
   co->concat_in_place = !args.has("--no-in-place");
+  co->channel_blocks = !args.has("--no-channel-blocks");
   co->lower_recurrent = !args.has("--no-lower-recurrent");
   TESSERA_ASSIGN_OR_RETURN(co->recurrent_chunk, args.get_int("--recurrent-chunk", 0, 0, 1 << 20));
   if (args.has("--recurrent-chunk") && !co->lower_recurrent)

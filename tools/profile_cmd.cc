@@ -24,6 +24,7 @@ const cli::Command kProfile = {
         {"--top", "N", "show only the N most expensive ops (default: all)"},
         {"--no-fuse", "", "profile the ops unfused (as `tessera run --no-fuse` compiles them)"},
         {"--block-fusion", "", "fuse inverted residual blocks into one op (as `tessera run --block-fusion`)"},
+        {"--no-channel-blocks", "", "profile the convs on NCHW planes (as `tessera run --no-channel-blocks`)"},
         {"--host-map", "FILE", "profile for the host this map describes (as `tessera run --host-map`)"},
     },
     "examples:\n  tessera profile build/zoo/resnet18.onnx\n  tessera profile build/zoo/bert_tiny.onnx --shape input_ids=1x64 "
@@ -40,6 +41,7 @@ int profile_main(int argc, char** argv) {
   if (Status st = cli::parse_shape_flags(a, &co.shapes); !st.ok()) return cli::usage_error(kProfile, st.message());
   co.fuse = !a.has("--no-fuse");
   co.block_fusion = a.has("--block-fusion");
+  co.channel_blocks = !a.has("--no-channel-blocks");
   co.host_map = a.get("--host-map");
   co.progress = print_progress;
   auto rt = connect();

@@ -352,7 +352,9 @@ int run_main(int argc, char** argv) {
         fixed(compile_ms, 1), " ms");
   else
     say(model, ": ", report.nodes_imported, " nodes imported, ", report.ops, " ops after ", report.folded, " folded, ",
-        report.removed, " removed, ", report.fused, " fused; ", report.rtasks, " rTasks; arena ",
+        report.removed, " removed, ", report.fused, " fused",
+        report.blocked > 0 ? cat(", ", report.blocked, " convs on channel blocks") : std::string(), "; ",
+        report.rtasks, " rTasks; arena ",
         human_count(static_cast<double>(report.arena_bytes)), "B; imported and compiled in ", fixed(compile_ms, 1), " ms");
   // Runs. Inputs are read where they lie; latency is the compute part
   // (what the executors differ in), and --json breaks every run down.

@@ -88,6 +88,7 @@ struct CompileReport {
   int folded = 0;          // constant-folded away
   int removed = 0;         // identities and dead nodes removed
   int fused = 0;           // fusions (epilogues, elementwise chains, attention, blocks)
+  int blocked = 0;         // convs on the channel-blocked layout (CompileOptions::channel_blocks)
   int64_t rtasks = 0;
   uint64_t arena_bytes = 0;
   double compile_ms = 0;   // import and compile (an Executable: load and validate)

@@ -144,6 +144,9 @@ struct CompileOptions {
   bool block_fusion = false;
   // Let a batch-1 Concat's producers write its parts in place.
   bool concat_in_place = true;
+  // Run chains of 1x1 and depthwise convs with channels in blocks of 8 (one
+  // vector per pixel), where the device has the kernels (the cpu with AVX2).
+  bool channel_blocks = true;
   // Lower forward LSTMs and GRUs to one op per time step; with it, project
   // a stacked layer's input every `recurrent_chunk` steps (0: at once) and
   // carry the projection in the steps below (`recurrent_carry`; the cpu

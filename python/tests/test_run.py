@@ -298,5 +298,12 @@ def test_compile_options_reach_the_compiler(rt, quick):
     with pytest.raises(ValueError, match="recurrent_chunk -1"):
         rt.compile(lstm, recurrent_chunk=-1, **quick)
     mobilenet = zoo("mobilenet_v2.onnx")
-    assert "TesseraInvertedResidual" not in ops(rt.compile(mobilenet, **quick))
+    default = ops(rt.compile(mobilenet, **quick))
+    assert "TesseraInvertedResidual" not in default
     assert "TesseraInvertedResidual" in ops(rt.compile(mobilenet, block_fusion=True, **quick))
+    # Channel blocks (--no-channel-blocks), where the cpu kernels have them.
+    cpu = [d for d in rt.devices() if d["kind"] == "cpu"][0]
+    if cpu["kernels"] in ("avx2", "avx512"):
+        assert default.count("TesseraBlockedConv") == 51
+    unblocked = ops(rt.compile(mobilenet, channel_blocks=False, **quick))
+    assert "TesseraBlockedConv" not in unblocked and "TesseraToBlocked" not in unblocked

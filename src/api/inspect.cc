@@ -96,6 +96,7 @@ CompileReport compile_report(const Program& p) {
   r.folded = s.folded;
   r.removed = s.identities_removed + s.dead_removed;
   r.fused = s.fused + s.chains_fused + s.attention_fused + s.blocks_fused;
+  r.blocked = s.convs_blocked;
   r.rtasks = s.rtasks;
   r.arena_bytes = p.memory.arena_bytes;
   r.compile_ms = s.compile_ms;

@@ -115,6 +115,7 @@ CompileConfig config_of(const CompileOptions& o) {
   c.fuse = o.fuse;
   c.fuse_blocks = o.fuse && o.block_fusion;
   c.concat_in_place = o.concat_in_place;
+  c.channel_blocks = o.channel_blocks;
   c.lower_recurrent = o.lower_recurrent;
   c.recurrent_chunk = o.recurrent_chunk;
   c.recurrent_carry = o.recurrent_carry;

@@ -113,6 +113,11 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
     }
     TESSERA_ASSIGN_OR_RETURN(p->stats.chains_fused, fuse_elementwise_chains(*g));
   }
+  // Once the convs have their epilogues (and blocks their fused form): the
+  // chains left of 1x1 and depthwise convs on the channel-blocked layout.
+  if (options.channel_blocks && kernel_find(kernels, "TesseraBlockedConv") != nullptr) {
+    TESSERA_ASSIGN_OR_RETURN(p->stats.convs_blocked, block_channels(*g, kChannelBlock));
+  }
   if (options.lower_recurrent) {
     TESSERA_ASSIGN_OR_RETURN(p->stats.recurrent_lowered,
                              lower_recurrent(*g, options.recurrent_chunk, options.recurrent_carry));

@@ -88,6 +88,9 @@ struct CompileConfig {
   // Let the producers of a batch-1 Concat's parts write them straight into
   // its output (passes.h, "In-place Concat").
   bool concat_in_place = true;
+  // Run chains of 1x1 and depthwise convs on the channel-blocked layout
+  // (block_channels), where the device has its rKernels.
+  bool channel_blocks = true;
 };
 
 // Where a value lives at run time.
@@ -121,6 +124,7 @@ struct CompileStats {
   int activations_pushed = 0;  // activations moved before a Concat
   int activation_copies = 0;   // the activation nodes made for them (one per Concat input)
   int concats_in_place = 0;    // Concats with parts written in place
+  int convs_blocked = 0;       // convs on the channel-blocked layout
   int64_t rtasks = 0;
   double compile_ms = 0;
 };
@@ -172,6 +176,22 @@ Result<int> fuse_epilogues(Graph& g);
 inline constexpr int64_t kInvertedResidualMaxInput = 256;
 inline constexpr int64_t kInvertedResidualMinHeight = 28;
 Result<int> fuse_inverted_residuals(Graph& g);
+// With CompileConfig::channel_blocks (block_channels.cc): 1x1 and depthwise
+// convs whose channels are multiples of `block`, in groups of at least
+// `min_convs` joined by the values between them and with at most one
+// value converted in or out per kBlockedConvsPerConversion of their convs,
+// become TesseraBlockedConvs on the channel-blocked layout, with a
+// TesseraToBlocked / TesseraFromBlocked where a value enters or leaves a
+// group; returns how many convs. Long chains gain (MobileNetV2, MnasNet:
+// one conversion in and one out for 51 convs); groups broken up by other
+// ops lose what the conversions cost (EfficientNet's squeeze-excitation
+// blocks, RegNet's grouped 3x3s between its 1x1s, NASNet's Relus and
+// Concats: one or two conversions for every two or three convs).
+inline constexpr int kBlockedMinConvs = 3;
+inline constexpr int kBlockedConvsPerConversion = 4;
+// The block the CPU's blocked rKernels take: 8 channels, one 256-bit vector.
+inline constexpr int64_t kChannelBlock = 8;
+Result<int> block_channels(Graph& g, int64_t block, int min_convs = kBlockedMinConvs);
 // act(Concat(x...)) -> Concat(act(x)...) where each x's producer absorbs
 // it (fuse.cc); returns how many Concats, and adds the activation nodes
 // made to *created.

@@ -10,7 +10,8 @@ namespace tessera {
 bool is_heavy_op(const std::string& op) {
   static const char* kHeavy[] = {"Conv", "ConvTranspose", "MatMul", "Gemm", "TesseraFusedConv", "TesseraFusedGemm",
                                  "TesseraFusedMatMul", "TesseraFusedElementwise", "TesseraAttention",
-                                 "TesseraLstmCell", "TesseraGruCell", "TesseraRnnProj", "TesseraInvertedResidual"};
+                                 "TesseraLstmCell", "TesseraGruCell", "TesseraRnnProj", "TesseraInvertedResidual",
+                                 "TesseraBlockedConv"};
   for (const char* h : kHeavy)
     if (op == h) return true;
   return false;

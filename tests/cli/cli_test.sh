@@ -97,6 +97,20 @@ assert len(m)==len(p)>0, (len(m),len(p))
 assert all(e[\"dur\"]>=0 and \"task\" in e[\"args\"] for e in x)
 assert {e[\"tid\"] for e in m} <= {0,1}
 '"
+# Channel blocks: where the build has the blocked rKernels, MobileNetV2's
+# 51 1x1 and depthwise convs run on them by default (the run line says so,
+# and the trace names their path); --no-channel-blocks keeps them on NCHW
+# planes.
+if $T --version | grep -qE 'cpu kernels: avx(2|512)'; then
+  check "channel blocks by default" bash -c "$T run $ZOO/mobilenet_v2.onnx --iters 1 --no-measure --trace $TMP/tb.json 2>&1 | grep -q '51 convs on channel blocks' && $PY -c '
+import json
+x=[e for e in json.load(open(\"$TMP/tb.json\"))[\"traceEvents\"] if e[\"ph\"]==\"X\"]
+b=[e for e in x if e[\"name\"]==\"TesseraBlockedConv\"]
+assert b and {e[\"args\"][\"path\"] for e in b} == {\"blocked 1x1\", \"blocked depthwise\"}, b[:2]
+assert [e[\"name\"] for e in x].count(\"TesseraToBlocked\") >= 1
+'"
+  check "no-channel-blocks" bash -c "! $T run $ZOO/mobilenet_v2.onnx --iters 1 --no-measure --no-channel-blocks 2>&1 | grep -q 'channel blocks'"
+fi
 # tessera profile: one row per op with the algorithm each Conv chose
 # (depthwise, 1x1), --top, the cache on a second call, and a trace's Conv
 # slices naming their path (conv.depthwise's a depthwise one). Which

@@ -12,6 +12,7 @@
 
 #include "base/strings.h"
 #include "devices/cpu/engine.h"
+#include "kernels/cpu/kernel.h"
 #include "tests/common/zoo_util.h"
 
 namespace tessera {
@@ -35,6 +36,7 @@ TEST(Fusion, BitwiseEqualToUnfusedOnTheZoo) {
     auto plain = compile_zoo(model, co, &inputs);
     co.fuse = true;
     co.fuse_blocks = false;  // the default; not bitwise: inverted_residual_test.cc
+    co.channel_blocks = false;  // not bitwise where an NCHW 1x1 calls sgemm: ChannelBlocks.* below
     auto fused = compile_zoo(model, co, &inputs);
     ASSERT_TRUE(plain.ok() && fused.ok());
     const int n = (*fused)->stats.fused + (*fused)->stats.chains_fused + (*fused)->stats.attention_fused;
@@ -666,6 +668,103 @@ TEST(Fusion, AttentionPatterns) {
     auto want = run_outputs(std::move(*plain), Executor::kSequential, inputs);
     ASSERT_EQ(got.size(), 1u);
     EXPECT_LE(rel_l2(got[0], want[0]), 1e-6) << c.s << "x" << c.t << " " << c.scale << " mask " << c.mask;
+  }
+}
+
+// block_channels (compiler/block_channels.cc) on a chain of inverted
+// residual blocks (1x1 expand + Clip, depthwise + Clip, 1x1 project +
+// residual) after a 3-channel stem: with channels in blocks of 8, the
+// blocks' convs run blocked, converted in once (the stem's output) and out
+// once (before the pooling), and every output has the NCHW graph's bits
+// (short reductions: the NCHW 1x1s are packed, summing as the blocked ones
+// do), in one rTask per op and at the kernels' grain. Broken up by an op
+// after every block (two conversions per three convs), with one block
+// only (the same), or with channels not in blocks of 8, the convs stay on
+// NCHW planes.
+TEST(ChannelBlocks, ChainsOfPointwiseAndDepthwiseConvsRunBlocked) {
+  if (kernel_find(cpu_kernels(), "TesseraBlockedConv") == nullptr)
+    GTEST_SKIP() << "no blocked rKernels in this build (they need AVX2 with FMA)";
+  std::mt19937 rng(11);
+  auto random = [&](Shape s) { return uniform_tensor(rng, -1.f, 1.f, std::move(s)); };
+  auto ints = [](std::vector<int64_t> v) {
+    Attribute a;
+    a.kind = Attribute::Kind::kInts;
+    a.ints = std::move(v);
+    return a;
+  };
+  struct Case {
+    int64_t channels;  // the blocks' input and output
+    int blocks;
+    bool broken;  // a Mul by a per-channel constant after every block
+    int want_blocked;
+  };
+  for (const Case& c : {Case{16, 3, false, 9}, Case{16, 3, true, 0}, Case{12, 3, false, 0}, Case{16, 1, false, 0}}) {
+    SCOPED_TRACE(str_cat(c.channels, " channels, ", c.blocks, " blocks", c.broken ? ", broken up" : ""));
+    const int64_t e = c.channels * 3;
+    auto build = [&] {
+      rng.seed(5);
+      auto g = std::make_unique<Graph>();
+      auto conv = [&](Value* x, int64_t cin, int64_t cout, int64_t k, int64_t stride, int64_t group) {
+        Node* n = g->add_node("Conv", "conv" + std::to_string(g->nodes().size()),
+                              {x, g->add_constant("w" + std::to_string(g->nodes().size()),
+                                                  random(Shape{cout, cin / group, k, k})),
+                               g->add_constant("b" + std::to_string(g->nodes().size()), random(Shape{cout}))},
+                              1);
+        n->attrs["pads"] = ints({k / 2, k / 2, k / 2, k / 2});
+        n->attrs["strides"] = ints({stride, stride});
+        Attribute gr;
+        gr.i = group;
+        n->attrs["group"] = gr;
+        return n->outputs[0];
+      };
+      auto relu6 = [&](Value* y) {
+        return g->add_node("Clip", "clip" + std::to_string(g->nodes().size()),
+                           {y, g->add_constant("lo" + std::to_string(g->nodes().size()),
+                                               Tensor::from_floats({0.f}, Shape{})),
+                            g->add_constant("hi" + std::to_string(g->nodes().size()),
+                                            Tensor::from_floats({6.f}, Shape{}))},
+                           1)
+            ->outputs[0];
+      };
+      Value* x = g->add_input("x", DType::kFloat32, Shape{1, 3, 30, 30});
+      Value* y = relu6(conv(x, 3, c.channels, 3, 2, 1));
+      for (int b = 0; b < c.blocks; ++b) {
+        Value* h = relu6(conv(y, c.channels, e, 1, 1, 1));
+        h = relu6(conv(h, e, e, 3, 1, e));
+        h = conv(h, e, c.channels, 1, 1, 1);
+        y = g->add_node("Add", "add" + std::to_string(b), {y, h}, 1)->outputs[0];
+        if (c.broken)
+          y = g->add_node("Mul", "mul" + std::to_string(b),
+                          {y, g->add_constant("s" + std::to_string(b), random(Shape{1, c.channels, 1, 1}))}, 1)
+                  ->outputs[0];
+      }
+      g->mark_output(g->add_node("GlobalAveragePool", "pool", {y}, 1)->outputs[0]);
+      return g;
+    };
+    std::map<std::string, Tensor> inputs{{"x", random(Shape{1, 3, 30, 30})}};
+    for (int64_t tasks : {1, 0}) {
+      CompileConfig co;
+      co.tasks_per_op = tasks;
+      co.channel_blocks = false;
+      auto plain = compile_graph(build(), co);
+      co.channel_blocks = true;
+      auto blocked = compile_graph(build(), co);
+      ASSERT_TRUE(plain.ok() && blocked.ok()) << (plain.ok() ? blocked.status() : plain.status()).to_string();
+      EXPECT_EQ((*plain)->stats.convs_blocked, 0);
+      ASSERT_EQ((*blocked)->stats.convs_blocked, c.want_blocked);
+      int to = 0, from = 0, convs = 0;
+      for (const Step& st : (*blocked)->steps) {
+        to += st.node->op_type == "TesseraToBlocked";
+        from += st.node->op_type == "TesseraFromBlocked";
+        convs += st.node->op_type == "TesseraBlockedConv";
+      }
+      EXPECT_EQ(convs, c.want_blocked);
+      EXPECT_EQ(to, c.want_blocked > 0 ? 1 : 0);
+      EXPECT_EQ(from, c.want_blocked > 0 ? 1 : 0);
+      expect_bitwise(run_outputs(std::move(*blocked), Executor::kSequential, inputs),
+                     run_outputs(std::move(*plain), Executor::kSequential, inputs),
+                     str_cat("blocked against NCHW, ", tasks, " rTasks per op"));
+    }
   }
 }
 

@@ -37,6 +37,13 @@ Status infer_layer_norm(Node& n);
 
 // infer_nn.cc
 Status infer_conv(Node& n);
+// A fused node's residual (input 3) matches its output; its activation is
+// one the epilogue knows.
+Status check_fused_epilogue(Node& n);
+// infer_blocked.cc: the channel-blocked layout's ops.
+Status infer_to_blocked(Node& n);
+Status infer_from_blocked(Node& n);
+Status infer_blocked_conv(Node& n);
 Status infer_conv_transpose(Node& n);
 Status infer_pool(Node& n);
 Status infer_global_pool(Node& n);

@@ -317,8 +317,7 @@ double flops_rnn(const Node& n) {
 // and dtype as the output). Attributes: the op's own plus "activation"
 // (none, Relu, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Gelu)
 // and "activation_alpha" / "activation_beta" (kernels/cpu/epilogue.h).
-namespace {
-Status check_epilogue(Node& n) {
+Status check_fused_epilogue(Node& n) {
   if (Value* r = n.input(3)) {
     const Value* y = n.outputs[0];
     if (r->dtype != y->dtype || !(r->shape == y->shape))
@@ -332,11 +331,10 @@ Status check_epilogue(Node& n) {
     if (act == a) return Status();
   return invalid_argument(str_cat("unknown fused activation '", act, "'"));
 }
-}  // namespace
 
 Status infer_fused_conv(Node& n) {
   TESSERA_RETURN_IF_ERROR(infer_conv(n));
-  return check_epilogue(n);
+  return check_fused_epilogue(n);
 }
 
 // TesseraInvertedResidual (compiler/fuse.cc): a 1x1 expand conv (inputs 1,
@@ -385,7 +383,7 @@ Status infer_inverted_residual(Node& n) {
   Node view;  // the project's epilogue, checked as a fused conv's
   view.attrs = n.attrs;
   view.outputs = n.outputs;
-  return check_epilogue(view);
+  return check_fused_epilogue(view);
 }
 
 double flops_inverted_residual(const Node& n) {
@@ -407,12 +405,12 @@ Status infer_fused_pool(Node& n) {
     return invalid_argument(str_cat("unknown fused pool '", pool, "'"));
   if (n.input(1) != nullptr || n.input(2) != nullptr) return invalid_argument("inputs 1 and 2 must be absent");
   TESSERA_RETURN_IF_ERROR(infer_pool(n));
-  return check_epilogue(n);
+  return check_fused_epilogue(n);
 }
 
 Status infer_fused_gemm(Node& n) {
   TESSERA_RETURN_IF_ERROR(infer_gemm(n));
-  return check_epilogue(n);
+  return check_fused_epilogue(n);
 }
 
 // TesseraFusedMatMul: MatMul(A, B) + bias (input 2, one value per output
@@ -433,7 +431,7 @@ Status infer_fused_matmul(Node& n) {
                                       b->shape.to_string(), " is not one value per column of ", y->shape.to_string()));
   }
   if (n.input(5) != nullptr && n.input(4) == nullptr) return invalid_argument("norm bias without a norm scale");
-  TESSERA_RETURN_IF_ERROR(check_epilogue(n));
+  TESSERA_RETURN_IF_ERROR(check_fused_epilogue(n));
   // "split": the widths of the outputs, a Split of the columns.
   if (!n.has_attr("split")) return n.outputs.size() == 1 ? Status() : invalid_argument("one output without a split");
   const std::vector<int64_t> widths = n.attr_ints("split");

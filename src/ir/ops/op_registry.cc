@@ -92,6 +92,9 @@ constexpr OpDef kOps[] = {
     {"LSTM", 3, 8, infer_lstm, flops_rnn},
     // Internal ops, made by compiler lowering (never in ONNX files).
     {"TesseraAttention", 3, 5, infer_attention, flops_attention},
+    {"TesseraBlockedConv", 2, 4, infer_blocked_conv, flops_conv},
+    {"TesseraFromBlocked", 1, 1, infer_from_blocked, flops_zero},
+    {"TesseraToBlocked", 1, 1, infer_to_blocked, flops_zero},
     {"TesseraConcat", 1, 1024, infer_concat, flops_zero, /*all_required=*/true},
     {"TesseraFusedConv", 2, 4, infer_fused_conv, flops_conv},
     {"TesseraFusedElementwise", 1, 8, infer_fused_elementwise, flops_fused_elementwise, /*all_required=*/true},

@@ -32,7 +32,7 @@ struct Epilogue {
   // From a fused node's attributes; the default (no epilogue) for others.
   static Result<Epilogue> from_node(const Node& n) {
     Epilogue e;
-    if (n.op_type.rfind("TesseraFused", 0) != 0) return e;
+    if (n.op_type.rfind("TesseraFused", 0) != 0 && n.op_type != "TesseraBlockedConv") return e;
     e.residual = n.input(3) != nullptr;
     const std::string a = n.attr_string("activation", "none");
     e.alpha = n.attr_float("activation_alpha", 0.f);

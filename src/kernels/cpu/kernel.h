@@ -62,5 +62,8 @@ std::span<const RKernel> layout_kernels();
 std::span<const RKernel> rnn_kernels();
 std::span<const RKernel> resize_kernels();
 std::span<const RKernel> rnn_lowered_kernels();
+// The channel-blocked layout's (blocked.cc): empty where the build has no
+// AVX2 with FMA.
+std::span<const RKernel> blocked_kernels();
 
 }  // namespace tessera

@@ -15,7 +15,7 @@ std::span<const RKernel> cpu_kernels() {
     for (auto table : {elementwise_kernels(), matmul_kernels(), conv_kernels(), conv_transpose_kernels(),
                        inverted_residual_kernels(),
                        pool_kernels(), norm_kernels(), reduce_kernels(), layout_kernels(), rnn_kernels(),
-                       resize_kernels(), rnn_lowered_kernels()})
+                       resize_kernels(), rnn_lowered_kernels(), blocked_kernels()})
       v.insert(v.end(), table.begin(), table.end());
     return v;
   }();

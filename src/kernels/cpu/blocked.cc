@@ -1,0 +1,449 @@
+// The channel-blocked layout's rKernels (ir/ops/infer_blocked.cc):
+// TesseraToBlocked, TesseraFromBlocked and TesseraBlockedConv, on blocks of
+// 8 channels held in one 256-bit vector (AVX2 with FMA; AVX-512 builds have
+// those instructions too). A portable build has none of them, and the
+// compiler does not block there (compiler/block_channels.cc asks).
+//
+// Why: in NCHW a 1x1 conv's column block touches one row of every input
+// and output plane (16 -> 96 channels on 112 x 112: 112 streams 50 KB
+// apart), and a depthwise conv pads and masks rows of single channels.
+// Blocked, a pixel's channels are one vector: a 1x1 conv reads and writes
+// whole runs of pixels per channel block, and a depthwise conv is vector
+// FMAs over pixels with no lane shuffling.
+//
+// The blocked conv computes every output as the NCHW kernels do, so the
+// bits match theirs:
+//   1x1        a chain of fused multiply-adds over the input channels in
+//              order from 0, then the bias, the residual and a Relu or Clip
+//              in registers (packed_gemm_post's order), any other
+//              activation on the stored outputs;
+//   depthwise  from the bias, the taps in (ky, kx) order, taps outside the
+//              input adding 0 x weight as the NCHW kernels' padded rows
+//              do; a Relu or Clip in registers when there is no residual,
+//              else the epilogue on the stored outputs.
+//
+// rTasks: the 1x1 conv in blocks of pixels (each computing every output
+// channel, its input chunk in cache across them), or of output channels
+// where the plane is small; the depthwise conv and the layout conversions
+// in ranges of (image, channel block) planes, then of rows.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "base/strings.h"
+#include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/epilogue.h"
+#include "kernels/cpu/kernel.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define TESSERA_BLOCKED 1
+#endif
+
+namespace tessera {
+namespace {
+
+#if defined(TESSERA_BLOCKED)
+constexpr int64_t kB = 8;  // channels per block: one __m256
+
+// rows[i] (8 floats each) <- column i of the 8 x 8 block in rows.
+inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// A Relu or Clip on a vector, with the unfused ops' expressions lane by
+// lane (Relu maps NaN to 0, Clip keeps it).
+struct Clamp8 {
+  bool on = false, relu = false;
+  float lo = 0, hi = 0;
+  bool take(const Epilogue& e) {
+    if (e.act == Epilogue::Act::kRelu) on = relu = true;
+    else if (e.act == Epilogue::Act::kClip) on = true, lo = e.alpha, hi = e.beta;
+    return on;
+  }
+  // vmaxps and vminps return their second operand where either is NaN or
+  // both are equal: max(v, 0) is v > 0 ? v : 0 (NaN and -0 to +0), and
+  // min(hi, max(lo, v)) is v < lo ? lo : (v > hi ? hi : v) (NaN kept).
+  __m256 operator()(__m256 v) const {
+    if (relu) return _mm256_max_ps(v, _mm256_setzero_ps());
+    return _mm256_min_ps(_mm256_set1_ps(hi), _mm256_max_ps(_mm256_set1_ps(lo), v));
+  }
+};
+
+// Planes of (image, channel block) per rTask by default: about 64 KB.
+int64_t planes_grain(int64_t plane_floats) {
+  return std::max<int64_t>(1, (int64_t{16} << 10) / std::max<int64_t>(1, plane_floats * kB));
+}
+
+// ------------------------------------------------------------ layouts ---
+
+// NCHW <-> blocked, 8 pixels x 8 channels at a time through registers.
+// rTasks: ranges of (image, channel block) planes.
+class RelayoutOp : public ROp {
+ public:
+  RelayoutOp(bool to_blocked, int64_t n, int64_t c, int64_t hw, const KernelParams& p)
+      : to_(to_blocked), blocks_(n * c / kB), hw_(hw) {
+    tasks_ = choose_tasks(blocks_, planes_grain(hw), p);
+    set_access({Access::kRange}, Access::kRange);
+  }
+  std::string_view path() const override { return to_ ? "to blocked" : "from blocked"; }
+
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t b0, b1;
+    task_range(blocks_, tasks_, task, &b0, &b1);
+    const float* x = static_cast<const float*>(args.in[0]);
+    float* y = static_cast<float*>(args.out[0]);
+    // Block b is the same 8 * hw floats in both layouts: planes c .. c + 7
+    // of an image in NCHW, [hw][8] blocked.
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* src = x + b * kB * hw_;
+      float* dst = y + b * kB * hw_;
+      int64_t p = 0;
+      __m256 r[8];
+      if (to_) {
+        for (; p + 8 <= hw_; p += 8) {
+          for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(src + j * hw_ + p);
+          transpose8(r);
+          for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + (p + i) * kB, r[i]);
+        }
+        for (; p < hw_; ++p)
+          for (int64_t j = 0; j < kB; ++j) dst[p * kB + j] = src[j * hw_ + p];
+      } else {
+        for (; p + 8 <= hw_; p += 8) {
+          for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + (p + i) * kB);
+          transpose8(r);
+          for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + j * hw_ + p, r[j]);
+        }
+        for (; p < hw_; ++p)
+          for (int64_t j = 0; j < kB; ++j) dst[j * hw_ + p] = src[p * kB + j];
+      }
+    }
+  }
+
+ private:
+  bool to_;
+  int64_t blocks_, hw_;
+};
+
+// --------------------------------------------------------- the 1x1 conv ---
+
+class BlockedPointwiseOp : public ROp {
+ public:
+  BlockedPointwiseOp(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi, const KernelParams& p)
+      : n_(c.batch), k_(c.cin), m_(c.cout), px_(c.oh * c.ow), has_bias_(has_bias), epi_(epi) {
+    // Output blocks in pairs, a tile of 2 x 6 pixels in 12 accumulators
+    // (with the pair's weights and a broadcast: 15 of AVX2's 16 registers;
+    // 3 x 4 tiles spilled and ran at two thirds the speed), a last block
+    // alone x 12 pixels where the count is odd.
+    const int64_t mb = m_ / kB;
+    for (int64_t ob = 0; ob < mb;) {
+      const int64_t nb = ob + 2 <= mb ? 2 : 1;
+      groups_.push_back({ob, nb, static_cast<int64_t>(wpack_.size())});
+      for (int64_t ci = 0; ci < k_; ++ci)
+        for (int64_t b = 0; b < nb; ++b)
+          for (int64_t j = 0; j < kB; ++j) wpack_.push_back(w[((ob + b) * kB + j) * k_ + ci]);
+      ob += nb;
+    }
+    // Pixels per chunk: its input (all k_ channels) about 32 KB, whole
+    // tiles of the widest tile (12 pixels).
+    chunk_ = std::max<int64_t>(kChunkAlign, (int64_t{8} << 10) / k_ / kChunkAlign * kChunkAlign);
+    const double flops = 2.0 * static_cast<double>(n_ * m_ * px_ * k_);
+    const int64_t target = p.tasks > 0 ? p.tasks
+                                       : std::clamp<int64_t>(static_cast<int64_t>(flops / kConvFlopsPerTask), 1,
+                                                             kMaxDefaultTasks);
+    const int64_t groups = static_cast<int64_t>(groups_.size());
+    const int64_t pixel_tiles = std::max<int64_t>(1, px_ / kChunkAlign);
+    // Pixels first; output groups where the plane runs out of tiles, or
+    // where the weights outweigh it (every pixel block reads all of them).
+    const int64_t per_image = std::max<int64_t>(1, (target + n_ - 1) / n_);
+    if (m_ > px_ && per_image > 1) {
+      gb_ = std::clamp<int64_t>(per_image, 1, groups);
+      pb_ = std::clamp<int64_t>(per_image / gb_, 1, pixel_tiles);
+    } else {
+      pb_ = std::clamp<int64_t>(per_image, 1, pixel_tiles);
+      gb_ = std::clamp<int64_t>(per_image / pb_, 1, groups);
+    }
+    if (n_ >= target) pb_ = gb_ = 1;
+    tasks_ = n_ * pb_ * gb_;
+    set_access({Access::kSpread, Access::kWhole, Access::kWhole, Access::kSpread}, Access::kSpread);
+    clamp_.take(epi_);
+    rest_ = epi_;
+    rest_.residual = false;
+    if (clamp_.on) rest_.act = Epilogue::Act::kNone;
+  }
+  std::string_view path() const override { return "blocked 1x1"; }
+
+  void run(int64_t task, const TaskArgs& args) const override {
+    const int64_t img = task / (pb_ * gb_), rest = task % (pb_ * gb_);
+    int64_t p0, p1, g0, g1;
+    task_range(px_, pb_, rest / gb_, &p0, &p1);
+    task_range(static_cast<int64_t>(groups_.size()), gb_, rest % gb_, &g0, &g1);
+    if (p1 <= p0 || g1 <= g0) return;
+    // Tile boundaries at multiples of kChunkAlign within the image.
+    if (pb_ > 1) {
+      p0 = p0 / kChunkAlign * kChunkAlign;
+      p1 = rest / gb_ + 1 == pb_ ? px_ : p1 / kChunkAlign * kChunkAlign;
+      if (p1 <= p0) return;
+    }
+    const float* x = static_cast<const float*>(args.in[0]) + img * k_ * px_;
+    const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) : nullptr;
+    const float* res = epi_.residual ? static_cast<const float*>(args.in[3]) + img * m_ * px_ : nullptr;
+    float* y = static_cast<float*>(args.out[0]) + img * m_ * px_;
+    for (int64_t c0 = p0; c0 < p1; c0 += chunk_) {
+      const int64_t c1 = std::min(p1, c0 + chunk_);
+      for (int64_t g = g0; g < g1; ++g) {
+        const Group& gr = groups_[static_cast<size_t>(g)];
+        if (gr.nb == 2) tiles<2, 6>(x, gr, bias, res, y, c0, c1);
+        else tiles<1, 12>(x, gr, bias, res, y, c0, c1);
+      }
+    }
+    if (rest_.act != Epilogue::Act::kNone)
+      for (int64_t g = g0; g < g1; ++g) {
+        const Group& gr = groups_[static_cast<size_t>(g)];
+        for (int64_t b = 0; b < gr.nb; ++b)
+          rest_.apply(y + ((gr.ob + b) * px_ + p0) * kB, nullptr, (p1 - p0) * kB);
+      }
+  }
+
+ private:
+  static constexpr int64_t kChunkAlign = 12;  // 6- and 12-pixel tiles both end on it
+  struct Group {
+    int64_t ob, nb, off;  // first output block, blocks, offset of its packed weights [k][nb][8]
+  };
+
+  // Pixels [c0, c1) of the group's output blocks, NP at a time, then one
+  // at a time.
+  template <int NB, int NP>
+  void tiles(const float* x, const Group& gr, const float* bias, const float* res, float* y, int64_t c0,
+             int64_t c1) const {
+    int64_t p = c0;
+    for (; p + NP <= c1; p += NP) tile<NB, NP>(x, gr, bias, res, y, p);
+    for (; p < c1; ++p) tile<NB, 1>(x, gr, bias, res, y, p);
+  }
+
+  template <int NB, int NP>
+  void tile(const float* x, const Group& gr, const float* bias, const float* res, float* y, int64_t p) const {
+    __m256 acc[NB][NP];
+#pragma GCC unroll 3
+    for (int b = 0; b < NB; ++b)
+#pragma GCC unroll 12
+      for (int i = 0; i < NP; ++i) acc[b][i] = _mm256_setzero_ps();
+    // One input channel a step: NB weight vectors (kept in registers: left
+    // to itself GCC re-loaded them inside the FMAs of an unrolled step and
+    // spilled), NP broadcasts, NB x NP FMAs.
+    const float* wp = wpack_.data() + gr.off;
+    const float* xp = x + p * kB;
+    const int64_t xstride = px_ * kB;  // floats from one channel block to the next
+    for (int64_t cb = 0; cb < k_ / kB; ++cb, xp += xstride) {
+#pragma GCC unroll 1
+      for (int j = 0; j < kB; ++j, wp += NB * kB) {
+        __m256 wv[NB];
+#pragma GCC unroll 3
+        for (int b = 0; b < NB; ++b) {
+          wv[b] = _mm256_loadu_ps(wp + b * kB);
+          asm("" : "+x"(wv[b]));
+        }
+#pragma GCC unroll 12
+        for (int i = 0; i < NP; ++i) {
+          const __m256 xv = _mm256_broadcast_ss(xp + i * kB + j);
+#pragma GCC unroll 3
+          for (int b = 0; b < NB; ++b) acc[b][i] = _mm256_fmadd_ps(wv[b], xv, acc[b][i]);
+        }
+      }
+    }
+#pragma GCC unroll 3
+    for (int b = 0; b < NB; ++b) {
+      const int64_t ob = gr.ob + b;
+      const __m256 bv = bias != nullptr ? _mm256_loadu_ps(bias + ob * kB) : _mm256_setzero_ps();
+#pragma GCC unroll 12
+      for (int i = 0; i < NP; ++i) {
+        const int64_t at = (ob * px_ + p + i) * kB;
+        __m256 v = acc[b][i];
+        if (bias != nullptr) v = _mm256_add_ps(v, bv);
+        if (res != nullptr) v = _mm256_add_ps(v, _mm256_loadu_ps(res + at));
+        if (clamp_.on) v = clamp_(v);
+        _mm256_storeu_ps(y + at, v);
+      }
+    }
+  }
+
+  int64_t n_, k_, m_, px_;
+  bool has_bias_;
+  Epilogue epi_, rest_;  // rest_: the activation left for a pass over the stored outputs
+  Clamp8 clamp_;
+  std::vector<Group> groups_;
+  std::vector<float> wpack_;
+  int64_t chunk_ = kChunkAlign;
+  int64_t pb_ = 1, gb_ = 1;  // rTasks per image: pixel blocks x output groups
+};
+
+// ---------------------------------------------------- the depthwise conv ---
+
+class BlockedDepthwiseOp : public ROp {
+ public:
+  BlockedDepthwiseOp(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi, const KernelParams& p)
+      : c_(c), has_bias_(has_bias), epi_(epi) {
+    cb_ = c.cout / kB;
+    taps_ = c.kh * c.kw;
+    wpack_.resize(static_cast<size_t>(cb_ * taps_ * kB));
+    for (int64_t ch = 0; ch < c.cout; ++ch)
+      for (int64_t t = 0; t < taps_; ++t) wpack_[static_cast<size_t>((ch / kB * taps_ + t) * kB + ch % kB)] = w[ch * taps_ + t];
+    const int64_t planes = c.batch * cb_;
+    const double flops = 2.0 * static_cast<double>(planes * kB * c.oh * c.ow * taps_);
+    const int64_t target = p.tasks > 0 ? p.tasks
+                                       : std::clamp<int64_t>(static_cast<int64_t>(flops / (1 << 20)), 1,
+                                                             kMaxDefaultTasks);
+    pl_ = std::min(planes, target);
+    rb_ = std::clamp<int64_t>((target + pl_ - 1) / pl_, 1, c.oh);
+    tasks_ = pl_ * rb_;
+    const Access a = rb_ == 1 ? Access::kRange : Access::kSpread;
+    set_access({a, Access::kWhole, Access::kWhole, a}, a);
+    if (!epi_.residual) fused_ = clamp_.take(epi_);
+    // Output columns whose every tap column lies inside the row.
+    ox_lo_ = std::min(c.ow, (c.pw + c.sw - 1) / c.sw);
+    const int64_t last = c.iw + c.pw - c.kw;  // the last inside column's first tap, times the stride
+    ox_hi_ = last < 0 ? ox_lo_ : std::max(ox_lo_, std::min(c.ow, last / c.sw + 1));
+  }
+  std::string_view path() const override { return "blocked depthwise"; }
+
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t q0, q1, r0, r1;
+    task_range(c_.batch * cb_, pl_, task / rb_, &q0, &q1);
+    task_range(c_.oh, rb_, task % rb_, &r0, &r1);
+    if (r1 <= r0) return;
+    const float* x = static_cast<const float*>(args.in[0]);
+    const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) : nullptr;
+    float* y = static_cast<float*>(args.out[0]);
+    const int64_t ipl = c_.ih * c_.iw * kB, opl = c_.oh * c_.ow * kB;
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t blk = q % cb_;
+      const float* xq = x + q * ipl;
+      float* yq = y + q * opl;
+      const __m256 bv = bias != nullptr ? _mm256_loadu_ps(bias + blk * kB) : _mm256_setzero_ps();
+      const float* wq = wpack_.data() + blk * taps_ * kB;
+      for (int64_t oy = r0; oy < r1; ++oy) row(xq, wq, bv, yq + oy * c_.ow * kB, oy);
+      if (!epi_.empty() && !fused_) {
+        const int64_t off = q * opl + r0 * c_.ow * kB;
+        epi_.apply(y + off, epi_.residual ? static_cast<const float*>(args.in[3]) + off : nullptr,
+                   (r1 - r0) * c_.ow * kB);
+      }
+    }
+  }
+
+ private:
+  static constexpr int kTile = 8;  // output pixels in registers
+
+  // A row: the columns whose taps all lie inside it in tiles of 8, then
+  // 4, 2 and 1; the columns at its ends one at a time, checked.
+  void row(const float* xq, const float* wq, __m256 bv, float* yr, int64_t oy) const {
+    int64_t ox = 0;
+    for (; ox < ox_lo_; ++ox) pixels<1, false>(xq, wq, bv, yr, oy, ox);
+    for (; ox + kTile <= ox_hi_; ox += kTile) pixels<kTile, true>(xq, wq, bv, yr, oy, ox);
+    if (ox + 4 <= ox_hi_) pixels<4, true>(xq, wq, bv, yr, oy, ox), ox += 4;
+    if (ox + 2 <= ox_hi_) pixels<2, true>(xq, wq, bv, yr, oy, ox), ox += 2;
+    if (ox < ox_hi_) pixels<1, true>(xq, wq, bv, yr, oy, ox), ++ox;
+    for (; ox < c_.ow; ++ox) pixels<1, false>(xq, wq, bv, yr, oy, ox);
+  }
+
+  // Output pixels [ox, ox + T) of row oy; kInside: every tap column lies
+  // inside the row (rows are checked per tap row either way).
+  template <int T, bool kInside>
+  void pixels(const float* xq, const float* wq, __m256 bv, float* yr, int64_t oy, int64_t ox) const {
+    __m256 acc[T];
+#pragma GCC unroll 8
+    for (int i = 0; i < T; ++i) acc[i] = bv;
+    const __m256 zero = _mm256_setzero_ps();
+    for (int64_t ky = 0; ky < c_.kh; ++ky) {
+      const int64_t iy = oy * c_.sh - c_.ph + ky;
+      const bool row_in = iy >= 0 && iy < c_.ih;
+      const float* xr = row_in ? xq + iy * c_.iw * kB : xq;
+      for (int64_t kx = 0; kx < c_.kw; ++kx) {
+        const __m256 wv = _mm256_loadu_ps(wq + (ky * c_.kw + kx) * kB);
+#pragma GCC unroll 8
+        for (int i = 0; i < T; ++i) {
+          const int64_t ix = (ox + i) * c_.sw - c_.pw + kx;
+          __m256 xv = zero;
+          if (row_in && (kInside || (ix >= 0 && ix < c_.iw))) xv = _mm256_loadu_ps(xr + ix * kB);
+          acc[i] = _mm256_fmadd_ps(xv, wv, acc[i]);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < T; ++i) _mm256_storeu_ps(yr + (ox + i) * kB, fused_ ? clamp_(acc[i]) : acc[i]);
+  }
+
+  Conv2d c_;
+  bool has_bias_;
+  Epilogue epi_;
+  Clamp8 clamp_;
+  bool fused_ = false;  // a Relu or Clip in registers
+  int64_t cb_ = 1, taps_ = 1;
+  int64_t pl_ = 1, rb_ = 1;          // rTasks: ranges of planes x ranges of rows
+  int64_t ox_lo_ = 0, ox_hi_ = 0;    // output columns with every tap inside the row
+  std::vector<float> wpack_;         // [block][tap][8]
+};
+
+// ------------------------------------------------------------ factories ---
+
+Result<std::unique_ptr<ROp>> make_relayout(const Node& n, const KernelParams& p) {
+  const bool to = n.op_type == "TesseraToBlocked";
+  const Shape& s = to ? n.inputs[0]->shape : n.outputs[0]->shape;  // [N, C, H, W]
+  if (s.rank() != 4 || s[1] % kB != 0 || (to ? n.outputs[0]->shape[4] : n.inputs[0]->shape[4]) != kB)
+    return invalid_argument(str_cat(n.label(), ": the cpu rKernel takes blocks of ", kB, " channels"));
+  return std::unique_ptr<ROp>(new RelayoutOp(to, s[0], s[1], s[2] * s[3], p));
+}
+
+Result<std::unique_ptr<ROp>> make_blocked_conv(const Node& n, const KernelParams& p) {
+  const Shape& xb = n.inputs[0]->shape;
+  const Shape& w = n.inputs[1]->shape;
+  if (xb[4] != kB) return invalid_argument(str_cat(n.label(), ": the cpu rKernel takes blocks of ", kB, " channels"));
+  const Value* wv = n.inputs[1];
+  if (!wv->is_constant() || wv->dtype != DType::kFloat32)
+    return invalid_argument(str_cat(n.label(), ": the blocked conv takes constant float32 weights"));
+  const Shape x{xb[0], xb[1] * kB, xb[2], xb[3]};
+  TESSERA_ASSIGN_OR_RETURN(WindowGeometry g, window_geometry(n, x, {w[2], w[3]}));
+  auto c = conv2d_from(g, x, w[0], n.attr_int("group", 1));
+  if (!c.ok()) return c.status().with_context(n.label());
+  TESSERA_ASSIGN_OR_RETURN(Epilogue epi, Epilogue::from_node(n));
+  const float* wd = wv->constant->data<float>();
+  const bool bias = n.input(2) != nullptr;
+  if (c->group == 1) return std::unique_ptr<ROp>(new BlockedPointwiseOp(*c, wd, bias, epi, p));
+  return std::unique_ptr<ROp>(new BlockedDepthwiseOp(*c, wd, bias, epi, p));
+}
+
+const RKernel kKernels[] = {
+    {"TesseraToBlocked", "layout.to_blocked", "NCHW to blocks of 8 channels, 8 x 8 transposes in registers",
+     make_relayout},
+    {"TesseraFromBlocked", "layout.from_blocked", "blocks of 8 channels to NCHW, 8 x 8 transposes in registers",
+     make_relayout},
+    {"TesseraBlockedConv", "conv.blocked", "1x1 or depthwise conv on blocks of 8 channels, its epilogue fused",
+     make_blocked_conv},
+};
+#endif  // TESSERA_BLOCKED
+
+}  // namespace
+
+std::span<const RKernel> blocked_kernels() {
+#if defined(TESSERA_BLOCKED)
+  return kKernels;
+#else
+  return {};
+#endif
+}
+
+}  // namespace tessera
