@@ -2,9 +2,10 @@
 // channel-blocked layout (ir/ops/infer_blocked.cc), converted only where
 // enough of them chain for the conversions to pay.
 //
-// A conv qualifies when its blocked kernel exists: a 1x1 conv at stride 1
-// without padding (group 1), or a depthwise conv without dilation, its
-// weights constant, its input and output channels multiples of the block
+// A conv qualifies when its blocked kernel exists: a 1x1 conv without
+// padding (group 1), a depthwise conv, or a grouped conv whose groups hold
+// whole blocks (RegNet's 16 channels), without dilation, its weights
+// constant, its input and output channels multiples of the block
 // (a Conv or a TesseraFusedConv: the epilogue comes along, its residual
 // blocked too). Qualifying convs joined by the values one writes and
 // another reads (as input or residual) form groups; a group of at least
@@ -46,10 +47,10 @@ bool blockable(const Node& n, int64_t b) {
   const std::string pad = n.attr_string("auto_pad", "NOTSET");
   const bool depthwise = group == c && m == c && w->shape[1] == 1;
   const std::vector<int64_t> pads = n.attr_ints("pads", {0, 0, 0, 0});
-  const bool pointwise = group == 1 && w->shape[2] == 1 && w->shape[3] == 1 && all_ones(n, "strides", 1) &&
-                         (pad == "NOTSET" || pad == "VALID") &&
+  const bool pointwise = group == 1 && w->shape[2] == 1 && w->shape[3] == 1 && (pad == "NOTSET" || pad == "VALID") &&
                          std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; });
-  return depthwise || pointwise;
+  const bool grouped = group > 1 && !depthwise && (c / group) % b == 0 && (m / group) % b == 0;
+  return depthwise || pointwise || grouped;
 }
 
 // Union-find's root of i, halving the path.

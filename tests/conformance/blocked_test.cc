@@ -87,21 +87,24 @@ struct ConvCase {
   bool bias;
   std::string act;  // none, Relu, Clip, HardSwish
   bool residual;
+  int64_t group = 0;  // 0: 1 for a 1x1, else depthwise
 };
 
 std::string describe(const ConvCase& cs) {
   return str_cat(cs.n, "x", cs.c, "x", cs.hw, "x", cs.hw, " -> ", cs.m, ", ", cs.k, "x", cs.k, " stride ", cs.stride,
-                 " pad ", cs.pad, cs.bias ? ", bias" : "", ", ", cs.act, cs.residual ? " + residual" : "");
+                 " pad ", cs.pad, " group ", cs.group, cs.bias ? ", bias" : "", ", ", cs.act,
+                 cs.residual ? " + residual" : "");
 }
 
 // The blocked conv against the NCHW rKernel the compiler would pick for the
 // same node, in 1, 3, 7 rTasks and its grain: 1x1s with short and long
 // reductions, on small and large planes, an odd number of output blocks
-// (a block alone), two images; depthwise 3x3 and 5x5 at strides 1 and 2,
-// padded or not, on planes narrower than a tile; each with its bias or
-// none, Relu, Clip (ReLU6) or HardSwish (applied after the stores), a
-// residual. Bit for bit where the NCHW path sums in order from 0 (packed
-// 1x1) or from the bias (depthwise); else to rounding.
+// (a block alone), two images, at stride 2; depthwise 3x3 and 5x5 at
+// strides 1 and 2, padded or not, on planes narrower than a tile; grouped
+// 3x3s; each with its bias or none, Relu, Clip (ReLU6) or HardSwish
+// (applied after the stores), a residual. Bit for bit where the NCHW path
+// sums in the same order (the packed 1x1 from 0, depthwise from the bias,
+// the grouped direct kernel over the taps from 0); else to rounding.
 TEST_F(Nn, BlockedConvMatchesNchw) {
   if (!have_blocked()) GTEST_SKIP() << "no blocked rKernels in this build (they need AVX2 with FMA)";
   const std::vector<ConvCase> cases = {
@@ -111,11 +114,16 @@ TEST_F(Nn, BlockedConvMatchesNchw) {
       {1, 48, 48, 13, 3, 2, 1, true, "Clip", false},     {2, 16, 16, 7, 5, 1, 2, true, "none", true},
       {1, 24, 24, 9, 5, 2, 2, false, "HardSwish", false}, {1, 8, 8, 3, 3, 1, 1, true, "Relu", false},
       {1, 16, 16, 6, 3, 1, 0, true, "Relu", true},
+      // 1x1s at stride 2 (RegNet's projections); grouped convs of 16 and 8
+      // channels per group (two output blocks a tile, and one), strides 1
+      // and 2, a residual.
+      {1, 32, 64, 14, 1, 2, 0, true, "none", false},     {2, 16, 24, 9, 1, 2, 0, false, "Relu", false},
+      {1, 64, 64, 14, 3, 1, 1, true, "Relu", false, 4},  {1, 32, 32, 13, 3, 2, 1, true, "Relu", false, 2},
+      {1, 48, 48, 7, 3, 1, 1, true, "none", true, 6},    {2, 32, 64, 9, 3, 2, 1, false, "Clip", false, 2},
   };
   for (const ConvCase& cs : cases) {
     SCOPED_TRACE(describe(cs));
-    const bool dw = cs.k > 1;
-    const int64_t group = dw ? cs.c : 1;
+    const int64_t group = cs.group > 0 ? cs.group : cs.k > 1 ? cs.c : 1;
     const int64_t oh = (cs.hw + 2 * cs.pad - cs.k) / cs.stride + 1;
     const Tensor x = rng.floats(Shape{cs.n, cs.c, cs.hw, cs.hw});
     const Tensor w = rng.floats(Shape{cs.m, cs.c / group, cs.k, cs.k});
@@ -150,7 +158,7 @@ TEST_F(Nn, BlockedConvMatchesNchw) {
     auto probe = k->make(*nchw, KernelParams{1});
     ASSERT_TRUE(probe.ok()) << probe.status().to_string();
     const std::string path((*probe)->path());
-    const bool exact = path == "1x1 packed" || path.rfind("depthwise", 0) == 0;
+    const bool exact = path == "1x1 packed" || path.rfind("depthwise", 0) == 0 || path == "grouped direct";
     const std::vector<float> want =
         run_node(*nchw, 1, {x.raw(), w.raw(), cs.bias ? b.raw() : nullptr, cs.residual ? r.raw() : nullptr});
     Tensor want_t(DType::kFloat32, nchw->outputs[0]->shape);
@@ -170,7 +178,8 @@ TEST_F(Nn, BlockedConvMatchesNchw) {
 }
 
 // What the blocked conv does not take is refused by shape inference, with
-// the node named: a dense 3x3, a 1x1 with a stride, output channels that
+// the node named: a dense 3x3, a padded 1x1, a grouped weight that does
+// not match the channels, groups of 4 channels, output channels that
 // are not a multiple of the block, an input that is not blocked.
 TEST_F(Nn, BlockedConvRefusesOtherConvs) {
   struct Bad {
@@ -179,8 +188,10 @@ TEST_F(Nn, BlockedConvRefusesOtherConvs) {
     std::string says;
   };
   const std::vector<Bad> bad = {
-      {Shape{1, 2, 5, 5, 8}, Shape{16, 16, 3, 3}, {{"pads", attr_ints({1, 1, 1, 1})}}, "takes a 1x1 or a depthwise"},
-      {Shape{1, 2, 6, 6, 8}, Shape{16, 16, 1, 1}, {{"strides", attr_ints({2, 2})}}, "stride 1 without padding"},
+      {Shape{1, 2, 5, 5, 8}, Shape{16, 16, 3, 3}, {{"pads", attr_ints({1, 1, 1, 1})}}, "takes a 1x1, a depthwise conv"},
+      {Shape{1, 2, 6, 6, 8}, Shape{16, 16, 1, 1}, {{"pads", attr_ints({1, 1, 1, 1})}}, "takes no padding"},
+      {Shape{1, 3, 6, 6, 8}, Shape{24, 16, 3, 3}, {{"group", attr_i(3)}}, "groups of whole blocks"},
+      {Shape{1, 2, 6, 6, 8}, Shape{16, 4, 3, 3}, {{"group", attr_i(4)}}, "groups of whole blocks"},
       {Shape{1, 2, 5, 5, 8}, Shape{12, 16, 1, 1}, {}, "does not divide the 12 output channels"},
       {Shape{1, 16, 5, 5}, Shape{16, 16, 1, 1}, {}, "is not [N, C/b, H, W, b]"},
   };

@@ -9,8 +9,9 @@
 //   TesseraBlockedConv  a Conv or TesseraFusedConv (its attributes, its
 //                       weight and bias as inputs 1 and 2, its residual as
 //                       input 3) whose input, output and residual are
-//                       blocked: a 1x1 conv at stride 1 without padding
-//                       (group 1), or a depthwise conv (group = C = M)
+//                       blocked: a 1x1 conv without padding (group 1), a
+//                       depthwise conv (group = C = M), or a grouped conv
+//                       whose groups hold whole blocks in and out
 #include "base/strings.h"
 #include "ir/ops/infer.h"
 #include "ir/ops/op_registry.h"
@@ -61,9 +62,12 @@ Status infer_blocked_conv(Node& n) {
   if (m % b != 0) return invalid_argument(str_cat("block ", b, " does not divide the ", m, " output channels"));
   const bool depthwise = group == c && m == c && w[1] == 1;
   const bool pointwise = group == 1 && w[1] == c && w[2] == 1 && w[3] == 1;
-  if (!depthwise && !pointwise)
+  const bool grouped = group > 1 && c % group == 0 && m % group == 0 && w[1] * group == c && (c / group) % b == 0 &&
+                       (m / group) % b == 0;
+  if (!depthwise && !pointwise && !grouped)
     return invalid_argument(str_cat("weight ", w.to_string(), ", group ", group, " on ", c,
-                                    " channels: the blocked conv takes a 1x1 or a depthwise conv"));
+                                    " channels: the blocked conv takes a 1x1, a depthwise conv, or groups of whole "
+                                    "blocks"));
   if (Value* bias = n.input(2))
     if (bias->shape.rank() != 1 || bias->shape[0] != m)
       return invalid_argument(str_cat("bias has shape ", bias->shape.to_string(), ", expected ", m));
@@ -73,8 +77,8 @@ Status infer_blocked_conv(Node& n) {
   TESSERA_ASSIGN_OR_RETURN(WindowGeometry g, window_geometry(n, x, kernel));
   if (pointwise && !depthwise) {
     for (int d = 0; d < 2; ++d)
-      if (g.strides[d] != 1 || g.pads_begin[d] != 0 || g.pads_end[d] != 0 || g.dilations[d] != 1)
-        return invalid_argument("the blocked 1x1 conv takes stride 1 without padding or dilation");
+      if (g.pads_begin[d] != 0 || g.pads_end[d] != 0)
+        return invalid_argument("the blocked 1x1 conv takes no padding");
   }
   for (int d = 0; d < 2; ++d)
     if (g.dilations[d] != 1) return invalid_argument("the blocked conv takes no dilation");

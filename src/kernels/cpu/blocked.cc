@@ -145,7 +145,8 @@ class RelayoutOp : public ROp {
 class BlockedPointwiseOp : public ROp {
  public:
   BlockedPointwiseOp(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi, const KernelParams& p)
-      : n_(c.batch), k_(c.cin), m_(c.cout), px_(c.oh * c.ow), has_bias_(has_bias), epi_(epi) {
+      : n_(c.batch), k_(c.cin), m_(c.cout), px_(c.oh * c.ow), in_px_(c.ih * c.iw), has_bias_(has_bias), epi_(epi),
+        strided_(c.sh != 1 || c.sw != 1), ow_(c.ow), iw_(c.iw), sh_(c.sh), sw_(c.sw) {
     // Output blocks in pairs, a tile of 2 x 6 pixels in 12 accumulators
     // (with the pair's weights and a broadcast: 15 of AVX2's 16 registers;
     // 3 x 4 tiles spilled and ran at two thirds the speed), a last block
@@ -186,7 +187,7 @@ class BlockedPointwiseOp : public ROp {
     rest_.residual = false;
     if (clamp_.on) rest_.act = Epilogue::Act::kNone;
   }
-  std::string_view path() const override { return "blocked 1x1"; }
+  std::string_view path() const override { return strided_ ? "blocked 1x1 strided" : "blocked 1x1"; }
 
   void run(int64_t task, const TaskArgs& args) const override {
     const int64_t img = task / (pb_ * gb_), rest = task % (pb_ * gb_);
@@ -200,7 +201,7 @@ class BlockedPointwiseOp : public ROp {
       p1 = rest / gb_ + 1 == pb_ ? px_ : p1 / kChunkAlign * kChunkAlign;
       if (p1 <= p0) return;
     }
-    const float* x = static_cast<const float*>(args.in[0]) + img * k_ * px_;
+    const float* x = static_cast<const float*>(args.in[0]) + img * k_ * in_px_;
     const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) : nullptr;
     const float* res = epi_.residual ? static_cast<const float*>(args.in[3]) + img * m_ * px_ : nullptr;
     float* y = static_cast<float*>(args.out[0]) + img * m_ * px_;
@@ -208,8 +209,13 @@ class BlockedPointwiseOp : public ROp {
       const int64_t c1 = std::min(p1, c0 + chunk_);
       for (int64_t g = g0; g < g1; ++g) {
         const Group& gr = groups_[static_cast<size_t>(g)];
-        if (gr.nb == 2) tiles<2, 6>(x, gr, bias, res, y, c0, c1);
-        else tiles<1, 12>(x, gr, bias, res, y, c0, c1);
+        if (strided_) {
+          if (gr.nb == 2) tiles<2, 6, true>(x, gr, bias, res, y, c0, c1);
+          else tiles<1, 12, true>(x, gr, bias, res, y, c0, c1);
+        } else {
+          if (gr.nb == 2) tiles<2, 6, false>(x, gr, bias, res, y, c0, c1);
+          else tiles<1, 12, false>(x, gr, bias, res, y, c0, c1);
+        }
       }
     }
     if (rest_.act != Epilogue::Act::kNone)
@@ -228,15 +234,17 @@ class BlockedPointwiseOp : public ROp {
 
   // Pixels [c0, c1) of the group's output blocks, NP at a time, then one
   // at a time.
-  template <int NB, int NP>
+  template <int NB, int NP, bool kStrided>
   void tiles(const float* x, const Group& gr, const float* bias, const float* res, float* y, int64_t c0,
              int64_t c1) const {
     int64_t p = c0;
-    for (; p + NP <= c1; p += NP) tile<NB, NP>(x, gr, bias, res, y, p);
-    for (; p < c1; ++p) tile<NB, 1>(x, gr, bias, res, y, p);
+    for (; p + NP <= c1; p += NP) tile<NB, NP, kStrided>(x, gr, bias, res, y, p);
+    for (; p < c1; ++p) tile<NB, 1, kStrided>(x, gr, bias, res, y, p);
   }
 
-  template <int NB, int NP>
+  // Output pixels [p, p + NP) of the group's blocks. At stride 1 output
+  // pixel q reads input pixel q; strided, pixel (q / ow * sh, q % ow * sw).
+  template <int NB, int NP, bool kStrided>
   void tile(const float* x, const Group& gr, const float* bias, const float* res, float* y, int64_t p) const {
     __m256 acc[NB][NP];
 #pragma GCC unroll 3
@@ -247,8 +255,12 @@ class BlockedPointwiseOp : public ROp {
     // to itself GCC re-loaded them inside the FMAs of an unrolled step and
     // spilled), NP broadcasts, NB x NP FMAs.
     const float* wp = wpack_.data() + gr.off;
-    const float* xp = x + p * kB;
-    const int64_t xstride = px_ * kB;  // floats from one channel block to the next
+    int64_t off[NP];
+#pragma GCC unroll 12
+    for (int i = 0; i < NP; ++i)
+      off[i] = kStrided ? ((p + i) / ow_ * sh_ * iw_ + (p + i) % ow_ * sw_) * kB : (p + i) * kB;
+    const float* xp = x;
+    const int64_t xstride = in_px_ * kB;  // floats from one channel block to the next
     for (int64_t cb = 0; cb < k_ / kB; ++cb, xp += xstride) {
 #pragma GCC unroll 1
       for (int j = 0; j < kB; ++j, wp += NB * kB) {
@@ -260,7 +272,7 @@ class BlockedPointwiseOp : public ROp {
         }
 #pragma GCC unroll 12
         for (int i = 0; i < NP; ++i) {
-          const __m256 xv = _mm256_broadcast_ss(xp + i * kB + j);
+          const __m256 xv = _mm256_broadcast_ss(xp + off[i] + j);
 #pragma GCC unroll 3
           for (int b = 0; b < NB; ++b) acc[b][i] = _mm256_fmadd_ps(wv[b], xv, acc[b][i]);
         }
@@ -282,9 +294,11 @@ class BlockedPointwiseOp : public ROp {
     }
   }
 
-  int64_t n_, k_, m_, px_;
+  int64_t n_, k_, m_, px_, in_px_;
   bool has_bias_;
   Epilogue epi_, rest_;  // rest_: the activation left for a pass over the stored outputs
+  bool strided_;
+  int64_t ow_, iw_, sh_, sw_;
   Clamp8 clamp_;
   std::vector<Group> groups_;
   std::vector<float> wpack_;
@@ -398,6 +412,177 @@ class BlockedDepthwiseOp : public ROp {
   std::vector<float> wpack_;         // [block][tap][8]
 };
 
+// ------------------------------------------------------ the grouped conv ---
+
+// Groups of a multiple of 8 channels in and out (RegNet's 16), as the NCHW
+// grouped direct kernel computes them (grouped_conv.cc) on blocked data: an
+// rTask first copies the rows its output rows read of a group's input
+// blocks into scratch, zero-padded ([block][row][column][8]), so that taps
+// need no bounds; a tile is NV output blocks x T pixels running along the
+// flattened output plane, across row ends (a 7 x 7 plane is 9 tiles of 6,
+// not rows of 1 + 4 + 1 + 1), its accumulators in registers over all of the
+// group's taps in (ci, ky, kx) order: per tap NV weight vectors and one
+// broadcast input per pixel. Each output is the NCHW kernel's chain of
+// fused multiply-adds from 0, then the bias. rTasks: ranges of (image,
+// group) planes, then of rows.
+class BlockedGroupedOp : public ROp {
+ public:
+  BlockedGroupedOp(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi, const KernelParams& p)
+      : c_(c), has_bias_(has_bias), epi_(epi) {
+    cin_g_ = c.cin / c.group;
+    cout_g_ = c.cout / c.group;
+    taps_ = cin_g_ * c.kh * c.kw;
+    nv_ = cout_g_ % (2 * kB) == 0 ? 2 : 1;
+    // Weights: per group, per tile of nv_ output blocks, [tap][nv_ * 8].
+    wpack_.resize(static_cast<size_t>(c.cout * taps_));
+    for (int64_t co = 0; co < c.cout; ++co) {
+      const int64_t g = co / cout_g_, t0 = co % cout_g_ / (nv_ * kB), j = co % (nv_ * kB);
+      float* dst = wpack_.data() + ((g * (cout_g_ / (nv_ * kB)) + t0) * taps_) * nv_ * kB + j;
+      for (int64_t t = 0; t < taps_; ++t) dst[t * nv_ * kB] = w[co * taps_ + t];
+    }
+    const double flops = 2.0 * static_cast<double>(c.batch * c.cout * c.oh * c.ow * taps_);
+    const int64_t planes = c.batch * c.group;
+    const int64_t target = p.tasks > 0 ? p.tasks
+                                       : std::clamp<int64_t>(static_cast<int64_t>(flops / (1 << 22)), 2,
+                                                             kMaxDefaultTasks);
+    gb_ = std::min(planes, target);
+    rb_ = std::clamp<int64_t>((target + gb_ - 1) / gb_, 1, c.oh);
+    tasks_ = gb_ * rb_;
+    const Access a = rb_ == 1 ? Access::kRange : Access::kSpread;
+    set_access({a, Access::kWhole, Access::kWhole, a}, a);
+    if (!epi_.residual) fused_ = clamp_.take(epi_);
+    // The padded rows of the tallest row block, per input block.
+    const int64_t rows = (c.oh + rb_ - 1) / rb_;
+    hp_ = (rows - 1) * c.sh + c.kh;
+    wp_ = (c.ow - 1) * c.sw + c.kw;
+    for (int64_t ci = 0; ci < cin_g_; ++ci)
+      for (int64_t ky = 0; ky < c.kh; ++ky)
+        for (int64_t kx = 0; kx < c.kw; ++kx)
+          tap_off_.push_back((((ci / kB) * hp_ + ky) * wp_ + kx) * kB + ci % kB);
+    scratch_bytes_ = static_cast<size_t>(cin_g_ * hp_ * wp_) * sizeof(float);
+  }
+  std::string_view path() const override { return "blocked grouped"; }
+
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t q0, q1, r0, r1;
+    task_range(c_.batch * c_.group, gb_, task / rb_, &q0, &q1);
+    task_range(c_.oh, rb_, task % rb_, &r0, &r1);
+    if (r1 <= r0) return;
+    const float* x = static_cast<const float*>(args.in[0]);
+    const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) : nullptr;
+    float* y = static_cast<float*>(args.out[0]);
+    float* pad = static_cast<float*>(args.scratch);
+    const int64_t ipl = c_.ih * c_.iw * kB, opl = c_.oh * c_.ow * kB;
+    const int64_t tiles_per_group = cout_g_ / (nv_ * kB);
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t n = q / c_.group, g = q % c_.group;
+      fill(x + (n * c_.cin + g * cin_g_) / kB * ipl, r0, r1, pad);
+      for (int64_t t = 0; t < tiles_per_group; ++t) {
+        const int64_t ob = (n * c_.cout + g * cout_g_) / kB + t * nv_;  // first output block
+        const float* wt = wpack_.data() + (g * tiles_per_group + t) * taps_ * nv_ * kB;
+        const float* bt = bias != nullptr ? bias + g * cout_g_ + t * nv_ * kB : nullptr;
+        if (nv_ == 2) tiles<2>(pad, wt, bt, y + ob * opl, r0, r1);
+        else tiles<1>(pad, wt, bt, y + ob * opl, r0, r1);
+      }
+      if (!epi_.empty() && !fused_) {
+        const float* res = epi_.residual ? static_cast<const float*>(args.in[3]) : nullptr;
+        for (int64_t b = 0; b < cout_g_ / kB; ++b) {
+          const int64_t off = ((n * c_.cout + g * cout_g_) / kB + b) * opl + r0 * c_.ow * kB;
+          epi_.apply(y + off, res != nullptr ? res + off : nullptr, (r1 - r0) * c_.ow * kB);
+        }
+      }
+    }
+  }
+
+ private:
+  // pad[block][r][col][8] = input (block, r0 * sh - ph + r, col - pw) of the
+  // group's blocks at xg, zero outside the plane, for the rows output rows
+  // [r0, r1) read.
+  void fill(const float* xg, int64_t r0, int64_t r1, float* pad) const {
+    const int64_t rows = (r1 - r0 - 1) * c_.sh + c_.kh;
+    const int64_t ipl = c_.ih * c_.iw * kB;
+    const int64_t x0 = std::min(c_.pw, wp_), x1 = std::clamp(c_.pw + c_.iw, x0, wp_);
+    for (int64_t b = 0; b < cin_g_ / kB; ++b)
+      for (int64_t r = 0; r < rows; ++r) {
+        // A pixel is one vector: the row is vector stores, no masks (on 7 x 7
+        // planes library calls per row cost more than the copy).
+        float* dst = pad + (b * hp_ + r) * wp_ * kB;
+        const int64_t iy = r0 * c_.sh - c_.ph + r;
+        const __m256 zero = _mm256_setzero_ps();
+        if (iy < 0 || iy >= c_.ih) {
+          for (int64_t col = 0; col < wp_; ++col) _mm256_storeu_ps(dst + col * kB, zero);
+          continue;
+        }
+        const float* src = xg + b * ipl + (iy * c_.iw - c_.pw) * kB;
+        int64_t col = 0;
+        for (; col < x0; ++col) _mm256_storeu_ps(dst + col * kB, zero);
+        for (; col < x1; ++col) _mm256_storeu_ps(dst + col * kB, _mm256_loadu_ps(src + col * kB));
+        for (; col < wp_; ++col) _mm256_storeu_ps(dst + col * kB, zero);
+      }
+  }
+
+  // Output rows [r0, r1) of NV blocks (at yb, a plane apart), T pixels at a
+  // time along the flattened plane; the last tile repeats its last pixel
+  // (computed, not stored).
+  template <int NV>
+  void tiles(const float* pad, const float* wt, const float* bt, float* yb, int64_t r0, int64_t r1) const {
+    constexpr int T = 12 / NV;
+    const int64_t p0 = r0 * c_.ow, p1 = r1 * c_.ow, ow = c_.ow, opl = c_.oh * c_.ow * kB;
+    for (int64_t t0 = p0; t0 < p1; t0 += T) {
+      const int count = static_cast<int>(std::min<int64_t>(T, p1 - t0));
+      int64_t off[T];
+#pragma GCC unroll 12
+      for (int i = 0; i < T; ++i) {
+        const int64_t q = t0 + std::min(i, count - 1);
+        off[i] = ((q / ow - r0) * c_.sh * wp_ + q % ow * c_.sw) * kB;
+      }
+      __m256 acc[NV][T];
+#pragma GCC unroll 2
+      for (int b = 0; b < NV; ++b)
+#pragma GCC unroll 12
+        for (int i = 0; i < T; ++i) acc[b][i] = _mm256_setzero_ps();
+      const float* wp = wt;
+      const int64_t taps = taps_;
+      const int64_t* tap_off = tap_off_.data();
+      for (int64_t t = 0; t < taps; ++t, wp += NV * kB) {
+        const float* src = pad + tap_off[t];
+        __m256 wv[NV];
+#pragma GCC unroll 2
+        for (int b = 0; b < NV; ++b) wv[b] = _mm256_loadu_ps(wp + b * kB);
+#pragma GCC unroll 12
+        for (int i = 0; i < T; ++i) {
+          const __m256 xv = _mm256_broadcast_ss(src + off[i]);
+#pragma GCC unroll 2
+          for (int b = 0; b < NV; ++b) acc[b][i] = _mm256_fmadd_ps(wv[b], xv, acc[b][i]);
+        }
+      }
+#pragma GCC unroll 2
+      for (int b = 0; b < NV; ++b) {
+        const __m256 bv = bt != nullptr ? _mm256_loadu_ps(bt + b * kB) : _mm256_setzero_ps();
+#pragma GCC unroll 12
+        for (int i = 0; i < T; ++i) {
+          if (i >= count) break;
+          __m256 v = acc[b][i];
+          if (bt != nullptr) v = _mm256_add_ps(v, bv);
+          if (fused_) v = clamp_(v);
+          _mm256_storeu_ps(yb + b * opl + (t0 + i) * kB, v);
+        }
+      }
+    }
+  }
+
+  Conv2d c_;
+  bool has_bias_;
+  Epilogue epi_;
+  Clamp8 clamp_;
+  bool fused_ = false;
+  int64_t cin_g_ = 1, cout_g_ = 1, taps_ = 1, nv_ = 1;
+  int64_t gb_ = 1, rb_ = 1;
+  int64_t hp_ = 1, wp_ = 1;        // the padded rows in scratch
+  std::vector<int64_t> tap_off_;   // per tap (ci, ky, kx): its offset in the padded rows
+  std::vector<float> wpack_;       // [group][tile][tap][nv_ * 8]
+};
+
 // ------------------------------------------------------------ factories ---
 
 Result<std::unique_ptr<ROp>> make_relayout(const Node& n, const KernelParams& p) {
@@ -423,7 +608,9 @@ Result<std::unique_ptr<ROp>> make_blocked_conv(const Node& n, const KernelParams
   const float* wd = wv->constant->data<float>();
   const bool bias = n.input(2) != nullptr;
   if (c->group == 1) return std::unique_ptr<ROp>(new BlockedPointwiseOp(*c, wd, bias, epi, p));
-  return std::unique_ptr<ROp>(new BlockedDepthwiseOp(*c, wd, bias, epi, p));
+  if (c->group == c->cin && c->cout == c->cin)
+    return std::unique_ptr<ROp>(new BlockedDepthwiseOp(*c, wd, bias, epi, p));
+  return std::unique_ptr<ROp>(new BlockedGroupedOp(*c, wd, bias, epi, p));
 }
 
 const RKernel kKernels[] = {
@@ -431,7 +618,7 @@ const RKernel kKernels[] = {
      make_relayout},
     {"TesseraFromBlocked", "layout.from_blocked", "blocks of 8 channels to NCHW, 8 x 8 transposes in registers",
      make_relayout},
-    {"TesseraBlockedConv", "conv.blocked", "1x1 or depthwise conv on blocks of 8 channels, its epilogue fused",
+    {"TesseraBlockedConv", "conv.blocked", "1x1, depthwise or grouped conv on blocks of 8 channels, its epilogue fused",
      make_blocked_conv},
 };
 #endif  // TESSERA_BLOCKED
