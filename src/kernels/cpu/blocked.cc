@@ -142,11 +142,16 @@ class RelayoutOp : public ROp {
 
 // --------------------------------------------------------- the 1x1 conv ---
 
-class BlockedPointwiseOp : public ROp {
+// A 1x1 conv's arithmetic on blocked planes: the weights packed per pair
+// of output blocks, and run() over a range of output pixels and
+// output-block groups of planes that lie any distance apart.
+class Pointwise8 {
  public:
-  BlockedPointwiseOp(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi, const KernelParams& p)
-      : n_(c.batch), k_(c.cin), m_(c.cout), px_(c.oh * c.ow), in_px_(c.ih * c.iw), has_bias_(has_bias), epi_(epi),
-        strided_(c.sh != 1 || c.sw != 1), ow_(c.ow), iw_(c.iw), sh_(c.sh), sw_(c.sw) {
+  static constexpr int64_t kChunkAlign = 12;  // 6- and 12-pixel tiles both end on it
+
+  // w: [m][k] (a 1x1 conv's weight). Strided (the rKernel's 1x1s at a
+  // stride): output pixel q reads input pixel (q / ow * sh, q % ow * sw).
+  Pointwise8(const float* w, int64_t k, int64_t m, const Epilogue& epi) : k_(k), m_(m) {
     // Output blocks in pairs, a tile of 2 x 6 pixels in 12 accumulators
     // (with the pair's weights and a broadcast: 15 of AVX2's 16 registers;
     // 3 x 4 tiles spilled and ran at two thirds the speed), a last block
@@ -160,74 +165,48 @@ class BlockedPointwiseOp : public ROp {
           for (int64_t j = 0; j < kB; ++j) wpack_.push_back(w[((ob + b) * kB + j) * k_ + ci]);
       ob += nb;
     }
-    // Pixels per chunk: its input (all k_ channels) about 32 KB, whole
+    // Pixels per chunk: its input (all k channels) about 32 KB, whole
     // tiles of the widest tile (12 pixels).
     chunk_ = std::max<int64_t>(kChunkAlign, (int64_t{8} << 10) / k_ / kChunkAlign * kChunkAlign);
-    const double flops = 2.0 * static_cast<double>(n_ * m_ * px_ * k_);
-    const int64_t target = p.tasks > 0 ? p.tasks
-                                       : std::clamp<int64_t>(static_cast<int64_t>(flops / kConvFlopsPerTask), 1,
-                                                             kMaxDefaultTasks);
-    const int64_t groups = static_cast<int64_t>(groups_.size());
-    const int64_t pixel_tiles = std::max<int64_t>(1, px_ / kChunkAlign);
-    // Pixels first; output groups where the plane runs out of tiles, or
-    // where the weights outweigh it (every pixel block reads all of them).
-    const int64_t per_image = std::max<int64_t>(1, (target + n_ - 1) / n_);
-    if (m_ > px_ && per_image > 1) {
-      gb_ = std::clamp<int64_t>(per_image, 1, groups);
-      pb_ = std::clamp<int64_t>(per_image / gb_, 1, pixel_tiles);
-    } else {
-      pb_ = std::clamp<int64_t>(per_image, 1, pixel_tiles);
-      gb_ = std::clamp<int64_t>(per_image / pb_, 1, groups);
-    }
-    if (n_ >= target) pb_ = gb_ = 1;
-    tasks_ = n_ * pb_ * gb_;
-    set_access({Access::kSpread, Access::kWhole, Access::kWhole, Access::kSpread}, Access::kSpread);
-    clamp_.take(epi_);
-    rest_ = epi_;
+    clamp_.take(epi);
+    rest_ = epi;
     rest_.residual = false;
     if (clamp_.on) rest_.act = Epilogue::Act::kNone;
   }
-  std::string_view path() const override { return strided_ ? "blocked 1x1 strided" : "blocked 1x1"; }
+  void set_stride(int64_t ow, int64_t iw, int64_t sh, int64_t sw) {
+    strided_ = sh != 1 || sw != 1;
+    ow_ = ow, iw_ = iw, sh_ = sh, sw_ = sw;
+  }
+  bool strided() const { return strided_; }
+  int64_t groups() const { return static_cast<int64_t>(groups_.size()); }
 
-  void run(int64_t task, const TaskArgs& args) const override {
-    const int64_t img = task / (pb_ * gb_), rest = task % (pb_ * gb_);
-    int64_t p0, p1, g0, g1;
-    task_range(px_, pb_, rest / gb_, &p0, &p1);
-    task_range(static_cast<int64_t>(groups_.size()), gb_, rest % gb_, &g0, &g1);
-    if (p1 <= p0 || g1 <= g0) return;
-    // Tile boundaries at multiples of kChunkAlign within the image.
-    if (pb_ > 1) {
-      p0 = p0 / kChunkAlign * kChunkAlign;
-      p1 = rest / gb_ + 1 == pb_ ? px_ : p1 / kChunkAlign * kChunkAlign;
-      if (p1 <= p0) return;
-    }
-    const float* x = static_cast<const float*>(args.in[0]) + img * k_ * in_px_;
-    const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) : nullptr;
-    const float* res = epi_.residual ? static_cast<const float*>(args.in[3]) + img * m_ * px_ : nullptr;
-    float* y = static_cast<float*>(args.out[0]) + img * m_ * px_;
+  // Output pixels [p0, p1) of groups [g0, g1): x's channel blocks x_plane
+  // floats apart, y's (and the residual's, when given) y_plane apart;
+  // bias, residual and a Relu or Clip in registers, any other activation
+  // on the stored outputs.
+  void run(const float* x, int64_t x_plane, const float* bias, const float* res, float* y, int64_t y_plane,
+           int64_t p0, int64_t p1, int64_t g0, int64_t g1) const {
     for (int64_t c0 = p0; c0 < p1; c0 += chunk_) {
       const int64_t c1 = std::min(p1, c0 + chunk_);
       for (int64_t g = g0; g < g1; ++g) {
         const Group& gr = groups_[static_cast<size_t>(g)];
         if (strided_) {
-          if (gr.nb == 2) tiles<2, 6, true>(x, gr, bias, res, y, c0, c1);
-          else tiles<1, 12, true>(x, gr, bias, res, y, c0, c1);
+          if (gr.nb == 2) tiles<2, 6, true>(x, x_plane, gr, bias, res, y, y_plane, c0, c1);
+          else tiles<1, 12, true>(x, x_plane, gr, bias, res, y, y_plane, c0, c1);
         } else {
-          if (gr.nb == 2) tiles<2, 6, false>(x, gr, bias, res, y, c0, c1);
-          else tiles<1, 12, false>(x, gr, bias, res, y, c0, c1);
+          if (gr.nb == 2) tiles<2, 6, false>(x, x_plane, gr, bias, res, y, y_plane, c0, c1);
+          else tiles<1, 12, false>(x, x_plane, gr, bias, res, y, y_plane, c0, c1);
         }
       }
     }
     if (rest_.act != Epilogue::Act::kNone)
       for (int64_t g = g0; g < g1; ++g) {
         const Group& gr = groups_[static_cast<size_t>(g)];
-        for (int64_t b = 0; b < gr.nb; ++b)
-          rest_.apply(y + ((gr.ob + b) * px_ + p0) * kB, nullptr, (p1 - p0) * kB);
+        for (int64_t b = 0; b < gr.nb; ++b) rest_.apply(y + (gr.ob + b) * y_plane + p0 * kB, nullptr, (p1 - p0) * kB);
       }
   }
 
  private:
-  static constexpr int64_t kChunkAlign = 12;  // 6- and 12-pixel tiles both end on it
   struct Group {
     int64_t ob, nb, off;  // first output block, blocks, offset of its packed weights [k][nb][8]
   };
@@ -235,17 +214,17 @@ class BlockedPointwiseOp : public ROp {
   // Pixels [c0, c1) of the group's output blocks, NP at a time, then one
   // at a time.
   template <int NB, int NP, bool kStrided>
-  void tiles(const float* x, const Group& gr, const float* bias, const float* res, float* y, int64_t c0,
-             int64_t c1) const {
+  void tiles(const float* x, int64_t x_plane, const Group& gr, const float* bias, const float* res, float* y,
+             int64_t y_plane, int64_t c0, int64_t c1) const {
     int64_t p = c0;
-    for (; p + NP <= c1; p += NP) tile<NB, NP, kStrided>(x, gr, bias, res, y, p);
-    for (; p < c1; ++p) tile<NB, 1, kStrided>(x, gr, bias, res, y, p);
+    for (; p + NP <= c1; p += NP) tile<NB, NP, kStrided>(x, x_plane, gr, bias, res, y, y_plane, p);
+    for (; p < c1; ++p) tile<NB, 1, kStrided>(x, x_plane, gr, bias, res, y, y_plane, p);
   }
 
-  // Output pixels [p, p + NP) of the group's blocks. At stride 1 output
-  // pixel q reads input pixel q; strided, pixel (q / ow * sh, q % ow * sw).
+  // Output pixels [p, p + NP) of the group's blocks.
   template <int NB, int NP, bool kStrided>
-  void tile(const float* x, const Group& gr, const float* bias, const float* res, float* y, int64_t p) const {
+  void tile(const float* x, int64_t x_plane, const Group& gr, const float* bias, const float* res, float* y,
+            int64_t y_plane, int64_t p) const {
     __m256 acc[NB][NP];
 #pragma GCC unroll 3
     for (int b = 0; b < NB; ++b)
@@ -260,8 +239,7 @@ class BlockedPointwiseOp : public ROp {
     for (int i = 0; i < NP; ++i)
       off[i] = kStrided ? ((p + i) / ow_ * sh_ * iw_ + (p + i) % ow_ * sw_) * kB : (p + i) * kB;
     const float* xp = x;
-    const int64_t xstride = in_px_ * kB;  // floats from one channel block to the next
-    for (int64_t cb = 0; cb < k_ / kB; ++cb, xp += xstride) {
+    for (int64_t cb = 0; cb < k_ / kB; ++cb, xp += x_plane) {
 #pragma GCC unroll 1
       for (int j = 0; j < kB; ++j, wp += NB * kB) {
         __m256 wv[NB];
@@ -284,7 +262,7 @@ class BlockedPointwiseOp : public ROp {
       const __m256 bv = bias != nullptr ? _mm256_loadu_ps(bias + ob * kB) : _mm256_setzero_ps();
 #pragma GCC unroll 12
       for (int i = 0; i < NP; ++i) {
-        const int64_t at = (ob * px_ + p + i) * kB;
+        const int64_t at = ob * y_plane + (p + i) * kB;
         __m256 v = acc[b][i];
         if (bias != nullptr) v = _mm256_add_ps(v, bv);
         if (res != nullptr) v = _mm256_add_ps(v, _mm256_loadu_ps(res + at));
@@ -294,69 +272,99 @@ class BlockedPointwiseOp : public ROp {
     }
   }
 
-  int64_t n_, k_, m_, px_, in_px_;
-  bool has_bias_;
-  Epilogue epi_, rest_;  // rest_: the activation left for a pass over the stored outputs
-  bool strided_;
-  int64_t ow_, iw_, sh_, sw_;
+  int64_t k_, m_;
   Clamp8 clamp_;
+  Epilogue rest_;  // the activation left for a pass over the stored outputs
+  bool strided_ = false;
+  int64_t ow_ = 1, iw_ = 1, sh_ = 1, sw_ = 1;
   std::vector<Group> groups_;
   std::vector<float> wpack_;
   int64_t chunk_ = kChunkAlign;
+};
+
+class BlockedPointwiseOp : public ROp {
+ public:
+  BlockedPointwiseOp(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi, const KernelParams& p)
+      : n_(c.batch), k_(c.cin), m_(c.cout), px_(c.oh * c.ow), in_px_(c.ih * c.iw), has_bias_(has_bias),
+        residual_(epi.residual), pw_(w, c.cin, c.cout, epi) {
+    pw_.set_stride(c.ow, c.iw, c.sh, c.sw);
+    const double flops = 2.0 * static_cast<double>(n_ * m_ * px_ * k_);
+    const int64_t target = p.tasks > 0 ? p.tasks
+                                       : std::clamp<int64_t>(static_cast<int64_t>(flops / kConvFlopsPerTask), 1,
+                                                             kMaxDefaultTasks);
+    const int64_t groups = pw_.groups();
+    const int64_t pixel_tiles = std::max<int64_t>(1, px_ / Pointwise8::kChunkAlign);
+    // Pixels first; output groups where the plane runs out of tiles, or
+    // where the weights outweigh it (every pixel block reads all of them).
+    const int64_t per_image = std::max<int64_t>(1, (target + n_ - 1) / n_);
+    if (m_ > px_ && per_image > 1) {
+      gb_ = std::clamp<int64_t>(per_image, 1, groups);
+      pb_ = std::clamp<int64_t>(per_image / gb_, 1, pixel_tiles);
+    } else {
+      pb_ = std::clamp<int64_t>(per_image, 1, pixel_tiles);
+      gb_ = std::clamp<int64_t>(per_image / pb_, 1, groups);
+    }
+    if (n_ >= target) pb_ = gb_ = 1;
+    tasks_ = n_ * pb_ * gb_;
+    set_access({Access::kSpread, Access::kWhole, Access::kWhole, Access::kSpread}, Access::kSpread);
+  }
+  std::string_view path() const override { return pw_.strided() ? "blocked 1x1 strided" : "blocked 1x1"; }
+
+  void run(int64_t task, const TaskArgs& args) const override {
+    const int64_t img = task / (pb_ * gb_), rest = task % (pb_ * gb_);
+    int64_t p0, p1, g0, g1;
+    task_range(px_, pb_, rest / gb_, &p0, &p1);
+    task_range(pw_.groups(), gb_, rest % gb_, &g0, &g1);
+    if (p1 <= p0 || g1 <= g0) return;
+    // Tile boundaries at multiples of kChunkAlign within the image.
+    if (pb_ > 1) {
+      p0 = p0 / Pointwise8::kChunkAlign * Pointwise8::kChunkAlign;
+      p1 = rest / gb_ + 1 == pb_ ? px_ : p1 / Pointwise8::kChunkAlign * Pointwise8::kChunkAlign;
+      if (p1 <= p0) return;
+    }
+    const float* x = static_cast<const float*>(args.in[0]) + img * k_ * in_px_;
+    const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) : nullptr;
+    const float* res = residual_ ? static_cast<const float*>(args.in[3]) + img * m_ * px_ : nullptr;
+    float* y = static_cast<float*>(args.out[0]) + img * m_ * px_;
+    pw_.run(x, in_px_ * kB, bias, res, y, px_ * kB, p0, p1, g0, g1);
+  }
+
+ private:
+  int64_t n_, k_, m_, px_, in_px_;
+  bool has_bias_, residual_;
+  Pointwise8 pw_;
   int64_t pb_ = 1, gb_ = 1;  // rTasks per image: pixel blocks x output groups
 };
 
 // ---------------------------------------------------- the depthwise conv ---
 
-class BlockedDepthwiseOp : public ROp {
+// A depthwise conv's arithmetic on one block plane's rows: input rows from
+// row0 of the plane lie at x (rows outside the input read as zero; the
+// caller holds every row inside it that the output rows asked for read),
+// output rows at y.
+class Depthwise8 {
  public:
-  BlockedDepthwiseOp(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi, const KernelParams& p)
-      : c_(c), has_bias_(has_bias), epi_(epi) {
-    cb_ = c.cout / kB;
+  Depthwise8(const Conv2d& c, const float* w, const Epilogue& epi) : c_(c) {
     taps_ = c.kh * c.kw;
-    wpack_.resize(static_cast<size_t>(cb_ * taps_ * kB));
+    wpack_.resize(static_cast<size_t>(c.cout * taps_));
     for (int64_t ch = 0; ch < c.cout; ++ch)
       for (int64_t t = 0; t < taps_; ++t) wpack_[static_cast<size_t>((ch / kB * taps_ + t) * kB + ch % kB)] = w[ch * taps_ + t];
-    const int64_t planes = c.batch * cb_;
-    const double flops = 2.0 * static_cast<double>(planes * kB * c.oh * c.ow * taps_);
-    const int64_t target = p.tasks > 0 ? p.tasks
-                                       : std::clamp<int64_t>(static_cast<int64_t>(flops / (1 << 20)), 1,
-                                                             kMaxDefaultTasks);
-    pl_ = std::min(planes, target);
-    rb_ = std::clamp<int64_t>((target + pl_ - 1) / pl_, 1, c.oh);
-    tasks_ = pl_ * rb_;
-    const Access a = rb_ == 1 ? Access::kRange : Access::kSpread;
-    set_access({a, Access::kWhole, Access::kWhole, a}, a);
-    if (!epi_.residual) fused_ = clamp_.take(epi_);
+    if (!epi.residual) fused_ = clamp_.take(epi);
     // Output columns whose every tap column lies inside the row.
     ox_lo_ = std::min(c.ow, (c.pw + c.sw - 1) / c.sw);
     const int64_t last = c.iw + c.pw - c.kw;  // the last inside column's first tap, times the stride
     ox_hi_ = last < 0 ? ox_lo_ : std::max(ox_lo_, std::min(c.ow, last / c.sw + 1));
   }
-  std::string_view path() const override { return "blocked depthwise"; }
+  // Whether a Relu or Clip is applied in registers (else the caller
+  // applies the epilogue to the stored rows).
+  bool fused() const { return fused_; }
 
-  void run(int64_t task, const TaskArgs& args) const override {
-    int64_t q0, q1, r0, r1;
-    task_range(c_.batch * cb_, pl_, task / rb_, &q0, &q1);
-    task_range(c_.oh, rb_, task % rb_, &r0, &r1);
-    if (r1 <= r0) return;
-    const float* x = static_cast<const float*>(args.in[0]);
-    const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) : nullptr;
-    float* y = static_cast<float*>(args.out[0]);
-    const int64_t ipl = c_.ih * c_.iw * kB, opl = c_.oh * c_.ow * kB;
-    for (int64_t q = q0; q < q1; ++q) {
-      const int64_t blk = q % cb_;
-      const float* xq = x + q * ipl;
-      float* yq = y + q * opl;
-      const __m256 bv = bias != nullptr ? _mm256_loadu_ps(bias + blk * kB) : _mm256_setzero_ps();
-      const float* wq = wpack_.data() + blk * taps_ * kB;
-      for (int64_t oy = r0; oy < r1; ++oy) row(xq, wq, bv, yq + oy * c_.ow * kB, oy);
-      if (!epi_.empty() && !fused_) {
-        const int64_t off = q * opl + r0 * c_.ow * kB;
-        epi_.apply(y + off, epi_.residual ? static_cast<const float*>(args.in[3]) + off : nullptr,
-                   (r1 - r0) * c_.ow * kB);
-      }
-    }
+  // Output rows [r0, r1) of block `blk`: x holds input rows from row0, y
+  // output rows from r0.
+  void rows(const float* x, int64_t row0, int64_t blk, const float* bias, float* y, int64_t r0, int64_t r1) const {
+    const __m256 bv = bias != nullptr ? _mm256_loadu_ps(bias + blk * kB) : _mm256_setzero_ps();
+    const float* wq = wpack_.data() + blk * taps_ * kB;
+    for (int64_t oy = r0; oy < r1; ++oy) row(x, row0, wq, bv, y + (oy - r0) * c_.ow * kB, oy);
   }
 
  private:
@@ -364,20 +372,20 @@ class BlockedDepthwiseOp : public ROp {
 
   // A row: the columns whose taps all lie inside it in tiles of 8, then
   // 4, 2 and 1; the columns at its ends one at a time, checked.
-  void row(const float* xq, const float* wq, __m256 bv, float* yr, int64_t oy) const {
+  void row(const float* x, int64_t row0, const float* wq, __m256 bv, float* yr, int64_t oy) const {
     int64_t ox = 0;
-    for (; ox < ox_lo_; ++ox) pixels<1, false>(xq, wq, bv, yr, oy, ox);
-    for (; ox + kTile <= ox_hi_; ox += kTile) pixels<kTile, true>(xq, wq, bv, yr, oy, ox);
-    if (ox + 4 <= ox_hi_) pixels<4, true>(xq, wq, bv, yr, oy, ox), ox += 4;
-    if (ox + 2 <= ox_hi_) pixels<2, true>(xq, wq, bv, yr, oy, ox), ox += 2;
-    if (ox < ox_hi_) pixels<1, true>(xq, wq, bv, yr, oy, ox), ++ox;
-    for (; ox < c_.ow; ++ox) pixels<1, false>(xq, wq, bv, yr, oy, ox);
+    for (; ox < ox_lo_; ++ox) pixels<1, false>(x, row0, wq, bv, yr, oy, ox);
+    for (; ox + kTile <= ox_hi_; ox += kTile) pixels<kTile, true>(x, row0, wq, bv, yr, oy, ox);
+    if (ox + 4 <= ox_hi_) pixels<4, true>(x, row0, wq, bv, yr, oy, ox), ox += 4;
+    if (ox + 2 <= ox_hi_) pixels<2, true>(x, row0, wq, bv, yr, oy, ox), ox += 2;
+    if (ox < ox_hi_) pixels<1, true>(x, row0, wq, bv, yr, oy, ox), ++ox;
+    for (; ox < c_.ow; ++ox) pixels<1, false>(x, row0, wq, bv, yr, oy, ox);
   }
 
   // Output pixels [ox, ox + T) of row oy; kInside: every tap column lies
   // inside the row (rows are checked per tap row either way).
   template <int T, bool kInside>
-  void pixels(const float* xq, const float* wq, __m256 bv, float* yr, int64_t oy, int64_t ox) const {
+  void pixels(const float* x, int64_t row0, const float* wq, __m256 bv, float* yr, int64_t oy, int64_t ox) const {
     __m256 acc[T];
 #pragma GCC unroll 8
     for (int i = 0; i < T; ++i) acc[i] = bv;
@@ -385,7 +393,7 @@ class BlockedDepthwiseOp : public ROp {
     for (int64_t ky = 0; ky < c_.kh; ++ky) {
       const int64_t iy = oy * c_.sh - c_.ph + ky;
       const bool row_in = iy >= 0 && iy < c_.ih;
-      const float* xr = row_in ? xq + iy * c_.iw * kB : xq;
+      const float* xr = row_in ? x + (iy - row0) * c_.iw * kB : x;
       for (int64_t kx = 0; kx < c_.kw; ++kx) {
         const __m256 wv = _mm256_loadu_ps(wq + (ky * c_.kw + kx) * kB);
 #pragma GCC unroll 8
@@ -402,14 +410,57 @@ class BlockedDepthwiseOp : public ROp {
   }
 
   Conv2d c_;
-  bool has_bias_;
-  Epilogue epi_;
   Clamp8 clamp_;
   bool fused_ = false;  // a Relu or Clip in registers
-  int64_t cb_ = 1, taps_ = 1;
-  int64_t pl_ = 1, rb_ = 1;          // rTasks: ranges of planes x ranges of rows
-  int64_t ox_lo_ = 0, ox_hi_ = 0;    // output columns with every tap inside the row
-  std::vector<float> wpack_;         // [block][tap][8]
+  int64_t taps_ = 1;
+  int64_t ox_lo_ = 0, ox_hi_ = 0;  // output columns with every tap inside the row
+  std::vector<float> wpack_;       // [block][tap][8]
+};
+
+class BlockedDepthwiseOp : public ROp {
+ public:
+  BlockedDepthwiseOp(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi, const KernelParams& p)
+      : c_(c), has_bias_(has_bias), epi_(epi), dw_(c, w, epi) {
+    cb_ = c.cout / kB;
+    const int64_t planes = c.batch * cb_;
+    const double flops = 2.0 * static_cast<double>(planes * kB * c.oh * c.ow * c.kh * c.kw);
+    const int64_t target = p.tasks > 0 ? p.tasks
+                                       : std::clamp<int64_t>(static_cast<int64_t>(flops / (1 << 20)), 1,
+                                                             kMaxDefaultTasks);
+    pl_ = std::min(planes, target);
+    rb_ = std::clamp<int64_t>((target + pl_ - 1) / pl_, 1, c.oh);
+    tasks_ = pl_ * rb_;
+    const Access a = rb_ == 1 ? Access::kRange : Access::kSpread;
+    set_access({a, Access::kWhole, Access::kWhole, a}, a);
+  }
+  std::string_view path() const override { return "blocked depthwise"; }
+
+  void run(int64_t task, const TaskArgs& args) const override {
+    int64_t q0, q1, r0, r1;
+    task_range(c_.batch * cb_, pl_, task / rb_, &q0, &q1);
+    task_range(c_.oh, rb_, task % rb_, &r0, &r1);
+    if (r1 <= r0) return;
+    const float* x = static_cast<const float*>(args.in[0]);
+    const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) : nullptr;
+    float* y = static_cast<float*>(args.out[0]);
+    const int64_t ipl = c_.ih * c_.iw * kB, opl = c_.oh * c_.ow * kB;
+    for (int64_t q = q0; q < q1; ++q) {
+      dw_.rows(x + q * ipl, 0, q % cb_, bias, y + q * opl + r0 * c_.ow * kB, r0, r1);
+      if (!epi_.empty() && !dw_.fused()) {
+        const int64_t off = q * opl + r0 * c_.ow * kB;
+        epi_.apply(y + off, epi_.residual ? static_cast<const float*>(args.in[3]) + off : nullptr,
+                   (r1 - r0) * c_.ow * kB);
+      }
+    }
+  }
+
+ private:
+  Conv2d c_;
+  bool has_bias_;
+  Epilogue epi_;
+  Depthwise8 dw_;
+  int64_t cb_ = 1;
+  int64_t pl_ = 1, rb_ = 1;  // rTasks: ranges of planes x ranges of rows
 };
 
 // ------------------------------------------------------ the grouped conv ---
