@@ -72,11 +72,14 @@ AVX2_FLOORS = "docs/notes/2026-11-27-an-avx2-host.md, section \"Floors on this h
 FLOORS = {
     "lstm_tc": "docs/notes/2026-11-24-kernels-fusion-plans.md, section \"Lowering recurrent layers\", "
                "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\", and " + AVX2_FLOORS,
-    "nasnet_like": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\" (AMD EPYC), and "
-                   "docs/notes/2026-11-26-an-intel-host.md, \"NASNet-like on this host\" (Intel Xeon)",
-    "bert_tiny": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\", and " + AVX2_FLOORS,
+    "nasnet_like": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\" (AMD EPYC), "
+                   "docs/notes/2026-11-26-an-intel-host.md, \"NASNet-like on this host\" (Intel Xeon), and "
+                   "docs/notes/2026-11-28-packed-weights-and-slow-states.md, section \"Bench run 21\" (AVX2)",
+    "bert_tiny": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\", " + AVX2_FLOORS + ", and "
+                 "docs/notes/2026-11-28-packed-weights-and-slow-states.md, section \"Bench run 21\"",
     "resnet18": "docs/notes/2026-11-26-an-intel-host.md, section \"ResNet-18 on this host\", and " + AVX2_FLOORS,
-    "mobilenet_v2": AVX2_FLOORS,
+    "mobilenet_v2": AVX2_FLOORS + ", and docs/notes/2026-11-28-packed-weights-and-slow-states.md, section "
+                    "\"Bench run 21\"",
 }
 WORKLOADS = ["add_chain", "add_chains8", "bert_tiny", "lstm_tc", "nasnet_like", "resnet18", "mobilenet_v2"]
 UNSEEN = ["squeezenet1_0", "shufflenet_v2_x1_0", "mnasnet0_5", "efficientnet_b0", "regnet_x_400mf",
