@@ -462,7 +462,15 @@ class RnnCellOp : public ROp {
       const float* hb = hp != nullptr ? hp + b * H : nullptr;
       const float* xb = xp + (step_ * batch_ + b) * rnn_panels(H) * kW;
       alignas(64) float tacc[kNextTileRows][kNextTileCols];
-      for (int64_t first = p0, count = 1; first < p1; first += count) {
+      // Odd steps walk their panels back to front: the panels the last step
+      // read last are still in L2 and are read first (an rTask's part of R
+      // is about its core's whole L2; front to back every step, each step
+      // evicted the lines the next one read first). The panels are
+      // independent, so the bits do not change. A step that carries the
+      // next layer's tiles keeps their group order.
+      const bool backward = next_slice_ < 0 && step_ % 2 == 1;
+      for (int64_t i = 0, count = 1; i < p1 - p0; i += count) {
+        const int64_t first = backward ? p1 - 1 - i : p0 + i;
         // The next layer's tile of this panel's group, if this task holds
         // the group's first panel: reductions [s H/4, (s+1) H/4) ride on
         // slot s's GEMV; a whole group in one call, else panel by panel

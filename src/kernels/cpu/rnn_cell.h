@@ -5,9 +5,11 @@
 // gates i, o, f, c or 3 GRU gates z, r, h) is cut into panels of
 // kRnnPanelUnits hidden units. Panel p holds, for every k < H, the row
 //   [gate 0 of units 16p..16p+15 | gate 1 of them | ... | gate G-1]
-// of G * 16 floats: an rTask (a range of panels) streams its panels once,
-// front to back, keeping G * 16 sums in registers, and ends with all the
-// gates of its units, so the cell update needs nothing from other rTasks.
+// of G * 16 floats: an rTask (a range of panels) streams its panels once
+// (front to back on even steps, back to front on odd ones, so that the
+// panels read last are read first while still in cache), keeping G * 16
+// sums in registers, and ends with all the gates of its units, so the cell
+// update needs nothing from other rTasks.
 // Units past H (the last panel of an H that is not a multiple of 16) are
 // zero. Shape [panels, H, G * 16].
 //
