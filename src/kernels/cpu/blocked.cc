@@ -370,16 +370,71 @@ class Depthwise8 {
  private:
   static constexpr int kTile = 8;  // output pixels in registers
 
-  // A row: the columns whose taps all lie inside it in tiles of 8, then
-  // 4, 2 and 1; the columns at its ends one at a time, checked.
+  // A row: the columns whose taps all lie inside it in tiles (3x3 and 5x5
+  // windows at stride 1 or 2 by window(), others 8 pixels a tile), then 4,
+  // 2 and 1; the columns at its ends one at a time, checked.
   void row(const float* x, int64_t row0, const float* wq, __m256 bv, float* yr, int64_t oy) const {
     int64_t ox = 0;
     for (; ox < ox_lo_; ++ox) pixels<1, false>(x, row0, wq, bv, yr, oy, ox);
-    for (; ox + kTile <= ox_hi_; ox += kTile) pixels<kTile, true>(x, row0, wq, bv, yr, oy, ox);
+    if (c_.kw == 3 && c_.sw == 1) ox = tiles<6, 3, 1>(x, row0, wq, bv, yr, oy, ox);
+    else if (c_.kw == 3 && c_.sw == 2) ox = tiles<4, 3, 2>(x, row0, wq, bv, yr, oy, ox);
+    else if (c_.kw == 5 && c_.sw == 1) ox = tiles<4, 5, 1>(x, row0, wq, bv, yr, oy, ox);
+    else if (c_.kw == 5 && c_.sw == 2) ox = tiles<3, 5, 2>(x, row0, wq, bv, yr, oy, ox);
+    else
+      for (; ox + kTile <= ox_hi_; ox += kTile) pixels<kTile, true>(x, row0, wq, bv, yr, oy, ox);
     if (ox + 4 <= ox_hi_) pixels<4, true>(x, row0, wq, bv, yr, oy, ox), ox += 4;
     if (ox + 2 <= ox_hi_) pixels<2, true>(x, row0, wq, bv, yr, oy, ox), ox += 2;
     if (ox < ox_hi_) pixels<1, true>(x, row0, wq, bv, yr, oy, ox), ++ox;
     for (; ox < c_.ow; ++ox) pixels<1, false>(x, row0, wq, bv, yr, oy, ox);
+  }
+
+  // Inside tiles of T pixels from ox while they fit, then one of 4 and
+  // one of 2 where those fit; returns the next column.
+  template <int T, int KW, int SW>
+  int64_t tiles(const float* x, int64_t row0, const float* wq, __m256 bv, float* yr, int64_t oy, int64_t ox) const {
+    for (; ox + T <= ox_hi_; ox += T) window<T, KW, SW>(x, row0, wq, bv, yr, oy, ox);
+    if constexpr (T > 4) {
+      if (ox + 4 <= ox_hi_) window<4, KW, SW>(x, row0, wq, bv, yr, oy, ox), ox += 4;
+    }
+    if (ox + 2 <= ox_hi_) window<2, KW, SW>(x, row0, wq, bv, yr, oy, ox), ox += 2;
+    return ox;
+  }
+
+  // Output pixels [ox, ox + T) of row oy, every tap column inside the row,
+  // a KW-wide window at stride SW: per tap row, its (T - 1) * SW + KW input
+  // vectors loaded once and kept in registers for the row's KW taps (T
+  // accumulators, the inputs and a weight: at most 15 of AVX2's 16
+  // registers). The same FMAs in the same order as pixels(): the same
+  // bits.
+  template <int T, int KW, int SW>
+  void window(const float* x, int64_t row0, const float* wq, __m256 bv, float* yr, int64_t oy, int64_t ox) const {
+    constexpr int kIn = (T - 1) * SW + KW;
+    __m256 acc[T];
+#pragma GCC unroll 8
+    for (int i = 0; i < T; ++i) acc[i] = bv;
+    const __m256 zero = _mm256_setzero_ps();
+    const int64_t ix0 = ox * SW - c_.pw;
+    for (int64_t ky = 0; ky < c_.kh; ++ky) {
+      const int64_t iy = oy * c_.sh - c_.ph + ky;
+      const bool row_in = iy >= 0 && iy < c_.ih;
+      __m256 in[kIn];
+      if (row_in) {
+        const float* xr = x + ((iy - row0) * c_.iw + ix0) * kB;
+#pragma GCC unroll 16
+        for (int j = 0; j < kIn; ++j) in[j] = _mm256_loadu_ps(xr + j * kB);
+      } else {
+#pragma GCC unroll 16
+        for (int j = 0; j < kIn; ++j) in[j] = zero;
+      }
+#pragma GCC unroll 5
+      for (int kx = 0; kx < KW; ++kx) {
+        const __m256 wv = _mm256_loadu_ps(wq + (ky * KW + kx) * kB);
+#pragma GCC unroll 8
+        for (int i = 0; i < T; ++i) acc[i] = _mm256_fmadd_ps(in[i * SW + kx], wv, acc[i]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < T; ++i) _mm256_storeu_ps(yr + (ox + i) * kB, fused_ ? clamp_(acc[i]) : acc[i]);
   }
 
   // Output pixels [ox, ox + T) of row oy; kInside: every tap column lies
