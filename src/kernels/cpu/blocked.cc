@@ -85,6 +85,23 @@ struct Clamp8 {
   }
 };
 
+// rTasks as ranges of `planes` (image, block or group) then of output
+// `rows`: about flops / grain of them (at least `least`), or as many as
+// asked; the access a task makes, by ranges where it takes whole planes.
+struct PlaneRows {
+  int64_t planes = 1, rows = 1;
+  Access access() const { return rows == 1 ? Access::kRange : Access::kSpread; }
+};
+PlaneRows plane_rows(int64_t planes, int64_t rows, double flops, double grain, int64_t least, const KernelParams& p) {
+  const int64_t target = p.tasks > 0 ? p.tasks
+                                     : std::clamp<int64_t>(static_cast<int64_t>(flops / grain), least,
+                                                           kMaxDefaultTasks);
+  PlaneRows t;
+  t.planes = std::min(planes, target);
+  t.rows = std::clamp<int64_t>((target + t.planes - 1) / t.planes, 1, rows);
+  return t;
+}
+
 // Planes of (image, channel block) per rTask by default: about 64 KB.
 int64_t planes_grain(int64_t plane_floats) {
   return std::max<int64_t>(1, (int64_t{16} << 10) / std::max<int64_t>(1, plane_floats * kB));
@@ -478,15 +495,11 @@ class BlockedDepthwiseOp : public ROp {
       : c_(c), has_bias_(has_bias), epi_(epi), dw_(c, w, epi) {
     cb_ = c.cout / kB;
     const int64_t planes = c.batch * cb_;
-    const double flops = 2.0 * static_cast<double>(planes * kB * c.oh * c.ow * c.kh * c.kw);
-    const int64_t target = p.tasks > 0 ? p.tasks
-                                       : std::clamp<int64_t>(static_cast<int64_t>(flops / (1 << 20)), 1,
-                                                             kMaxDefaultTasks);
-    pl_ = std::min(planes, target);
-    rb_ = std::clamp<int64_t>((target + pl_ - 1) / pl_, 1, c.oh);
+    const PlaneRows t =
+        plane_rows(planes, c.oh, 2.0 * static_cast<double>(planes * kB * c.oh * c.ow * c.kh * c.kw), 1 << 20, 1, p);
+    pl_ = t.planes, rb_ = t.rows;
     tasks_ = pl_ * rb_;
-    const Access a = rb_ == 1 ? Access::kRange : Access::kSpread;
-    set_access({a, Access::kWhole, Access::kWhole, a}, a);
+    set_access({t.access(), Access::kWhole, Access::kWhole, t.access()}, t.access());
   }
   std::string_view path() const override { return "blocked depthwise"; }
 
@@ -546,16 +559,11 @@ class BlockedGroupedOp : public ROp {
       float* dst = wpack_.data() + ((g * (cout_g_ / (nv_ * kB)) + t0) * taps_) * nv_ * kB + j;
       for (int64_t t = 0; t < taps_; ++t) dst[t * nv_ * kB] = w[co * taps_ + t];
     }
-    const double flops = 2.0 * static_cast<double>(c.batch * c.cout * c.oh * c.ow * taps_);
-    const int64_t planes = c.batch * c.group;
-    const int64_t target = p.tasks > 0 ? p.tasks
-                                       : std::clamp<int64_t>(static_cast<int64_t>(flops / (1 << 22)), 2,
-                                                             kMaxDefaultTasks);
-    gb_ = std::min(planes, target);
-    rb_ = std::clamp<int64_t>((target + gb_ - 1) / gb_, 1, c.oh);
+    const PlaneRows t = plane_rows(c.batch * c.group, c.oh,
+                                   2.0 * static_cast<double>(c.batch * c.cout * c.oh * c.ow * taps_), 1 << 22, 2, p);
+    gb_ = t.planes, rb_ = t.rows;
     tasks_ = gb_ * rb_;
-    const Access a = rb_ == 1 ? Access::kRange : Access::kSpread;
-    set_access({a, Access::kWhole, Access::kWhole, a}, a);
+    set_access({t.access(), Access::kWhole, Access::kWhole, t.access()}, t.access());
     if (!epi_.residual) fused_ = clamp_.take(epi_);
     // The padded rows of the tallest row block, per input block.
     const int64_t rows = (c.oh + rb_ - 1) / rb_;
