@@ -97,9 +97,9 @@ struct RowsA {
 // = 48 + 1 pixels on a 7 x 7 plane) thus costs one more FMA per i, not a
 // second pass over all of A's rows. Each output is the same chain of
 // FMAs either way.
-template <int kRows, int kNv, bool kPost, bool kFull, typename A, int kTail = 0>
+template <int kRows, int kNv, bool kPost, bool kFull, typename A, int kTail = 0, bool kCopy = false>
 void micro(const A& a, int64_t k, const float* b, int64_t ldb, Mask last, float* c, int64_t ldc, int64_t rows,
-           const GemmPost& post) {
+           const GemmPost& post, float* panel = nullptr) {
   VecT acc[kRows][kNv];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r)
@@ -119,6 +119,7 @@ void micro(const A& a, int64_t k, const float* b, int64_t ldb, Mask last, float*
     for (int q = 0; q < kNv; ++q) {
       x[q] = kFull || q + 1 < kNv ? Vec::load(b + i * ldb + q * kLanes) : Vec::load(b + i * ldb + q * kLanes, last);
       if constexpr (Vec::kRegisters < 32) asm("" : "+x"(x[q]));
+      if constexpr (kCopy) Vec::store(panel + i * 3 * kLanes + q * kLanes, x[q]);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
@@ -157,18 +158,19 @@ void micro(const A& a, int64_t k, const float* b, int64_t ldb, Mask last, float*
 #endif
 }
 
-// micro() for column block `cb`.
-template <int kRows, bool kPost, typename A>
+// micro() for column block `cb`; with kCopy, B's block is also stored
+// to `panel` (rows 3 vectors apart) as it is read.
+template <int kRows, bool kPost, typename A, bool kCopy = false>
 void micro_block(const A& a, int64_t k, const float* b, int64_t ldb, const ColumnBlock& cb, float* c, int64_t ldc,
-                 int64_t rows, const GemmPost& post) {
+                 int64_t rows, const GemmPost& post, float* panel = nullptr) {
   if (cb.full) {
-    if (cb.nv == 3) micro<kRows, 3, kPost, true>(a, k, b, ldb, cb.last, c, ldc, rows, post);
-    else if (cb.nv == 2) micro<kRows, 2, kPost, true>(a, k, b, ldb, cb.last, c, ldc, rows, post);
-    else micro<kRows, 1, kPost, true>(a, k, b, ldb, cb.last, c, ldc, rows, post);
+    if (cb.nv == 3) micro<kRows, 3, kPost, true, A, 0, kCopy>(a, k, b, ldb, cb.last, c, ldc, rows, post, panel);
+    else if (cb.nv == 2) micro<kRows, 2, kPost, true, A, 0, kCopy>(a, k, b, ldb, cb.last, c, ldc, rows, post, panel);
+    else micro<kRows, 1, kPost, true, A, 0, kCopy>(a, k, b, ldb, cb.last, c, ldc, rows, post, panel);
   } else {
-    if (cb.nv == 3) micro<kRows, 3, kPost, false>(a, k, b, ldb, cb.last, c, ldc, rows, post);
-    else if (cb.nv == 2) micro<kRows, 2, kPost, false>(a, k, b, ldb, cb.last, c, ldc, rows, post);
-    else micro<kRows, 1, kPost, false>(a, k, b, ldb, cb.last, c, ldc, rows, post);
+    if (cb.nv == 3) micro<kRows, 3, kPost, false, A, 0, kCopy>(a, k, b, ldb, cb.last, c, ldc, rows, post, panel);
+    else if (cb.nv == 2) micro<kRows, 2, kPost, false, A, 0, kCopy>(a, k, b, ldb, cb.last, c, ldc, rows, post, panel);
+    else micro<kRows, 1, kPost, false, A, 0, kCopy>(a, k, b, ldb, cb.last, c, ldc, rows, post, panel);
   }
 }
 
@@ -250,18 +252,19 @@ void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64
   // A packed block of kPackRows rows runs as kPackRows / kTileRows
   // micro-kernels of kTileRows rows.
   //
-  // With AVX2 the block is first copied to a contiguous panel when more
-  // than one row block reads it: B's rows are often a multiple of 4 KB
-  // apart (planes of 32 x 32 floats), all in one set of the 8-way L1, so
-  // in place the block did not stay there: copied, 32 x 160 by 160 x 1024
-  // took half the time. (AVX-512 builds read B in place, as measured
-  // before; their L1 has 12 ways.)
+  // With AVX2 the block goes to a contiguous panel when more than one row
+  // block reads it: B's rows are often a multiple of 4 KB apart (planes of
+  // 32 x 32 floats), all in one set of the 8-way L1, so in place the block
+  // did not stay there (copied, 32 x 160 by 160 x 1024 took half the
+  // time). The first row block stores it there as it reads it, its FMAs
+  // covering the loads from L2, rather than a copy pass first (32 x 160 by
+  // 160 x 512: 68 -> 61 us on one core). AVX-512 builds read B in place,
+  // as measured before; their L1 has 12 ways.
   alignas(64) float panel[Vec::kRegisters < 32 ? kPanelMaxK * 3 * kLanes : 1];
   const bool use_panel = Vec::kRegisters < 32 && m > kTileRows && k <= kPanelMaxK;
   for (int64_t j = 0; j < n; j += 3 * kLanes) {
     const ColumnBlock cb = column_block(n - j);
     const float* bj = b + j;
-    int64_t ldbj = ldb;
 #if defined(TESSERA_PACKED_TAIL)
     // The last full block takes the few columns after it along.
     const int64_t tail = n - j - 3 * kLanes;
@@ -285,17 +288,6 @@ void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64
       break;
     }
 #endif
-    if (use_panel) {
-      for (int64_t i = 0; i < k; ++i) {
-        const float* src = b + i * ldb + j;
-        float* dst = panel + i * 3 * kLanes;
-        for (int q = 0; q + 1 < cb.nv; ++q) Vec::store(dst + q * kLanes, Vec::load(src + q * kLanes));
-        const int64_t q = cb.nv - 1;
-        Vec::store(dst + q * kLanes, cb.full ? Vec::load(src + q * kLanes) : Vec::load(src + q * kLanes, cb.last));
-      }
-      bj = panel;
-      ldbj = 3 * kLanes;
-    }
     for (int64_t r = 0; r < m; r += kTileRows) {
       const float* a = packed + r / kPackRows * kPackRows * k + r % kPackRows;
       const int64_t rows = std::min<int64_t>(kTileRows, m - r);
@@ -306,7 +298,9 @@ void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64
       }
       const PackedA pa{a};
       float* cr = c + r * ldc + j;
-      micro_block<kTileRows, kPost>(pa, k, bj, ldbj, cb, cr, ldc, rows, at);
+      if (use_panel && r == 0) micro_block<kTileRows, kPost, PackedA, true>(pa, k, bj, ldb, cb, cr, ldc, rows, at, panel);
+      else if (use_panel) micro_block<kTileRows, kPost>(pa, k, panel, 3 * kLanes, cb, cr, ldc, rows, at);
+      else micro_block<kTileRows, kPost>(pa, k, bj, ldb, cb, cr, ldc, rows, at);
     }
   }
 #else
