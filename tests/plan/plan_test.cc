@@ -447,14 +447,20 @@ TEST(Profiler, MeasuresCachesAndFeedsThePlan) {
   EXPECT_TRUE((*first)->costs_measured);
   for (double c : (*first)->task_cost_us) EXPECT_GT(c, 0.0);
   // Convolutions cost more per rTask than the Adds they feed (fused with
-  // the Relu moved before each cell's Concat).
+  // the Relu moved before each cell's Concat). Under a sanitizer that
+  // order is the instrumentation's, not the work's: the Adds run
+  // instrumented loops while the profile may run the 1x1 convs on oneDNN's
+  // uninstrumented sgemm (an ASan build beside another suite measured its
+  // largest Conv rTask at 146 us and its smallest Add at 210).
   double conv = 0, add = 1e30;
   for (size_t i = 0; i < (*first)->steps.size(); ++i) {
     const std::string& op = (*first)->steps[i].node->op_type;
     if (op == "Conv") conv = std::max(conv, (*first)->task_cost_us[i]);
     if (op == "Add" || op == "TesseraFusedElementwise") add = std::min(add, (*first)->task_cost_us[i]);
   }
-  EXPECT_GT(conv, add);
+  if (!kSanitized) {
+    EXPECT_GT(conv, add);
+  }
   ProfileOptions po = co.profile_options;
   auto again = profile_program(**first, po);
   ASSERT_TRUE(again.ok());
