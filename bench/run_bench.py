@@ -74,12 +74,12 @@ FLOORS = {
                "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\", and " + AVX2_FLOORS,
     "nasnet_like": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\" (AMD EPYC), "
                    "docs/notes/2026-11-26-an-intel-host.md, \"NASNet-like on this host\" (Intel Xeon), and "
-                   "docs/notes/2026-11-28-packed-weights-and-slow-states.md, section \"Bench run 22\" (AVX2)",
+                   "docs/notes/2026-11-28-packed-weights-and-slow-states.md, section \"Bench runs 23 and 24\" (AVX2)",
     "bert_tiny": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\", " + AVX2_FLOORS + ", and "
-                 "docs/notes/2026-11-28-packed-weights-and-slow-states.md, section \"Bench run 22\"",
+                 "docs/notes/2026-11-28-packed-weights-and-slow-states.md, section \"Bench runs 23 and 24\"",
     "resnet18": "docs/notes/2026-11-26-an-intel-host.md, section \"ResNet-18 on this host\", and " + AVX2_FLOORS,
     "mobilenet_v2": AVX2_FLOORS + ", and docs/notes/2026-11-28-packed-weights-and-slow-states.md, section "
-                    "\"Bench run 22\"",
+                    "\"Bench runs 23 and 24\"",
 }
 WORKLOADS = ["add_chain", "add_chains8", "bert_tiny", "lstm_tc", "nasnet_like", "resnet18", "mobilenet_v2"]
 UNSEEN = ["squeezenet1_0", "shufflenet_v2_x1_0", "mnasnet0_5", "efficientnet_b0", "regnet_x_400mf",
