@@ -257,9 +257,9 @@ void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64
   // 32 x 32 floats), all in one set of the 8-way L1, so in place the block
   // did not stay there (copied, 32 x 160 by 160 x 1024 took half the
   // time). The first row block stores it there as it reads it, its FMAs
-  // covering the loads from L2, rather than a copy pass first (32 x 160 by
-  // 160 x 512: 68 -> 61 us on one core). AVX-512 builds read B in place,
-  // as measured before; their L1 has 12 ways.
+  // covering the loads from L2, rather than a copy pass first (whose
+  // loads nothing hid). AVX-512 builds read B in place, as measured
+  // before; their L1 has 12 ways.
   alignas(64) float panel[Vec::kRegisters < 32 ? kPanelMaxK * 3 * kLanes : 1];
   const bool use_panel = Vec::kRegisters < 32 && m > kTileRows && k <= kPanelMaxK;
   for (int64_t j = 0; j < n; j += 3 * kLanes) {
