@@ -81,14 +81,16 @@ TEST_F(Nn, SgemmAcrossSplitWidths) {
 // matmul_gemm, the MatMul and attention GEMM: with AVX-512, for k up to
 // kRowsGemmMaxK in products of at least kRowsGemmMinM rows or a B of at
 // most kRowsGemmSmallB elements, each output is exactly the in-order fma
-// chain over k (so any tile of C gives the same bits), else sgemm; products of 1 to 13 rows (whole, then in tiles that
-// reach the 8-, 4-, 2- and 1-row blocks), widths around the 16-column
-// vectors and the 48-column blocks, k = 0, short and long (sgemm), leading
+// chain over k (so any tile of C gives the same bits), else sgemm;
+// products of 1 to 16 rows (whole, then in tiles that reach the 8-, 6-,
+// 4-, 2- and 1-row blocks; AVX2 takes 8 rows at a time for a block one
+// vector wide and 6 for two), widths around the vectors (8 or 16 columns)
+// and the column blocks (24 or 48), k = 0, short and long (sgemm), leading
 // dims wider than the matrices, nothing written past a row's n columns.
 TEST_F(Nn, MatmulGemmIsTheInOrderFmaChain) {
   for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{64}, int64_t{129}, kRowsGemmMaxK, kRowsGemmMaxK + 1}) {
-    for (int64_t m : {1, 3, 5, 8, 9, 10, 11, 13}) {
-      for (int64_t n : {1, 15, 16, 17, 47, 48, 49, 100}) {
+    for (int64_t m : {1, 3, 5, 6, 8, 9, 10, 11, 12, 13, 16}) {
+      for (int64_t n : {1, 8, 15, 16, 17, 40, 47, 48, 49, 100}) {
         const int64_t lda = k + 3, ldb = n + 2, ldc = n + 1;
         Tensor a = rng.floats(Shape{m * lda}), b = rng.floats(Shape{std::max<int64_t>(k, 1) * ldb});
         std::vector<float> got(static_cast<size_t>(m * ldc), 7.f), tiled(got);

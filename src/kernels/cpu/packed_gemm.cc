@@ -32,6 +32,13 @@ using simd::Vec;
 // Rows of accumulators per micro-kernel: 8 x 3 vectors in AVX-512's 32
 // registers; 4 x 3 in AVX2's 16, beside 3 vectors of B and a broadcast.
 constexpr int kTileRows = Vec::kRegisters >= 32 ? 8 : 4;
+// Rows per tile for a column block of 1 or 2 vectors in gemm_rows: AVX2's
+// 4 rows would hold 4 or 8 accumulators, too few to cover the FMA
+// latency of two units (a 64 x 16 product ran 4.6 us with 4 rows, 2.9
+// with 6); 12 rows of one vector ran slower than 8, their row pointers
+// spilled.
+constexpr int kNarrowRows1 = Vec::kRegisters >= 32 ? kTileRows : 8;
+constexpr int kNarrowRows2 = Vec::kRegisters >= 32 ? kTileRows : 6;
 // Longest reduction whose column block run_packed copies to a panel on
 // the stack (AVX2: 48 KB).
 constexpr int64_t kPanelMaxK = 512;
@@ -182,6 +189,16 @@ void rows_block(const float* a, int64_t lda, int64_t rows, int64_t k, const floa
   RowsA<kRows> ar;
   for (int r = 0; r < kRows; ++r) ar.row[r] = a + (r < rows ? r : rows - 1) * lda;
   micro_block<kRows, false>(ar, k, b, ldb, cb, c, ldc, rows, GemmPost());
+}
+
+// rows_block for a column block of exactly kNv vectors.
+template <int kRows, int kNv>
+void rows_block_nv(const float* a, int64_t lda, int64_t rows, int64_t k, const float* b, int64_t ldb,
+                   const ColumnBlock& cb, float* c, int64_t ldc) {
+  RowsA<kRows> ar;
+  for (int r = 0; r < kRows; ++r) ar.row[r] = a + (r < rows ? r : rows - 1) * lda;
+  if (cb.full) micro<kRows, kNv, false, true>(ar, k, b, ldb, cb.last, c, ldc, rows, GemmPost());
+  else micro<kRows, kNv, false, false>(ar, k, b, ldb, cb.last, c, ldc, rows, GemmPost());
 }
 #endif
 
@@ -342,7 +359,16 @@ void gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, con
   // accumulators).
   for (int64_t j = 0; j < n; j += 3 * kLanes) {
     const ColumnBlock cb = column_block(n - j);
-    for (int64_t r = 0; r < m;) {
+    int64_t r = 0;
+    // A block of 1 or 2 vectors takes more rows at a time (kNarrowRows1/2).
+    if (cb.nv == 1 && kNarrowRows1 > kTileRows) {
+      for (; r + kNarrowRows1 <= m; r += kNarrowRows1)
+        rows_block_nv<kNarrowRows1, 1>(a + r * lda, lda, kNarrowRows1, k, b + j, ldb, cb, c + r * ldc + j, ldc);
+    } else if (cb.nv == 2 && kNarrowRows2 > kTileRows) {
+      for (; r + kNarrowRows2 <= m; r += kNarrowRows2)
+        rows_block_nv<kNarrowRows2, 2>(a + r * lda, lda, kNarrowRows2, k, b + j, ldb, cb, c + r * ldc + j, ldc);
+    }
+    while (r < m) {
       const int64_t rows = std::min<int64_t>(kTileRows, m - r);
       const float* ar = a + r * lda;
       float* cr = c + r * ldc + j;
