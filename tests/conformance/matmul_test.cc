@@ -230,8 +230,9 @@ TEST_F(Nn, MatMulConstantBPackedGivesTheSameBits) {
   }
 }
 
-// transpose, the attention's K^T copy: 16 x 16 register blocks and the
-// scalar edges, with row strides wider than the matrices.
+// transpose, the attention's K^T copy: register blocks (16 x 16 with
+// AVX-512, 8 x 8 with AVX2) and the scalar edges, with row strides wider
+// than the matrices.
 TEST_F(Nn, TransposeWithEdgesAndStrides) {
   for (int64_t rows : {1, 15, 16, 17, 33, 64}) {
     for (int64_t cols : {1, 16, 20, 64}) {

@@ -243,6 +243,35 @@ void transpose16(const float* src, int64_t lds, float* dst, int64_t ldd) {
 }
 #endif
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// dst (8 x 8, row stride ldd) = the transpose of src (8 x 8, row stride
+// lds): pairs of rows interleaved, then 2 x 2 blocks of pairs, then the
+// 128-bit halves exchanged.
+void transpose8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m256 r[8], t[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // r[4i + m], 128-bit half h, lane k: column 4h + m of row 4i + k.
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i) {
+    r[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    _mm256_storeu_ps(dst + m * ldd, _mm256_permute2f128_ps(r[m], r[4 + m], 0x20));
+    _mm256_storeu_ps(dst + (4 + m) * ldd, _mm256_permute2f128_ps(r[m], r[4 + m], 0x31));
+  }
+}
+#endif
+
 }  // namespace
 
 size_t packed_size(int64_t m, int64_t k) {
@@ -439,6 +468,14 @@ void transpose(const float* src, int64_t lds, int64_t rows, int64_t cols, float*
     for (; c0 + 16 <= cols; c0 += 16) transpose16(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
     for (; c0 < cols; ++c0)
       for (int64_t r = r0; r < r0 + 16; ++r) dst[c0 * ldd + r] = src[r * lds + c0];
+  }
+#endif
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  for (; r0 + 8 <= rows; r0 += 8) {
+    int64_t c0 = 0;
+    for (; c0 + 8 <= cols; c0 += 8) transpose8(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
+    for (; c0 < cols; ++c0)
+      for (int64_t r = r0; r < r0 + 8; ++r) dst[c0 * ldd + r] = src[r * lds + c0];
   }
 #endif
   for (; r0 < rows; ++r0)

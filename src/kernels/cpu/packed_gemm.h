@@ -74,7 +74,8 @@ void gemm_rows_packed(int64_t m, int64_t n0, int64_t n1, int64_t k, const float*
                       const float* packed, float* c, int64_t ldc);
 
 // dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: a GEMM
-// operand transposed (16 x 16 blocks in registers with AVX-512).
+// operand transposed (16 x 16 blocks in registers with AVX-512, 8 x 8 with
+// AVX2).
 void transpose(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd);
 
 // What packed_gemm_post applies to each output before storing it, in the
