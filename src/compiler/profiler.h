@@ -34,7 +34,7 @@ class Program;
 
 // Bumped whenever an rKernel changes speed or tiling: old cache entries
 // stop matching.
-inline constexpr int kKernelVersion = 64;
+inline constexpr int kKernelVersion = 65;
 
 struct ProfileOptions {
   bool use_cache = true;   // read and update the cache

@@ -162,8 +162,8 @@ TEST_F(Nn, BatchInstanceLayerNorm) {
   }
 }
 
-// layer_norm_rows and softmax_rows take rows 4 at a time (with AVX-512;
-// softmax_rows with AVX2 too):
+// layer_norm_rows and softmax_rows take rows 4 at a time (with AVX-512
+// and with AVX2):
 // a row's result must not depend on its group (the fused attention and
 // MatMul + LayerNorm rely on it to equal the unfused ops bit for bit), and
 // must match a double reference; a NaN spoils only its own softmax row,

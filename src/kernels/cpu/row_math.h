@@ -134,11 +134,10 @@ inline void log_softmax_row(const float* x, float* y, int64_t n) {
 // 128-wide LayerNorm row was ~27 ns alone, a 64-wide softmax row ~35 ns).
 // Each row's arithmetic is the same whether it is in a group of 4 or
 // alone: 16 lanes, the partial sums (with the tail's lanes masked to 0) in
-// lane order, then combined pairwise. With AVX2, softmax takes 4 rows at
-// once the same way on 8 lanes (the one-row loops did not vectorize the
-// max and ran a 64 x 64 head's scores in 6.1 us, the groups in 3.0);
-// LayerNorm, and every row function without either, is the one-row
-// function above, row by row.
+// lane order, then combined pairwise. With AVX2 both take 4 rows at once
+// the same way on 8 lanes (the one-row loops left the sums and the max
+// unvectorized: a 64 x 64 head's softmax took 6.1 us, the groups 3.0).
+// Without either they are the one-row functions above, row by row.
 #if defined(__AVX512F__)
 namespace row_math_detail {
 
@@ -307,6 +306,64 @@ inline __m256 exp8(__m256 x) {
   return _mm256_blendv_ps(v, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
+// layer_norm_group on 8-lane vectors: R rows at once, each row's
+// arithmetic the same for any R (8 partial sums, the tail's lanes 0,
+// combined by lane_reduce8).
+template <int R>
+inline void layer_norm_group8(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t n, float eps,
+                              const float* __restrict scale, const float* __restrict bias, float* mean_out,
+                              float* inv_out) {
+  const auto add = [](__m128 a, __m128 b) { return _mm_add_ps(a, b); };
+  const int64_t whole = n / 8 * 8;
+  const __m256i tail = lanes8(n - whole);
+  const __m256 tail_ps = _mm256_castsi256_ps(tail);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < whole; i += 8)
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_add_ps(acc[r], _mm256_loadu_ps(x + r * ldx + i));
+  if (whole < n)
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_add_ps(acc[r], _mm256_maskload_ps(x + r * ldx + whole, tail));
+  __m256 mean[R], inv[R];
+  for (int r = 0; r < R; ++r) {
+    const float mu = n ? lane_reduce8(acc[r], add) / static_cast<float>(n) : 0.f;
+    if (mean_out) mean_out[r] = mu;
+    mean[r] = _mm256_set1_ps(mu);
+    acc[r] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < whole; i += 8)
+    for (int r = 0; r < R; ++r) {
+      const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + r * ldx + i), mean[r]);
+      acc[r] = _mm256_fmadd_ps(d, d, acc[r]);
+    }
+  if (whole < n)
+    for (int r = 0; r < R; ++r) {
+      const __m256 d = _mm256_and_ps(_mm256_sub_ps(_mm256_maskload_ps(x + r * ldx + whole, tail), mean[r]), tail_ps);
+      acc[r] = _mm256_fmadd_ps(d, d, acc[r]);
+    }
+  for (int r = 0; r < R; ++r) {
+    const float var = n ? lane_reduce8(acc[r], add) / static_cast<float>(n) : 0.f;
+    const float iv = 1.f / std::sqrt(var + eps);
+    if (inv_out) inv_out[r] = iv;
+    inv[r] = _mm256_set1_ps(iv);
+  }
+  for (int64_t i = 0; i < whole; i += 8) {
+    const __m256 sc = _mm256_loadu_ps(scale + i);
+    const __m256 b = bias ? _mm256_loadu_ps(bias + i) : _mm256_setzero_ps();
+    for (int r = 0; r < R; ++r) {
+      const __m256 t = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + r * ldx + i), mean[r]), inv[r]);
+      _mm256_storeu_ps(y + r * ldy + i, bias ? _mm256_fmadd_ps(t, sc, b) : _mm256_mul_ps(t, sc));
+    }
+  }
+  if (whole < n) {
+    const __m256 sc = _mm256_maskload_ps(scale + whole, tail);
+    const __m256 b = bias ? _mm256_maskload_ps(bias + whole, tail) : _mm256_setzero_ps();
+    for (int r = 0; r < R; ++r) {
+      const __m256 t = _mm256_mul_ps(_mm256_sub_ps(_mm256_maskload_ps(x + r * ldx + whole, tail), mean[r]), inv[r]);
+      _mm256_maskstore_ps(y + r * ldy + whole, tail, bias ? _mm256_fmadd_ps(t, sc, b) : _mm256_mul_ps(t, sc));
+    }
+  }
+}
+
 // softmax_group on 8-lane vectors: R rows at once, each row's arithmetic
 // the same for any R (8 partial maxima and sums, the tail's lanes as -inf
 // and 0, combined by lane_reduce8). Whole vectors load and store plainly:
@@ -374,6 +431,14 @@ inline void layer_norm_rows(const float* x, int64_t ldx, float* y, int64_t ldy, 
   for (; r < rows; ++r)
     layer_norm_group<1>(x + r * ldx, ldx, y + r * ldy, ldy, n, eps, scale, bias, mean_out ? mean_out + r : nullptr,
                         inv_out ? inv_out + r : nullptr);
+#elif defined(__AVX2__) && defined(__FMA__)
+  using row_math_detail::layer_norm_group8;
+  for (; r + 4 <= rows; r += 4)
+    layer_norm_group8<4>(x + r * ldx, ldx, y + r * ldy, ldy, n, eps, scale, bias, mean_out ? mean_out + r : nullptr,
+                         inv_out ? inv_out + r : nullptr);
+  for (; r < rows; ++r)
+    layer_norm_group8<1>(x + r * ldx, ldx, y + r * ldy, ldy, n, eps, scale, bias, mean_out ? mean_out + r : nullptr,
+                         inv_out ? inv_out + r : nullptr);
 #else
   for (; r < rows; ++r) {
     float inv;
