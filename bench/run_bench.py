@@ -77,7 +77,7 @@ FLOORS = {
                    "docs/notes/2026-11-28-packed-weights-and-slow-states.md, section \"Bench runs 23 and 24\" (AVX2)",
     "bert_tiny": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\", " + AVX2_FLOORS + ", and "
                  "docs/notes/2026-11-28-packed-weights-and-slow-states.md, sections \"gemm_rows' narrow column "
-                 "blocks, and the K^T copy\" and \"Bench run 25\"",
+                 "blocks, and the K^T copy\" and \"Bench run 26\"",
     "resnet18": "docs/notes/2026-11-26-an-intel-host.md, section \"ResNet-18 on this host\", and " + AVX2_FLOORS,
     "mobilenet_v2": AVX2_FLOORS + ", and docs/notes/2026-11-28-packed-weights-and-slow-states.md, section "
                     "\"Bench runs 23 and 24\"",
