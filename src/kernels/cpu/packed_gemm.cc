@@ -209,7 +209,8 @@ void rows_block_nv(const float* a, int64_t lda, int64_t rows, int64_t k, const f
 // GCC 12 warns about the plain intrinsics' undefined pass-through.)
 constexpr __mmask16 kAll = 0xffff;
 
-void transpose16(const float* src, int64_t lds, float* dst, int64_t ldd) {
+constexpr int64_t kTransposeBlock = 16;
+void transpose_block(const float* src, int64_t lds, float* dst, int64_t ldd) {
   __m512 r[16], t[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
@@ -247,7 +248,8 @@ void transpose16(const float* src, int64_t lds, float* dst, int64_t ldd) {
 // dst (8 x 8, row stride ldd) = the transpose of src (8 x 8, row stride
 // lds): pairs of rows interleaved, then 2 x 2 blocks of pairs, then the
 // 128-bit halves exchanged.
-void transpose8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+constexpr int64_t kTransposeBlock = 8;
+void transpose_block(const float* src, int64_t lds, float* dst, int64_t ldd) {
   __m256 r[8], t[8];
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
@@ -462,20 +464,13 @@ void gemm_rows_packed(int64_t m, int64_t n0, int64_t n1, int64_t k, const float*
 
 void transpose(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
   int64_t r0 = 0;
-#if defined(__AVX512F__)
-  for (; r0 + 16 <= rows; r0 += 16) {
+#if defined(__AVX512F__) || defined(__AVX2__)
+  constexpr int64_t kB = kTransposeBlock;  // blocks in registers, scalar edges
+  for (; r0 + kB <= rows; r0 += kB) {
     int64_t c0 = 0;
-    for (; c0 + 16 <= cols; c0 += 16) transpose16(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
+    for (; c0 + kB <= cols; c0 += kB) transpose_block(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
     for (; c0 < cols; ++c0)
-      for (int64_t r = r0; r < r0 + 16; ++r) dst[c0 * ldd + r] = src[r * lds + c0];
-  }
-#endif
-#if defined(__AVX2__) && !defined(__AVX512F__)
-  for (; r0 + 8 <= rows; r0 += 8) {
-    int64_t c0 = 0;
-    for (; c0 + 8 <= cols; c0 += 8) transpose8(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
-    for (; c0 < cols; ++c0)
-      for (int64_t r = r0; r < r0 + 8; ++r) dst[c0 * ldd + r] = src[r * lds + c0];
+      for (int64_t r = r0; r < r0 + kB; ++r) dst[c0 * ldd + r] = src[r * lds + c0];
   }
 #endif
   for (; r0 < rows; ++r0)

@@ -15,7 +15,10 @@
 
 #include "kernels/cpu/fast_math.h"
 
+// Row groups (layer_norm_group, softmax_group below): 16 lanes with
+// AVX-512, 8 with AVX2 and FMA.
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define TESSERA_ROW_GROUPS 1
 #include <immintrin.h>
 #endif
 
@@ -306,13 +309,13 @@ inline __m256 exp8(__m256 x) {
   return _mm256_blendv_ps(v, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
-// layer_norm_group on 8-lane vectors: R rows at once, each row's
+// layer_norm_group on 8-lane vectors (the AVX-512 one's steps): R rows at once, each row's
 // arithmetic the same for any R (8 partial sums, the tail's lanes 0,
 // combined by lane_reduce8).
 template <int R>
-inline void layer_norm_group8(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t n, float eps,
-                              const float* __restrict scale, const float* __restrict bias, float* mean_out,
-                              float* inv_out) {
+inline void layer_norm_group(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t n, float eps,
+                             const float* __restrict scale, const float* __restrict bias, float* mean_out,
+                             float* inv_out) {
   const auto add = [](__m128 a, __m128 b) { return _mm_add_ps(a, b); };
   const int64_t whole = n / 8 * 8;
   const __m256i tail = lanes8(n - whole);
@@ -364,12 +367,12 @@ inline void layer_norm_group8(const float* x, int64_t ldx, float* y, int64_t ldy
   }
 }
 
-// softmax_group on 8-lane vectors: R rows at once, each row's arithmetic
+// softmax_group on 8-lane vectors (the AVX-512 one's steps): R rows at once, each row's arithmetic
 // the same for any R (8 partial maxima and sums, the tail's lanes as -inf
 // and 0, combined by lane_reduce8). Whole vectors load and store plainly:
 // AVX2's masked forms cost more, the store most.
 template <int R>
-inline void softmax_group8(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t n) {
+inline void softmax_group(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t n) {
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   const int64_t whole = n / 8 * 8;
   const __m256i tail = lanes8(n - whole);
@@ -423,7 +426,7 @@ inline void layer_norm_rows(const float* x, int64_t ldx, float* y, int64_t ldy, 
                             const float* __restrict scale, const float* __restrict bias, float* mean_out = nullptr,
                             float* inv_out = nullptr) {
   int64_t r = 0;
-#if defined(__AVX512F__)
+#if defined(TESSERA_ROW_GROUPS)
   using row_math_detail::layer_norm_group;
   for (; r + 4 <= rows; r += 4)
     layer_norm_group<4>(x + r * ldx, ldx, y + r * ldy, ldy, n, eps, scale, bias, mean_out ? mean_out + r : nullptr,
@@ -431,14 +434,6 @@ inline void layer_norm_rows(const float* x, int64_t ldx, float* y, int64_t ldy, 
   for (; r < rows; ++r)
     layer_norm_group<1>(x + r * ldx, ldx, y + r * ldy, ldy, n, eps, scale, bias, mean_out ? mean_out + r : nullptr,
                         inv_out ? inv_out + r : nullptr);
-#elif defined(__AVX2__) && defined(__FMA__)
-  using row_math_detail::layer_norm_group8;
-  for (; r + 4 <= rows; r += 4)
-    layer_norm_group8<4>(x + r * ldx, ldx, y + r * ldy, ldy, n, eps, scale, bias, mean_out ? mean_out + r : nullptr,
-                         inv_out ? inv_out + r : nullptr);
-  for (; r < rows; ++r)
-    layer_norm_group8<1>(x + r * ldx, ldx, y + r * ldy, ldy, n, eps, scale, bias, mean_out ? mean_out + r : nullptr,
-                         inv_out ? inv_out + r : nullptr);
 #else
   for (; r < rows; ++r) {
     float inv;
@@ -452,12 +447,9 @@ inline void layer_norm_rows(const float* x, int64_t ldx, float* y, int64_t ldy, 
 // softmax_row on `rows` rows (y may be x).
 inline void softmax_rows(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t n) {
   int64_t r = 0;
-#if defined(__AVX512F__)
+#if defined(TESSERA_ROW_GROUPS)
   for (; r + 4 <= rows; r += 4) row_math_detail::softmax_group<4>(x + r * ldx, ldx, y + r * ldy, ldy, n);
   for (; r < rows; ++r) row_math_detail::softmax_group<1>(x + r * ldx, ldx, y + r * ldy, ldy, n);
-#elif defined(__AVX2__) && defined(__FMA__)
-  for (; r + 4 <= rows; r += 4) row_math_detail::softmax_group8<4>(x + r * ldx, ldx, y + r * ldy, ldy, n);
-  for (; r < rows; ++r) row_math_detail::softmax_group8<1>(x + r * ldx, ldx, y + r * ldy, ldy, n);
 #else
   for (; r < rows; ++r) softmax_row(x + r * ldx, y + r * ldy, n);
 #endif
