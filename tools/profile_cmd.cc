@@ -17,7 +17,9 @@ const cli::Command kProfile = {
     "Measure the cost of one rTask of every op (per rKernel variant and bound shapes) and print a table:\n"
     "op, node, rKernel, the path it chose for these shapes (e.g. a Conv's winograd, 1x1 packed or depthwise\n"
     "rows), rTasks, us per rTask, total and share. Results are cached under $TESSERA_CACHE (default\n"
-    "~/.cache/tessera) and reused by later compiles.",
+    "~/.cache/tessera) and reused by later compiles. A model whose weights exceed the last-level cache\n"
+    "(tessera topo) is timed with each op's weights evicted from the caches first, as a run reads them\n"
+    "from memory; a line after the table says which.",
     {
         {"--shape", "NAME=DIMS", "bind a dynamic input's shape", true},
         {"--no-cache", "", "measure everything again (and refresh the cache)"},
@@ -86,6 +88,12 @@ int profile_main(int argc, char** argv) {
   }
   std::printf("\n%zu ops, %.1f us of rTask work per run (%.1f ms); %zu measured, %zu from the cache\ncache: %s\n",
               r->rows.size(), sum, sum / 1e3, r->measured, r->from_cache, r->cache_path.c_str());
+  std::printf("weights %s MiB, %s: %s\n", fixed(static_cast<double>(r->weight_bytes) / (1 << 20), 1).c_str(),
+              r->llc_kb > 0 ? cat("last-level cache ", fixed(r->llc_kb / 1024, 1), " MiB").c_str()
+                            : "last-level cache unknown",
+              r->weights_cold ? "more than it holds, so each rTask was timed with its weights evicted first, as a run "
+                                "reads them from memory"
+                              : "each rTask timed with its weights in cache");
   if (r->contended > 0)
     std::printf("note: %zu measured while this core never ran at full speed (another thread on it?): scaled "
                 "estimates; rerun with `--no-cache` when the machine is quiet\n",

@@ -72,7 +72,9 @@ void print_text(const HostMap& m) {
   std::printf("digest    %s (what the planner concludes; plan choices are cached under it)\n", m.digest().c_str());
   std::printf("from      %s; measured %s", m.origin.c_str(), when(m.measured_at).c_str());
   if (m.measured_at > 0) std::printf(" (%s days ago, in %s s)", fixed(m.age_days(now), 1).c_str(), fixed(m.measure_s, 1).c_str());
-  std::printf("\ncaches    sharing from %s%s\n", m.groups_from.c_str(), m.noisy ? "; NOISY while measured" : "");
+  std::printf("\ncaches    sharing from %s%s; last level %s\n", m.groups_from.c_str(),
+              m.noisy ? "; NOISY while measured" : "",
+              m.llc_kb > 0 ? cat(fixed(m.llc_kb / 1024, 1), " MiB per PU").c_str() : "unknown");
   std::printf("\n  vEU  PU   core  L2  L3  NUMA  FMA GFLOP/s  memory GB/s\n");
   for (int p = 0; p < m.size(); ++p) {
     const HostPu& pu = m.pus[static_cast<size_t>(p)];

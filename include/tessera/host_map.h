@@ -65,6 +65,10 @@ struct HostMap {
   std::string origin;        // how this process got it: "measured", "cache", "file PATH" (not stored)
 
   std::vector<HostPu> pus;
+  // The last-level cache of the first PU (L3, else L2), KB, as hwloc
+  // reports it; 0 = unknown. A model whose weights exceed it reads them
+  // from memory in every run, and is profiled that way.
+  double llc_kb = 0;
   std::vector<double> sizes_kb;  // ascending; costs below are per size
   // read_ns_per_kb[s][r * n + w]: PU r reading sizes_kb[s] KB that PU w
   // has just written (r == w: its own data).

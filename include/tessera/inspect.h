@@ -109,6 +109,13 @@ struct ProfileReport {
   // it): scaled estimates, worth measuring again on a quiet host.
   size_t contended = 0;
   std::string cache_path = {};
+  // The constant bytes the ops read, the last-level cache (HostMap::llc_kb;
+  // 0 = unknown), and whether the weights exceed it: then every rTask was
+  // timed with its weights evicted from the caches first, as a run reads
+  // them from memory.
+  uint64_t weight_bytes = 0;
+  double llc_kb = 0;
+  bool weights_cold = false;
 };
 
 // How many nodes of one op a model has, and whether they can run.

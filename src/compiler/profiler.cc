@@ -6,8 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unordered_set>
 
-#if defined(__AVX512F__)
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
@@ -62,10 +63,12 @@ double gauge_us() {
 }
 
 // Identifies an rKernel instance: op, rKernel, tiling, attributes, and the
-// dtype and shape of every input (constants by shape only) and output.
-std::string step_key(const Step& s) {
+// dtype and shape of every input (constants by shape only) and output;
+// "|cold" where its constants were evicted before each sample.
+std::string step_key(const Step& s, bool cold) {
   std::ostringstream k;
   k << s.node->op_type << "|" << s.kernel->name << "|tasks=" << s.op->tasks() << "|opset=" << s.node->opset;
+  if (cold) k << "|cold";
   for (const auto& [name, a] : s.node->attrs) {
     k << "|" << name << "=";
     switch (a.kind) {
@@ -115,6 +118,45 @@ constexpr double kQuietGauge = 1.12;
 // samples, each scaled by its round's gauge ratio, instead.
 constexpr size_t kMinQuietSamples = 3;
 
+// Writes back and drops every cache line of these bytes from every level
+// of this PU's caches (and, coherently, every other PU's), as if the next
+// read came after a run's worth of other data had pushed them out (x86-64
+// only: profiler_can_evict).
+void evict_from_caches(const std::vector<std::span<const std::byte>>& spans) {
+#if defined(__x86_64__)
+  constexpr uintptr_t kLine = 64;
+  for (std::span<const std::byte> b : spans) {
+    if (b.empty()) continue;
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(b.data()) & ~(kLine - 1);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(b.data() + b.size());
+    for (uintptr_t a = begin; a < end; a += kLine) _mm_clflush(reinterpret_cast<const void*>(a));
+  }
+  _mm_mfence();  // every flush done before the timed run's first load
+#else
+  (void)spans;
+#endif
+}
+
+// What to evict before each sample of `s` (ProfileOptions::cold_llc_kb):
+// its constant inputs and what its op packed from them; empty where the
+// profile is warm or they exceed the cache.
+std::vector<std::span<const std::byte>> cold_spans(const Step& s, const ProfileOptions& o) {
+  std::vector<std::span<const std::byte>> spans;
+  if (o.cold_llc_kb <= 0 || !profiler_can_evict()) return spans;
+  size_t bytes = 0;
+  for (const Value* v : s.node->inputs)
+    if (v != nullptr && v->is_constant()) {
+      spans.emplace_back(static_cast<const std::byte*>(v->constant->raw()), v->constant->nbytes());
+      bytes += v->constant->nbytes();
+    }
+  for (std::span<const std::byte> b : s.op->resident()) {
+    spans.push_back(b);
+    bytes += b.size();
+  }
+  if (static_cast<double>(bytes) > o.cold_llc_kb * 1024) spans.clear();
+  return spans;
+}
+
 // Times rTasks of one step; returns the median µs of one rTask among the
 // rounds taken at full speed (see gauge_us), updating *best_gauge.
 // *contended: no such rounds were to be had, the result is scaled.
@@ -143,20 +185,30 @@ double measure_step(const Step& s, const ProfileOptions& o, double* best_gauge, 
   for (int64_t i : {int64_t{0}, n / 3, (2 * n) / 3, n - 1})
     if (std::find(picks.begin(), picks.end(), i) == picks.end()) picks.push_back(i);
   for (int64_t t : picks) s.op->run(t, args);  // warm caches, library JIT
+  // Cold: what a run reads from memory (the node's constants and what the
+  // op packed from them) leaves the caches before every sample; the time
+  // that takes does not count towards the op's sampling time.
+  const std::vector<std::span<const std::byte>> cold = cold_spans(s, o);
   std::vector<double> quiet, scaled;
   const int64_t start = now_ns();
+  int64_t evicting_ns = 0;
   while (true) {
     const double g = gauge_us();
     *best_gauge = std::min(*best_gauge, g);
     const double ratio = g / *best_gauge;
     for (int64_t t : picks) {
+      if (!cold.empty()) {
+        const int64_t e0 = now_ns();
+        evict_from_caches(cold);
+        evicting_ns += now_ns() - e0;
+      }
       int64_t t0 = now_ns();
       s.op->run(t, args);
       const double us = static_cast<double>(now_ns() - t0) / 1e3;
       if (ratio <= kQuietGauge) quiet.push_back(us);
       scaled.push_back(us / ratio);
     }
-    double elapsed_ms = static_cast<double>(now_ns() - start) / 1e6;
+    double elapsed_ms = static_cast<double>(now_ns() - start - evicting_ns) / 1e6;
     if ((static_cast<int>(quiet.size()) >= o.min_samples && elapsed_ms >= o.min_ms_per_op) ||
         elapsed_ms >= o.max_ms_per_op)
       break;
@@ -168,6 +220,29 @@ double measure_step(const Step& s, const ProfileOptions& o, double* best_gauge, 
 }
 
 }  // namespace
+
+std::string profile_step_key(const Step& s, const ProfileOptions& o) { return step_key(s, !cold_spans(s, o).empty()); }
+
+bool profiler_can_evict() {
+#if defined(__x86_64__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+size_t program_constant_bytes(const Program& p) {
+  std::unordered_set<const Value*> seen;
+  size_t bytes = 0;
+  for (const Step& s : p.steps)
+    for (const Value* v : s.node->inputs)
+      if (v != nullptr && v->is_constant() && seen.insert(v).second) bytes += v->constant->nbytes();
+  return bytes;
+}
+
+bool weights_are_cold(const Program& p, double llc_kb) {
+  return llc_kb > 0 && static_cast<double>(program_constant_bytes(p)) > llc_kb * 1024;
+}
 
 std::string cpu_cache_key() { return str_cat(cpu_id(), "-", kernel_isa()); }
 
@@ -188,7 +263,7 @@ void Profiler::flush() {
 }
 
 double Profiler::cost(const Step& s, bool* from_cache) {
-  std::string key = step_key(s);
+  std::string key = profile_step_key(s, options_);
   auto it = cache_.find(key);
   auto seen = fresh_.find(key);  // the same instance twice in one compile
   bool hit = !options_.refresh && it != cache_.end();

@@ -31,6 +31,7 @@
 namespace tessera {
 
 class Program;
+struct Step;
 
 // Bumped whenever an rKernel changes speed or tiling: old cache entries
 // stop matching.
@@ -47,6 +48,14 @@ struct ProfileOptions {
   double min_ms_per_op = 2.0;  // keep sampling an op at least this long...
   int min_samples = 7;         // ...and for at least this many rTask runs
   double max_ms_per_op = 50.0;
+  // > 0: time each rTask with the step's constant inputs and the bytes its
+  // op packed from them (ROp::resident) evicted from the caches first, as
+  // a run finds them when the model's weights exceed the last-level cache
+  // (weights_are_cold): this cache's size in KB. A step whose constants
+  // are larger still reads them from memory either way and is timed as it
+  // comes. Cached apart from warm costs. Where this CPU cannot evict
+  // (profiler_can_evict): 0, warm.
+  double cold_llc_kb = 0;
   // Called after each op: (done, total, from_cache).
   std::function<void(size_t, size_t, bool)> progress;
 };
@@ -61,7 +70,24 @@ struct ProfileResult {
 
 Result<ProfileResult> profile_program(const Program& p, const ProfileOptions& options);
 
-struct Step;
+// The profile cache's key of one rKernel instance as `options` would time
+// it: op, rKernel, tiling, attributes, the dtype and shape of every input
+// and output, and "|cold" where its constants are evicted before each
+// sample (ProfileOptions::cold_llc_kb).
+std::string profile_step_key(const Step& s, const ProfileOptions& options);
+
+// Whether the profiler can evict bytes from the caches on this CPU
+// (x86-64: clflush).
+bool profiler_can_evict();
+
+// Whether a run of `p` reads its weights from memory: the constant bytes
+// its steps read exceed `llc_kb`, the last-level cache of the PU a vEU
+// runs on (HostMap::llc_kb; 0 = unknown, taken as warm). A run streams
+// every weight once, so none is still cached when it comes round again.
+bool weights_are_cold(const Program& p, double llc_kb);
+// The constant bytes the steps of `p` read, each constant counted once.
+size_t program_constant_bytes(const Program& p);
+
 
 // The measuring engine behind profile_program, for costing single rKernel
 // instances (a step's variants): reads the cache once, measures what it

@@ -126,6 +126,9 @@ struct CompileStats {
   int concats_in_place = 0;    // Concats with parts written in place
   int convs_blocked = 0;       // convs on the channel-blocked layout
   int64_t rtasks = 0;
+  // rTask costs measured with the weights evicted first (a run reads them
+  // from memory: weights_are_cold, profiler.h).
+  bool weights_cold = false;
   double compile_ms = 0;
 };
 

@@ -20,6 +20,7 @@
 // each with its own scratch.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -82,6 +83,12 @@ class ROp {
   // "gemm_rows" or "sgemm"), for `tessera profile` and traces; empty
   // where there is one.
   virtual std::string_view path() const { return {}; }
+  // What the op made once, when it was made, and reads in every run (its
+  // weights packed or transformed), beside the node's constant inputs.
+  // The profiler evicts both from the caches before it times an rTask of a
+  // model whose weights a run reads from memory (ProfileOptions::
+  // cold_constants). Empty by default.
+  virtual std::vector<std::span<const std::byte>> resident() const { return {}; }
 
  protected:
   int64_t tasks_ = 1;
@@ -92,6 +99,12 @@ class ROp {
   std::vector<double> in_read_bytes_;
   Access out_access_ = Access::kSpread;
 };
+
+// One of ROp::resident()'s spans: a vector's elements as bytes.
+template <typename T>
+std::span<const std::byte> resident_bytes(const std::vector<T>& v) {
+  return std::as_bytes(std::span<const T>(v));
+}
 
 struct KernelParams {
   // Desired number of rTasks; 0 lets the kernel pick by its own grain.

@@ -379,6 +379,7 @@ class Measurer {
     const int64_t t0 = now_ns();
     m_.key = host_shape_key(t_);
     m_.cpu = cpu_model_name();
+    m_.llc_kb = t_.llc_kb;
     m_.measured_at = static_cast<int64_t>(std::time(nullptr));
     for (const CpuPu& p : t_.pu_info) m_.pus.push_back({p.os_index, p.core, p.l2, p.l3, p.numa, 0, 0});
     m_.sizes_kb.assign(std::begin(kSizesKb), std::end(kSizesKb));

@@ -48,6 +48,14 @@ CpuTopology read_topology() {
            n = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, n))
         if (hwloc_bitmap_isset(n->cpuset, pu->os_index)) p.numa = static_cast<int>(n->logical_index);
       if (p.l2 >= 0 || p.l3 >= 0) t.caches_known = true;
+      if (t.llc_kb == 0)
+        for (hwloc_obj_type_t level : {HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L2CACHE}) {
+          hwloc_obj_t cache = hwloc_get_ancestor_obj_by_type(topo, level, pu);
+          if (cache != nullptr && cache->attr != nullptr && cache->attr->cache.size > 0) {
+            t.llc_kb = static_cast<double>(cache->attr->cache.size) / 1024;
+            break;
+          }
+        }
       pus.push_back(p);
     }
     if (!pus.empty()) per_core.push_back(pus);

@@ -31,6 +31,7 @@ struct CpuTopology {
   std::vector<unsigned> pu_order;  // OS indices of PUs, placement order
   std::vector<CpuPu> pu_info;      // the same PUs, same order
   bool caches_known = false;       // hwloc reported L2 or L3 objects
+  double llc_kb = 0;               // the first PU's last-level cache (L3, else L2), KB; 0 = unknown
   std::string summary;             // "1 package, 2 cores, 2 PUs"
 
   // What identifies this shape of host beside the CPU model: the allowed

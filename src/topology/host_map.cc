@@ -224,6 +224,11 @@ std::string host_profile_tag(const HostMap& m) {
 std::vector<std::string> host_map_conclusions(const HostMap& m) {
   std::vector<std::string> out;
   const int n = m.size();
+  out.push_back(m.llc_kb > 0 ? str_cat("a model whose weights exceed the ", str_fixed(m.llc_kb / 1024, 1),
+                                       " MiB last-level cache reads them from memory in every run: its ops are "
+                                       "profiled with their weights evicted from the caches")
+                             : "the last-level cache's size is unknown: every model's ops are profiled with their "
+                               "weights in cache");
   if (n == 1) {
     out.push_back("one PU: every Plan runs on one vEU; nothing crosses");
     return out;
@@ -416,6 +421,7 @@ std::string host_map_to_json(const HostMap& m) {
     pus.push_back({{"os_index", p.os_index}, {"core", p.core}, {"l2", p.l2}, {"l3", p.l3}, {"numa", p.numa},
                    {"fma_gflops", std::round(p.fma_gflops * 10) / 10}, {"mem_gbps", std::round(p.mem_gbps * 10) / 10}});
   j["pus"] = pus;
+  j["llc_kb"] = m.llc_kb;
   j["sizes_kb"] = m.sizes_kb;
   // The typical size's matrix, for readers that want one number per pair.
   std::vector<double> typical(static_cast<size_t>(n) * static_cast<size_t>(n));
@@ -468,6 +474,10 @@ Result<HostMap> host_map_from_json(std::string_view text, const std::string& sou
       if (!s.is_string()) return r.error("notes", "expected a list of strings");
       m.notes.push_back(s.get<std::string>());
     }
+  }
+  if (j.contains("llc_kb")) {
+    TESSERA_RETURN_IF_ERROR(r.number(j["llc_kb"], "llc_kb", &m.llc_kb));
+    if (!(m.llc_kb >= 0 && m.llc_kb < 1e9)) return r.error("llc_kb", "expected KB from 0 (unknown) to 1e9");
   }
   if (!j.contains("pus")) return r.error("pus", "missing (a list of PUs)");
   TESSERA_RETURN_IF_ERROR(parse_pus(r, j["pus"], &m));
@@ -528,6 +538,7 @@ Result<HostMap> host_map_obtain(const HostMapOptions& o) {
       stale = "it describes another host shape";
     } else if (!o.verify || fingerprint_agrees(*cached, t, &stale)) {
       cached->origin = "cache";
+      if (cached->llc_kb == 0) cached->llc_kb = t.llc_kb;  // a map written before the field
       return cached;
     }
   }

@@ -79,6 +79,10 @@ TEST(HostMap, ParsesAWrittenMapWithDefaults) {
   EXPECT_EQ(m->share(0, 1), Sharing::kNone);
   EXPECT_DOUBLE_EQ(m->fma_together[1], 1);
   EXPECT_EQ(m->age_days(2000000000), 0);  // written, not measured
+  EXPECT_EQ(m->llc_kb, 0);                // last-level cache unknown
+  const std::vector<std::string> said = host_map_conclusions(*m);
+  ASSERT_FALSE(said.empty());
+  EXPECT_NE(said[0].find("unknown"), std::string::npos) << said[0];
 }
 
 TEST(HostMap, RoundTripsThroughJson) {
@@ -93,6 +97,7 @@ TEST(HostMap, RoundTripsThroughJson) {
   m.pus[2].mem_gbps = 31.5;
   m.measured_at = 1790000000;
   m.notes = {"a note"};
+  m.llc_kb = 32768;
   auto back = host_map_from_json(host_map_to_json(m), "round trip");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->key, m.key);
@@ -104,6 +109,9 @@ TEST(HostMap, RoundTripsThroughJson) {
   EXPECT_EQ(back->notes, m.notes);
   EXPECT_EQ(back->measured_at, m.measured_at);
   EXPECT_DOUBLE_EQ(back->pus[2].fma_gflops, 116.4);
+  EXPECT_DOUBLE_EQ(back->llc_kb, 32768);
+  EXPECT_NE(host_map_conclusions(*back)[0].find("32.0 MiB last-level cache"), std::string::npos)
+      << host_map_conclusions(*back)[0];
   EXPECT_EQ(back->digest(), m.digest());
   // Interpolation on log size: halfway between 16 and 1024 KB is 128 KB.
   EXPECT_NEAR(back->read_cost(1, 0, 128), 45, 1e-9);
@@ -140,6 +148,8 @@ TEST(HostMap, RejectsMalformedMapsNamingTheField) {
       {R"({"version": 1, "pus": [{}], "sizes_kb": [16, 32], "read_cost": [[1]]})", "read_cost_by_size: missing"},
       {R"({"version": 1, "pus": [{}], "read_cost": [[1]], "sharing": [["far"]]})", "sharing[0][0]: 'far'"},
       {R"({"version": 1, "pus": [{}], "read_cost": [[1]], "noisy": 1})", "noisy: expected true or false"},
+      {R"({"version": 1, "pus": [{}], "read_cost": [[1]], "llc_kb": "32M"})", "llc_kb: expected a number"},
+      {R"({"version": 1, "pus": [{}], "read_cost": [[1]], "llc_kb": -1})", "llc_kb: expected KB from 0"},
   };
   for (const Case& c : cases) {
     auto m = host_map_from_json(c.json, "map.json");

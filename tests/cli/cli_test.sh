@@ -117,6 +117,7 @@ fi
 # rKernel a depthwise op gets is measured: under ASan, where DwDirect's
 # checks are calls, some take im2col + sgemm.
 check "profile table and paths" bash -c "export TESSERA_CACHE=$TMP/pcache; $T topo --json --quiet > $TMP/pmap.json && export TESSERA_HOST_MAP=$TMP/pmap.json && $T profile $ZOO/nasnet_like.onnx > $TMP/prof.txt && head -1 $TMP/prof.txt | grep -q ' path ' && grep -q 's5a/dw/Conv .* depthwise ' $TMP/prof.txt && grep -q 'proj/Conv .* 1x1 ' $TMP/prof.txt && $T profile $ZOO/nasnet_like.onnx --top 3 > $TMP/prof2.txt && test \$(grep -c '(cached)\$' $TMP/prof2.txt) -eq 3 && grep -q '; 0 measured, 95 from the cache' $TMP/prof2.txt"
+check "profile: weights beyond the last-level cache timed cold" bash -c "export TESSERA_CACHE=$TMP/pcache; $PY -c 'import json; j=json.load(open(\"$TMP/pmap.json\")); j[\"llc_kb\"]=64; json.dump(j, open(\"$TMP/pmap_small.json\", \"w\"))' && grep -q 'each rTask timed with its weights in cache' $TMP/prof.txt && $T profile $ZOO/nasnet_like.onnx --host-map $TMP/pmap_small.json --top 1 > $TMP/prof3.txt && grep -q 'last-level cache 0.1 MiB: more than it holds, so each rTask was timed with its weights evicted first' $TMP/prof3.txt"
 check "trace slices name the path" bash -c "export TESSERA_CACHE=$TMP/pcache; $T run $ZOO/nasnet_like.onnx --iters 1 --threads 2 --trace $TMP/tn.json --quiet && $PY -c '
 import json
 x=[e for e in json.load(open(\"$TMP/tn.json\"))[\"traceEvents\"] if e[\"ph\"]==\"X\"]

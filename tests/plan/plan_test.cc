@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "base/strings.h"
+#include "compiler/profiler.h"
 #include "compiler/variants.h"
 #include "kernels/cpu/kernel.h"
 #include "ir/npy.h"
@@ -24,6 +25,7 @@
 #include "onnx/importer.h"
 #include "devices/cpu/engine.h"
 #include "tests/common/zoo_util.h"
+#include "topology/host_map.h"
 
 namespace tessera {
 namespace {
@@ -515,6 +517,91 @@ TEST(Profiler, MeasuresCachesAndFeedsThePlan) {
     for (size_t i = 0; i < got.size(); ++i)
       EXPECT_LE(rel_l2(got[i], want[i]), 1e-6) << "profiled plan, output " << i << "; other rKernels:" << others;
   }
+  fs::remove_all(dir);
+}
+
+// Where the model's weights exceed the host's last-level cache, a run
+// reads them from memory, and the profile times every rTask so: with the
+// step's constants and what its op packed from them (ROp::resident)
+// evicted first, cached apart from warm costs. Steps whose constants
+// exceed the cache on their own are timed as they come (they stream
+// either way); a cache that holds the weights keeps the profile warm.
+TEST(Profiler, EvictsWeightsWhereTheyExceedTheLastLevelCache) {
+  const std::string dir = (fs::temp_directory_path() / ("tessera_cold_" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  std::map<std::string, Tensor> inputs;
+  auto plain = compile_zoo("nasnet_like", {}, &inputs);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  const size_t weights = program_constant_bytes(**plain);
+  ASSERT_GT(weights, size_t{0});
+  // The bytes a step evicts: its constant inputs and what its op packed.
+  auto step_bytes = [](const Step& s, size_t* spans) {
+    size_t bytes = 0;
+    for (const Value* v : s.node->inputs)
+      if (v != nullptr && v->is_constant()) bytes += v->constant->nbytes(), ++*spans;
+    for (std::span<const std::byte> b : s.op->resident()) bytes += b.size(), ++*spans;
+    return bytes;
+  };
+  size_t largest = 0;
+  for (const Step& s : (*plain)->steps) {
+    size_t spans = 0;
+    largest = std::max(largest, step_bytes(s, &spans));
+  }
+  // An LLC a quarter of the largest step's bytes: the weights exceed it,
+  // and so does that step on its own (packed bytes are at most twice the
+  // constants, whichever rKernel the profile picks).
+  HostMap map = host_map_uniform(2, 10, 10, 100);
+  map.llc_kb = static_cast<double>(largest) / 1024 / 4;
+  EXPECT_TRUE(weights_are_cold(**plain, map.llc_kb));
+  EXPECT_FALSE(weights_are_cold(**plain, static_cast<double>(weights) / 1024 * 2));
+  EXPECT_FALSE(weights_are_cold(**plain, 0));  // unknown: warm
+  CompileConfig co;
+  co.build_plan = true;
+  co.schedule.veus = 2;
+  co.profile = true;
+  co.host_map = &map;
+  co.profile_options.cache_dir = dir;
+  co.profile_options.min_ms_per_op = 0.2;
+  auto cold = compile_zoo("nasnet_like", co, &inputs);
+  ASSERT_TRUE(cold.ok()) << cold.status().to_string();
+  EXPECT_EQ((*cold)->stats.weights_cold, profiler_can_evict());
+  auto cache_text = [&] {
+    std::string text;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      std::ifstream in(e.path());
+      text += std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    }
+    return text;
+  };
+  // Each step's cost is cached under its key, cold exactly where the
+  // step has constants (or packed bytes) and they fit the cache.
+  ProfileOptions po = co.profile_options;
+  po.cold_llc_kb = profiler_can_evict() ? map.llc_kb : 0;
+  const std::string text = cache_text();
+  size_t cold_steps = 0, too_big = 0;
+  for (const Step& s : (*cold)->steps) {
+    size_t spans = 0;
+    const size_t bytes = step_bytes(s, &spans);
+    const bool fits = static_cast<double>(bytes) <= map.llc_kb * 1024;
+    const bool want = profiler_can_evict() && spans > 0 && fits;
+    const std::string key = profile_step_key(s, po);
+    EXPECT_NE(text.find(key + "\t"), std::string::npos) << key;
+    EXPECT_EQ(key.find("|cold") != std::string::npos, want) << key << ": " << bytes << " bytes of constants";
+    cold_steps += want;
+    too_big += !fits;
+  }
+  EXPECT_GT(too_big, size_t{0});
+  if (profiler_can_evict()) {
+    EXPECT_GT(cold_steps, size_t{0});
+  }
+  // The same model with a cache that holds its weights: warm, no new
+  // cold entries.
+  fs::remove_all(dir);
+  map.llc_kb = static_cast<double>(weights) / 1024 * 2;
+  auto warm = compile_zoo("nasnet_like", co, &inputs);
+  ASSERT_TRUE(warm.ok()) << warm.status().to_string();
+  EXPECT_FALSE((*warm)->stats.weights_cold);
+  EXPECT_EQ(cache_text().find("|cold"), std::string::npos);
   fs::remove_all(dir);
 }
 

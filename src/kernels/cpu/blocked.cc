@@ -195,6 +195,7 @@ class Pointwise8 {
     ow_ = ow, iw_ = iw, sh_ = sh, sw_ = sw;
   }
   bool strided() const { return strided_; }
+  const std::vector<float>& weights() const { return wpack_; }
   int64_t groups() const { return static_cast<int64_t>(groups_.size()); }
 
   // Output pixels [p0, p1) of groups [g0, g1): x's channel blocks x_plane
@@ -326,6 +327,7 @@ class BlockedPointwiseOp : public ROp {
     set_access({Access::kSpread, Access::kWhole, Access::kWhole, Access::kSpread}, Access::kSpread);
   }
   std::string_view path() const override { return pw_.strided() ? "blocked 1x1 strided" : "blocked 1x1"; }
+  std::vector<std::span<const std::byte>> resident() const override { return {resident_bytes(pw_.weights())}; }
 
   void run(int64_t task, const TaskArgs& args) const override {
     const int64_t img = task / (pb_ * gb_), rest = task % (pb_ * gb_);
@@ -372,6 +374,7 @@ class Depthwise8 {
     const int64_t last = c.iw + c.pw - c.kw;  // the last inside column's first tap, times the stride
     ox_hi_ = last < 0 ? ox_lo_ : std::max(ox_lo_, std::min(c.ow, last / c.sw + 1));
   }
+  const std::vector<float>& weights() const { return wpack_; }
   // Whether a Relu or Clip is applied in registers (else the caller
   // applies the epilogue to the stored rows).
   bool fused() const { return fused_; }
@@ -502,6 +505,7 @@ class BlockedDepthwiseOp : public ROp {
     set_access({t.access(), Access::kWhole, Access::kWhole, t.access()}, t.access());
   }
   std::string_view path() const override { return "blocked depthwise"; }
+  std::vector<std::span<const std::byte>> resident() const override { return {resident_bytes(dw_.weights())}; }
 
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t q0, q1, r0, r1;
@@ -576,6 +580,7 @@ class BlockedGroupedOp : public ROp {
     scratch_bytes_ = static_cast<size_t>(cin_g_ * hp_ * wp_) * sizeof(float);
   }
   std::string_view path() const override { return "blocked grouped"; }
+  std::vector<std::span<const std::byte>> resident() const override { return {resident_bytes(wpack_)}; }
 
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t q0, q1, r0, r1;

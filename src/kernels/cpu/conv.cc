@@ -222,6 +222,7 @@ class ConvOp : public ROp {
     set_access({x, Access::kWhole, Access::kWhole, y}, y);
   }
 
+  std::vector<std::span<const std::byte>> resident() const override { return {resident_bytes(packed_)}; }
   std::string_view path() const override {
     switch (path_) {
       case Path::kIm2col: return "im2col + sgemm";

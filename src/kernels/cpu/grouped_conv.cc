@@ -88,6 +88,7 @@ class GroupedConvOp : public ROp {
   }
 
   std::string_view path() const override { return "grouped direct"; }
+  std::vector<std::span<const std::byte>> resident() const override { return {resident_bytes(wpack_)}; }
 
   void run(int64_t task, const TaskArgs& args) const override {
     const float* x = static_cast<const float*>(args.in[0]);

@@ -108,6 +108,9 @@ class InvertedResidualOp : public ROp {
   }
 
   std::string_view path() const override { return direct_ ? "strips, depthwise rows" : "strips, depthwise loops"; }
+  std::vector<std::span<const std::byte>> resident() const override {
+    return {resident_bytes(pack1_), resident_bytes(pack3_)};
+  }
 
   // Inputs: x, w1, b1, w2, b2, w3, b3, residual (biases and the residual
   // may be absent).

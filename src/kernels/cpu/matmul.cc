@@ -88,6 +88,7 @@ class MatMulOp : public ROp {
   std::string_view path() const override {
     return !packed_b_.empty() ? "gemm_rows, B packed" : matmul_uses_rows(k_, g_.m, g_.n) ? "gemm_rows" : "sgemm";
   }
+  std::vector<std::span<const std::byte>> resident() const override { return {resident_bytes(packed_b_)}; }
 
   void run(int64_t task, const TaskArgs& args) const override {
     int64_t bi, m0, m1, n0, n1;

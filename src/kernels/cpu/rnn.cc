@@ -65,6 +65,7 @@ class RnnOp : public ROp {
     const int64_t gh = gates_ * h_;
     scratch_bytes_ = static_cast<size_t>(seq * gh + 2 * gh + 2 * h_) * sizeof(float);
   }
+  std::vector<std::span<const std::byte>> resident() const override { return {resident_bytes(rt_)}; }
 
   void run(int64_t task, const TaskArgs& args) const override {
     if (batch_ == 0) return;
