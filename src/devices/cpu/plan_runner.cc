@@ -21,17 +21,6 @@ namespace {
 constexpr double kTracedPairsUs = 2000;
 constexpr int kMaxTracedPairs = 200;
 
-// What a pair of clock reads adds to a traced rTask: the median of many.
-double clock_pair_us() {
-  std::vector<int64_t> d(201);
-  for (int64_t& x : d) {
-    const int64_t a = now_ns();
-    x = now_ns() - a;
-  }
-  std::nth_element(d.begin(), d.begin() + 100, d.end());
-  return static_cast<double>(d[100]) / 1e3;
-}
-
 Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, bool pin, double expected_gflops,
                             const std::vector<int>& slots) {
   if (!p.plan) return failed_precondition("the runner needs a Program with a Plan");
@@ -75,6 +64,7 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, 
     if (trace && warm_us > 0)
       total = std::max(runs, std::min(kMaxTracedPairs, static_cast<int>(kTracedPairsUs / (2 * warm_us))));
     std::vector<double> untraced_us;
+    std::vector<std::vector<double>> untraced_wait_us(static_cast<size_t>(plan.veus));
     for (int i = 0; i < total; ++i) {
       if (trace) device.set_trace(&spans);
       const double us = timed_run();
@@ -86,28 +76,38 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, 
       if (trace) {
         device.set_trace(nullptr);
         untraced_us.push_back(timed_run());
+        for (size_t u = 0; u < untraced_wait_us.size(); ++u)
+          untraced_wait_us[u].push_back(static_cast<double>(device.wait_ns()[u]) / 1e3);
       }
     }
     device.set_trace(nullptr);
-    // A traced rTask's span holds a clock read, and more: the reads keep
-    // the core from overlapping an rTask with its neighbours, which for
-    // rTasks of a few hundred ns is a good part of their time. What a
-    // traced run takes beyond an untraced one, per rTask of the busiest
-    // vEU, comes off every span (at least the clock pair's cost).
-    double per_task = 0;
-    if (trace) {
-      int64_t most = 1;
-      for (int64_t n : plan.tasks_per_veu) most = std::max(most, n);
-      auto med = [](std::vector<double> v) {
-        std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-        return v[v.size() / 2];
-      };
-      const double excess = med(t.run_us) - med(untraced_us);
-      per_task = std::max(clock_pair_us(), excess / static_cast<double>(most));
-    }
-    for (std::vector<double>& v : samples) {
+    auto med = [](std::vector<double> v) {
       std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-      t.task_us.push_back(std::max(0.0, v[v.size() / 2] - per_task));
+      return v[v.size() / 2];
+    };
+    for (std::vector<double>& v : samples) t.task_us.push_back(med(v));
+    // A traced rTask's span is not what the rTask costs in an untraced
+    // run: it holds a clock read, the reads keep the core from overlapping
+    // the rTask with its neighbours (for rTasks of a few hundred ns a good
+    // part of their time), and it leaves out what the executor spends
+    // between rTasks. All three are about the same for every rTask. So
+    // every span moves by one amount, the one that makes the vEU with the
+    // most work take, in rTasks and their waits, what that vEU took
+    // untraced: the run's median, less its median wait.
+    if (trace && !untraced_us.empty()) {
+      const size_t n = static_cast<size_t>(plan.veus);
+      std::vector<double> work(n, 0);
+      std::vector<int64_t> count(n, 0);
+      for (size_t k = 0; k < plan.placements.size(); ++k) {
+        work[static_cast<size_t>(plan.placements[k].veu)] += t.task_us[k];
+        ++count[static_cast<size_t>(plan.placements[k].veu)];
+      }
+      const size_t b = static_cast<size_t>(std::max_element(work.begin(), work.end()) - work.begin());
+      if (count[b] > 0) {
+        const double busy = std::max(0.0, med(untraced_us) - med(untraced_wait_us[b]));
+        const double shift = (work[b] - busy) / static_cast<double>(count[b]);
+        for (double& us : t.task_us) us = std::max(0.0, us - shift);
+      }
     }
   }
   aligned_free64(arena);
