@@ -91,9 +91,12 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, 
     // the rTask with its neighbours (for rTasks of a few hundred ns a good
     // part of their time), and it leaves out what the executor spends
     // between rTasks. All three are about the same for every rTask. So
-    // every span moves by one amount, the one that makes the vEU with the
-    // most work take, in rTasks and their waits, what that vEU took
-    // untraced: the run's median, less its median wait.
+    // every span moves by one amount: the one that makes a vEU take, in
+    // rTasks and their waits, what it took untraced (the run's median,
+    // less its median wait). A vEU that ends its list before the run ends
+    // idles there without waiting, so what it took untraced is
+    // overstated and the amount it asks for too small: the largest
+    // amount any vEU asks for is kept.
     if (trace && !untraced_us.empty()) {
       const size_t n = static_cast<size_t>(plan.veus);
       std::vector<double> work(n, 0);
@@ -102,12 +105,14 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, 
         work[static_cast<size_t>(plan.placements[k].veu)] += t.task_us[k];
         ++count[static_cast<size_t>(plan.placements[k].veu)];
       }
-      const size_t b = static_cast<size_t>(std::max_element(work.begin(), work.end()) - work.begin());
-      if (count[b] > 0) {
-        const double busy = std::max(0.0, med(untraced_us) - med(untraced_wait_us[b]));
-        const double shift = (work[b] - busy) / static_cast<double>(count[b]);
+      double shift = -1e300;
+      for (size_t u = 0; u < n; ++u)
+        if (count[u] > 0) {
+          const double busy = std::max(0.0, med(untraced_us) - med(untraced_wait_us[u]));
+          shift = std::max(shift, (work[u] - busy) / static_cast<double>(count[u]));
+        }
+      if (shift > -1e300)
         for (double& us : t.task_us) us = std::max(0.0, us - shift);
-      }
     }
   }
   aligned_free64(arena);
