@@ -184,8 +184,8 @@ struct PlanTiming {
 // `warmup` untimed runs, then `runs` timed ones, each rTask timed when
 // `trace` (then each traced run alternates with an untraced one, more of
 // them for short Plans, and every span moves by the amount per rTask that
-// makes the vEUs' spans and waits add up to the untraced runs). Supplied by the runtime, which the compiler sits below
-// (devices/cpu/plan_runner.h).
+// makes the vEUs' spans and waits add up to the untraced runs). Supplied
+// by the runtime, which the compiler sits below (devices/cpu/plan_runner.h).
 using PlanRunner = std::function<Result<PlanTiming>(const Program& p, int warmup, int runs, bool trace)>;
 
 // Recomputes a Plan's predicted timeline (placements' times, predicted_us)

@@ -88,7 +88,6 @@ bool weights_are_cold(const Program& p, double llc_kb);
 // The constant bytes the steps of `p` read, each constant counted once.
 size_t program_constant_bytes(const Program& p);
 
-
 // The measuring engine behind profile_program, for costing single rKernel
 // instances (a step's variants): reads the cache once, measures what it
 // lacks, writes the cache back on flush() or destruction.

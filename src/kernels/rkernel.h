@@ -87,7 +87,7 @@ class ROp {
   // weights packed or transformed), beside the node's constant inputs.
   // The profiler evicts both from the caches before it times an rTask of a
   // model whose weights a run reads from memory (ProfileOptions::
-  // cold_constants). Empty by default.
+  // cold_llc_kb). Empty by default.
   virtual std::vector<std::span<const std::byte>> resident() const { return {}; }
 
  protected:

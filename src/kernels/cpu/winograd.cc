@@ -460,7 +460,7 @@ bool winograd_fits(const Conv2d& c) {
   // direct ones' bytes) are the cost: whether the 2.25x fewer FLOPs pay
   // for reading them depends on the host's memory, so the profiler
   // measures it, with the weights evicted where a run reads them from
-  // memory (profiler.h, cold_constants).
+  // memory (profiler.h, ProfileOptions::cold_llc_kb).
   return c.group == 1 || (cin_g >= kMinGroupedChannels && c.oh * c.ow >= kMinGroupedPixels);
 }
 
