@@ -35,7 +35,7 @@ struct Step;
 
 // Bumped whenever an rKernel changes speed or tiling: old cache entries
 // stop matching.
-inline constexpr int kKernelVersion = 65;
+inline constexpr int kKernelVersion = 66;
 
 struct ProfileOptions {
   bool use_cache = true;   // read and update the cache
