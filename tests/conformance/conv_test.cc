@@ -476,6 +476,65 @@ TEST_F(Nn, StridedIm2colMatchesReferenceInEveryTiling) {
   }
 }
 
+// Winograd F(4x4, 3x3), an rKernel the variant search picks by measure:
+// partial tiles at the right and bottom edges (outputs not a multiple of
+// 4), asymmetric and zero pads, batch 2, a group, tiles of rows and of
+// output channels (weights over 1 MB transformed), whole-vector gathers
+// running past a tile row; every tiling against the fp64 sum, with the
+// scratch exactly as large as the rKernel asks (the asan build checks that
+// nothing is written beyond it). The bound is the rounding F(4x4) adds
+// (rel-L2 about 1e-6 here, against 1e-7 to 5e-7 for F(2x2)).
+TEST_F(Nn, Winograd4x4MatchesReferenceInEveryTiling) {
+  const std::vector<ConvSpec> specs = {
+      {1, 8, 9, 11, 8, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {2, 16, 13, 22, 12, 3, 3, 1, {1, 1}, {1, 1}, {0, 2, 1, 0}},
+      {1, 24, 30, 37, 16, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {1, 16, 6, 6, 8, 3, 3, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+      {1, 136, 8, 8, 136, 3, 3, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      {1, 64, 20, 20, 64, 3, 3, 2, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+  };
+  const RKernel* k = nullptr;
+  for (const RKernel& r : cpu_kernels())
+    if (r.name == "conv.winograd4") k = &r;
+  ASSERT_NE(k, nullptr);
+  for (const ConvSpec& s : specs) {
+    const int64_t oh = s.h + s.pads[0] + s.pads[2] - 2, ow = s.w + s.pads[1] + s.pads[3] - 2;
+    SCOPED_TRACE(std::to_string(s.n) + "x" + std::to_string(s.c) + "x" + std::to_string(s.h) + "x" +
+                 std::to_string(s.w) + " -> " + std::to_string(s.m) + ", group " + std::to_string(s.group));
+    Graph g;
+    Tensor x = rng.floats(Shape{s.n, s.c, s.h, s.w}), w = rng.floats(Shape{s.m, s.c / s.group, 3, 3}),
+           b = rng.floats(Shape{s.m});
+    Value* xv = g.add_input("x", DType::kFloat32, x.shape());
+    Node* n = g.add_node("Conv", "conv", {xv, g.add_constant("w", w), g.add_constant("b", b)}, 1);
+    n->attrs["group"] = attr_i(s.group);
+    n->attrs["pads"] = attr_ints(s.pads);
+    n->outputs[0]->dtype = DType::kFloat32;
+    n->outputs[0]->shape = Shape{s.n, s.m, oh, ow};
+    ASSERT_TRUE(k->fits(*n));
+    const Tensor want = conv_ref(x, w, &b, s, oh, ow, s.pads[0], s.pads[1]);
+    const std::vector<float> ref(want.data<float>(), want.data<float>() + want.numel());
+    for (int64_t tasks : {1, 2, 3, 5}) {
+      auto op = k->make(*n, KernelParams{tasks});
+      ASSERT_TRUE(op.ok()) << op.status().to_string();
+      EXPECT_EQ((*op)->path(), "winograd F(4,3)");
+      std::vector<float> out(ref.size(), std::numeric_limits<float>::quiet_NaN());
+      std::vector<float> scratch((*op)->scratch_bytes() / sizeof(float));
+      const void* ins[] = {x.raw(), w.raw(), b.raw()};
+      void* outs[] = {out.data()};
+      for (int64_t t = 0; t < (*op)->tasks(); ++t) (*op)->run(t, TaskArgs{ins, outs, scratch.data()});
+      EXPECT_LT(rel_l2(out, ref), 1e-5) << tasks << " rTasks";
+    }
+  }
+  // Fewer than 4 outputs a side: F(2x2) only.
+  Graph g;
+  Value* xv = g.add_input("x", DType::kFloat32, Shape{1, 8, 3, 3});
+  Node* n = g.add_node("Conv", "conv", {xv, g.add_constant("w", rng.floats(Shape{8, 8, 3, 3}))}, 1);
+  n->attrs["pads"] = attr_ints({1, 1, 1, 1});
+  n->outputs[0]->dtype = DType::kFloat32;
+  n->outputs[0]->shape = Shape{1, 8, 3, 3};
+  EXPECT_FALSE(k->fits(*n));
+}
+
 // A 1x1 conv's tilings: the packed GEMM (reductions up to 256) gives the
 // same bits in every tiling; beyond, oneDNN's sgemm agrees to rounding
 // (with AVX2 kernels it sums a column in an order that follows the call's

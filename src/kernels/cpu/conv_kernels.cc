@@ -51,6 +51,10 @@ bool fits_winograd(const Node& n) {
   auto s = conv_setup(n);
   return s.ok() && s->weights != nullptr && winograd_fits(s->c);
 }
+bool fits_winograd4(const Node& n) {
+  auto s = conv_setup(n);
+  return s.ok() && s->weights != nullptr && winograd4_fits(s->c);
+}
 bool fits_grouped(const Node& n) {
   auto s = conv_setup(n);
   return s.ok() && s->weights != nullptr && grouped_conv_fits(s->c);
@@ -73,6 +77,14 @@ Result<std::unique_ptr<ROp>> make_conv_winograd(const Node& n, const KernelParam
   if (s.weights == nullptr || !winograd_fits(s.c))
     return does_not_fit(n, "conv.winograd", "3x3 stride-1 convs with constant weights and enough channels per group");
   return make_winograd(s.c, s.weights, s.bias, s.epi, p);
+}
+
+Result<std::unique_ptr<ROp>> make_conv_winograd4(const Node& n, const KernelParams& p) {
+  TESSERA_ASSIGN_OR_RETURN(ConvSetup s, conv_setup(n));
+  if (s.weights == nullptr || !winograd4_fits(s.c))
+    return does_not_fit(n, "conv.winograd4",
+                        "3x3 stride-1 convs of at least 4x4 outputs with constant weights and enough channels per group");
+  return make_winograd4(s.c, s.weights, s.bias, s.epi, p);
 }
 
 Result<std::unique_ptr<ROp>> make_conv_grouped(const Node& n, const KernelParams& p) {
@@ -114,6 +126,8 @@ Result<std::unique_ptr<ROp>> make_conv_im2col(const Node& n, const KernelParams&
 const RKernel kKernels[] = {
     {"Conv", "conv.winograd", "3x3 stride 1: Winograd F(2x2, 3x3), tiles of output channels and pixel blocks",
      make_conv_winograd, fits_winograd},
+    {"Conv", "conv.winograd4", "3x3 stride 1: Winograd F(4x4, 3x3), fewer multiplies than F(2x2), more rounding",
+     make_conv_winograd4, fits_winograd4},
     {"Conv", "conv.grouped", "grouped, 2-64 channels per group: direct, tiles of groups and rows", make_conv_grouped,
      fits_grouped},
     {"Conv", "conv.direct", "1-4 input channels (a stem): direct, tiles of output rows", make_conv_direct, fits_direct},
@@ -125,6 +139,8 @@ const RKernel kKernels[] = {
      make_conv_im2col},
     {"TesseraFusedConv", "conv.winograd+epilogue", "conv.winograd with the epilogue fused", make_conv_winograd,
      fits_winograd},
+    {"TesseraFusedConv", "conv.winograd4+epilogue", "conv.winograd4 with the epilogue fused", make_conv_winograd4,
+     fits_winograd4},
     {"TesseraFusedConv", "conv.grouped+epilogue", "conv.grouped with the epilogue fused", make_conv_grouped,
      fits_grouped},
     {"TesseraFusedConv", "conv.direct+epilogue", "conv.direct with the epilogue fused", make_conv_direct, fits_direct},

@@ -53,6 +53,13 @@ struct Vec {
     *even = _mm512_permutex2var_ps(lo, e, hi);
     *odd = _mm512_permutex2var_ps(lo, o, hi);
   }
+  // deinterleave's inverse: lo, hi = a0 b0 a1 b1 ... (2 * kLanes floats).
+  static void interleave(T a, T b, T* lo, T* hi) {
+    const __m512i l = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i h = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    *lo = _mm512_permutex2var_ps(a, l, b);
+    *hi = _mm512_permutex2var_ps(a, h, b);
+  }
 };
 #else
 struct Vec {
@@ -92,6 +99,13 @@ struct Vec {
     // quarters reordered to lo, lo, hi, hi.
     *even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xD8));
     *odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
+  }
+  static void interleave(T a, T b, T* lo, T* hi) {
+    // Within each 128-bit half a's and b's lanes alternate; then the
+    // halves are regrouped.
+    const T l = _mm256_unpacklo_ps(a, b), h = _mm256_unpackhi_ps(a, b);
+    *lo = _mm256_permute2f128_ps(l, h, 0x20);
+    *hi = _mm256_permute2f128_ps(l, h, 0x31);
   }
 };
 #endif

@@ -1,0 +1,419 @@
+// Winograd F(4x4, 3x3) for 3x3 convs at stride 1, undilated, with at
+// least 8 channels per group in and out and constant weights: the larger
+// tile of Lavin and Gray's algorithm (winograd.cc has F(2x2, 3x3) and the
+// derivation).
+//
+// A 4x4 block of outputs (a tile) comes from the 6x6 input patch d under
+// it as A^T [U . (B^T d B)] A, with U = G g G^T transformed once, when the
+// op is made. Each of the 36 transform points is a GEMM over the input
+// channels,
+//
+//   M[t] (cout x tiles) = U[t] (cout x cin) * V[t] (cin x tiles),
+//
+// 36 multiplies per tile and channel pair where F(2x2, 3x3) spends 64 on
+// the same 16 outputs and the direct sum 144: 1.78x fewer than F(2x2)'s,
+// and as much less data through V and M. The price is accuracy: B^T's
+// and A^T's entries reach 5 and 8, and U's carry 1/6 and 1/24, so the
+// rounding error grows several-fold over F(2x2)'s (rel-L2 against fp64 of
+// about 1e-6 on ResNet-18's shapes, against 2.6e-7 to 5e-7). It is one
+// more rKernel (conv.winograd4): the profiler times it beside the others
+// and the variant search keeps it only where it measured faster.
+//
+// The transforms run along a tile row with the tiles as the vector
+// dimension, as the GEMMs read them: a patch's columns are gathered from
+// a zero-padded input row at stride 4 (and the output's scattered back),
+// and everything between is adds and multiplies over whole rows of tiles.
+// rTasks and chunks are cut as in winograd.cc.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/packed_gemm.h"
+#include "kernels/cpu/simd.h"
+
+namespace tessera {
+namespace {
+
+constexpr int64_t kTile = 4;                       // outputs per tile side
+constexpr int64_t kSide = 6;                       // input patch side
+constexpr int64_t kPoints = kSide * kSide;         // transform points
+constexpr size_t kChunkBytes = size_t{512} << 10;  // V and M of one chunk
+constexpr double kFlopsPerTask = 1 << 23;           // direct-conv FLOPs, as conv.cc
+constexpr int64_t kMinChunkTiles = 32;
+constexpr int64_t kCoUnit = kPackRows;
+constexpr int64_t kMinCoUnits = 4;
+constexpr int64_t kWeightsInL2 = int64_t{1} << 20;
+constexpr int64_t kDefaultChannelBlocks = 2;
+constexpr int64_t kMinTasks = 2;
+#if defined(TESSERA_SIMD)
+constexpr int64_t kGatherSlack = simd::Vec::kLanes;  // tiles past a row that whole vectors may write
+#else
+constexpr int64_t kGatherSlack = 0;
+#endif
+// As winograd.cc: grouped convs need this many channels per group and
+// output pixels before Winograd beats the grouped direct kernel.
+#if defined(TESSERA_SIMD) && !defined(__AVX512F__)
+constexpr int64_t kMinGroupedChannels = 32;
+constexpr int64_t kMinGroupedPixels = 400;
+#else
+constexpr int64_t kMinGroupedChannels = 8;
+constexpr int64_t kMinGroupedPixels = 0;
+#endif
+
+// A few floats as one vector (GCC's vector extension): eight with AVX2 or
+// AVX-512, four (SSE) in portable builds; loads and stores unaligned.
+#if defined(TESSERA_SIMD)
+constexpr int64_t kFv = 8;
+#else
+constexpr int64_t kFv = 4;
+#endif
+typedef float Fv __attribute__((vector_size(kFv * sizeof(float))));
+inline Fv loadv(const float* p) {
+  Fv v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void storev(float* p, Fv v) { std::memcpy(p, &v, sizeof v); }
+
+// B^T x, one column of six values: B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0;
+// 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1].
+template <class T>
+inline void bt(T a, T b, T c, T d, T e, T f, T o[6]) {
+  o[0] = 4.f * a - 5.f * c + e;
+  o[1] = (d + e) - 4.f * (b + c);
+  o[2] = (e - d) + 4.f * (b - c);
+  o[3] = (e - c) + 2.f * (d - b);
+  o[4] = (e - c) - 2.f * (d - b);
+  o[5] = 4.f * b - 5.f * d + f;
+}
+
+// A^T m, one column of six values, plus bias: A^T = [1 1 1 1 1 0;
+// 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1].
+template <class T>
+inline void at(T m0, T m1, T m2, T m3, T m4, T m5, T bias, T o[4]) {
+  const T s12 = m1 + m2, d12 = m1 - m2, s34 = m3 + m4, d34 = m3 - m4;
+  o[0] = m0 + s12 + s34 + bias;
+  o[1] = d12 + 2.f * d34 + bias;
+  o[2] = s12 + 4.f * s34 + bias;
+  o[3] = d12 + 8.f * d34 + m5 + bias;
+}
+
+// out[k][i] = (B^T x[.][i])[k] for i < n: six rows in, six out.
+inline void bt6(const float* const x[6], float* const out[6], int64_t n) {
+  int64_t i = 0;
+  for (; i + kFv <= n; i += kFv) {
+    Fv o[6];
+    bt(loadv(x[0] + i), loadv(x[1] + i), loadv(x[2] + i), loadv(x[3] + i), loadv(x[4] + i), loadv(x[5] + i), o);
+    for (int k = 0; k < 6; ++k) storev(out[k] + i, o[k]);
+  }
+  for (; i < n; ++i) {
+    float o[6];
+    bt(x[0][i], x[1][i], x[2][i], x[3][i], x[4][i], x[5][i], o);
+    for (int k = 0; k < 6; ++k) out[k][i] = o[k];
+  }
+}
+
+// out[k][i] = (A^T m[.][i])[k] + bias for i < n: six rows in, four out.
+inline void at6(const float* const m[6], float* const out[4], int64_t n, float bias) {
+  int64_t i = 0;
+  const Fv vb = Fv{} + bias;
+  for (; i + kFv <= n; i += kFv) {
+    Fv o[4];
+    at(loadv(m[0] + i), loadv(m[1] + i), loadv(m[2] + i), loadv(m[3] + i), loadv(m[4] + i), loadv(m[5] + i), vb, o);
+    for (int k = 0; k < 4; ++k) storev(out[k] + i, o[k]);
+  }
+  for (; i < n; ++i) {
+    float o[4];
+    at(m[0][i], m[1][i], m[2][i], m[3][i], m[4][i], m[5][i], bias, o);
+    for (int k = 0; k < 4; ++k) out[k][i] = o[k];
+  }
+}
+
+class Winograd4Op : public ROp {
+ public:
+  Winograd4Op(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi, const KernelParams& p)
+      : c_(c), has_bias_(has_bias), epi_(epi) {
+    cin_g_ = c.cin / c.group;
+    cout_g_ = c.cout / c.group;
+    th_ = (c.oh + kTile - 1) / kTile;
+    tw_ = (c.ow + kTile - 1) / kTile;
+    wp_ = kTile * tw_ + 2;
+    const int64_t rows = c.batch * th_;
+    const double flops = 2.0 * c.batch * c.cout * cin_g_ * 9 * c.oh * c.ow;
+    units_ = c.group > 1 ? c.group : (c.cout + kCoUnit - 1) / kCoUnit;
+    const int64_t max_ob = c.group > 1 ? units_ : std::max<int64_t>(1, units_ / kMinCoUnits);
+    const bool big = kPoints * c.cout * cin_g_ * static_cast<int64_t>(sizeof(float)) > kWeightsInL2;
+    if (p.tasks > 0) {
+      ob_ = big || c.group > 1 ? std::clamp<int64_t>(p.tasks, 1, max_ob) : 1;
+      rb_ = std::clamp<int64_t>(p.tasks / ob_, 1, rows);
+      if (rb_ * ob_ < p.tasks) ob_ = std::clamp<int64_t>(p.tasks / rb_, 1, max_ob);
+    } else {
+      const int64_t want =
+          std::clamp<int64_t>(static_cast<int64_t>(flops / kFlopsPerTask), 1, kMaxDefaultTasks);
+      ob_ = big ? std::min<int64_t>(kDefaultChannelBlocks, max_ob) : 1;
+      rb_ = big ? 1 : std::clamp<int64_t>(want, 1, rows);
+      if (c.group > 1) {
+        ob_ = std::clamp<int64_t>(std::max(want, kMinTasks), 1, units_);
+        rb_ = std::clamp<int64_t>(want / ob_, 1, rows);
+      }
+    }
+    tasks_ = rb_ * ob_;
+    const int64_t min_rows = (kMinChunkTiles + tw_ - 1) / tw_;
+    const int64_t tile_bytes = kPoints * (cin_g_ + cout_g_) * static_cast<int64_t>(sizeof(float));
+    chunk_rows_ = std::clamp<int64_t>(static_cast<int64_t>(kChunkBytes) / (tile_bytes * tw_), min_rows,
+                                      std::max<int64_t>(min_rows, (rows + rb_ - 1) / rb_));
+    chunk_rows_ = std::min(chunk_rows_, th_);
+    const int64_t nt = chunk_rows_ * tw_;
+    scratch_bytes_ = static_cast<size_t>(kPoints * (cin_g_ + cout_g_) * nt + buffer_floats(nt)) * sizeof(float);
+    transform_weights(w);
+  }
+
+  std::string_view path() const override { return "winograd F(4,3)"; }
+  std::vector<std::span<const std::byte>> resident() const override { return {resident_bytes(u_)}; }
+
+  void run(int64_t task, const TaskArgs& args) const override {
+    const float* x = static_cast<const float*>(args.in[0]);
+    const float* bias = has_bias_ ? static_cast<const float*>(args.in[2]) : nullptr;
+    const float* res = epi_.residual ? static_cast<const float*>(args.in[3]) : nullptr;
+    float* y = static_cast<float*>(args.out[0]);
+    float* scratch = static_cast<float*>(args.scratch);
+    int64_t r0, r1, u0, u1;
+    task_range(c_.batch * th_, rb_, task / ob_, &r0, &r1);
+    task_range(units_, ob_, task % ob_, &u0, &u1);
+    const bool grouped = c_.group > 1;
+    const int64_t g0 = grouped ? u0 : 0, g1 = grouped ? u1 : 1;
+    const int64_t co0 = grouped ? 0 : u0 * kCoUnit, co1 = grouped ? cout_g_ : std::min(c_.cout, u1 * kCoUnit);
+    for (int64_t r = r0; r < r1;) {
+      const int64_t n = r / th_, ty0 = r % th_;
+      const int64_t k = std::min({chunk_rows_, th_ - ty0, r1 - r});
+      for (int64_t g = g0; g < g1; ++g) chunk(x, bias, res, y, scratch, n, ty0, ty0 + k, g, co0, co1);
+      r += k;
+    }
+  }
+
+ private:
+  // The transforms' buffers, for a chunk of nt tiles: a padded input
+  // row, the gathered patch columns (6 rows of nt and slack), the
+  // column-transformed patch rows (36 of nt); for the output (reusing
+  // them: no more), 24 rows of nt, 4 more and an output row.
+  int64_t buffer_floats(int64_t nt) const { return row_floats() + kSide * (nt + kGatherSlack) + kPoints * nt; }
+  // The padded input row (portable gather_cols).
+  int64_t row_floats() const { return wp_; }
+
+  // U[g][t][co][ci] = (G g G^T)[t] with G = [1/4 0 0; -1/6 -1/6 -1/6;
+  // -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1], in double,
+  // rounded once.
+  void transform_weights(const float* w) {
+    static constexpr double kG[6][3] = {{0.25, 0, 0},
+                                        {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                        {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                        {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                        {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                        {0, 0, 1}};
+    u_.assign(c_.group * kPoints * packed_size(cout_g_, cin_g_), 0.f);
+    for (int64_t gr = 0; gr < c_.group; ++gr)
+      for (int64_t co = 0; co < cout_g_; ++co)
+        for (int64_t ci = 0; ci < cin_g_; ++ci) {
+          const float* g = w + ((gr * cout_g_ + co) * cin_g_ + ci) * 9;
+          double gg[6][3];  // G g
+          for (int i = 0; i < 6; ++i)
+            for (int k = 0; k < 3; ++k) gg[i][k] = kG[i][0] * g[k] + kG[i][1] * g[3 + k] + kG[i][2] * g[6 + k];
+          for (int i = 0; i < 6; ++i)
+            for (int l = 0; l < 6; ++l) {
+              const double v = gg[i][0] * kG[l][0] + gg[i][1] * kG[l][1] + gg[i][2] * kG[l][2];
+              u_[u_index(gr, i * kSide + l, co, ci)] = static_cast<float>(v);
+            }
+        }
+  }
+
+  size_t u_index(int64_t gr, int64_t t, int64_t co, int64_t ci) const {
+    return (gr * kPoints + t) * packed_size(cout_g_, cin_g_) +
+           static_cast<size_t>((co / kPackRows * cin_g_ + ci) * kPackRows + co % kPackRows);
+  }
+
+  // Tile rows [ty0, ty1) of image n, group gr's output channels [co0, co1).
+  void chunk(const float* x, const float* bias, const float* res, float* y, float* scratch, int64_t n, int64_t ty0,
+             int64_t ty1, int64_t gr, int64_t co0, int64_t co1) const {
+    const int64_t nt = (ty1 - ty0) * tw_, cin = cin_g_, cout = cout_g_;
+    float* v = scratch;
+    float* m = v + kPoints * cin * nt;
+    float* buf = m + kPoints * cout * nt;
+    for (int64_t ci = 0; ci < cin; ++ci)
+      input_rows(x + (n * c_.cin + gr * cin + ci) * c_.ih * c_.iw, ty0, ty1, v + ci * nt, cin * nt, buf);
+    for (int64_t t = 0; t < kPoints; ++t)
+      packed_gemm(u_.data() + u_index(gr, t, co0, 0), co1 - co0, cin, v + t * cin * nt, nt, nt,
+                  m + (t * cout + co0) * nt, nt);
+    const int64_t oy0 = kTile * ty0, oy1 = std::min(kTile * ty1, c_.oh), ow = c_.ow;
+    for (int64_t co = co0; co < co1; ++co) {
+      const int64_t oc = gr * cout + co;
+      const float b = bias != nullptr ? bias[oc] : 0.f;
+      output_rows(m + co * nt, cout * nt, b, y + (n * c_.cout + oc) * c_.oh * ow, ty0, ty1, buf);
+      if (!epi_.empty()) {
+        const int64_t off = (n * c_.cout + oc) * c_.oh * ow + oy0 * ow;
+        epi_.apply(y + off, res != nullptr ? res + off : nullptr, (oy1 - oy0) * ow);
+      }
+    }
+  }
+
+  // V = B^T d B for tile rows [ty0, ty1) of plane xc, all the chunk's
+  // tiles at once: for each of a patch's 6 rows, every tile's 6 columns
+  // are gathered from the zero-padded input row (column j of tile tx is
+  // padded column 4 tx + j) and combined (d B); then the rows are
+  // combined (B^T). Point (i, j) of the chunk's tile q goes to
+  // v[(6 i + j) * ps + q].
+  void input_rows(const float* xc, int64_t ty0, int64_t ty1, float* v, int64_t ps, float* buf) const {
+    const int64_t tw = tw_, nt = (ty1 - ty0) * tw, cs = nt + kGatherSlack;
+    float* row = buf;
+    float* cols = row + row_floats();  // cols[j * cs + q]
+    float* e = cols + kSide * cs;      // e[(r * 6 + j) * nt + q]: patch row r, columns combined
+    for (int64_t r = 0; r < kSide; ++r) {
+      for (int64_t ty = ty0; ty < ty1; ++ty) {
+        const int64_t iy = kTile * ty - c_.ph + r, q = (ty - ty0) * tw;
+        if (iy < 0 || iy >= c_.ih) {
+          for (int64_t j = 0; j < kSide; ++j) std::fill(cols + j * cs + q, cols + j * cs + q + tw, 0.f);
+          continue;
+        }
+        gather_cols(xc + iy * c_.iw, cols + q, cs, row);
+      }
+      float* er = e + r * kSide * nt;
+      const float* in[6] = {cols, cols + cs, cols + 2 * cs, cols + 3 * cs, cols + 4 * cs, cols + 5 * cs};
+      float* out[6] = {er, er + nt, er + 2 * nt, er + 3 * nt, er + 4 * nt, er + 5 * nt};
+      bt6(in, out, nt);
+    }
+    for (int64_t j = 0; j < kSide; ++j) {
+      const float* in[6];
+      float* out[6];
+      for (int64_t r = 0; r < kSide; ++r) in[r] = e + (r * kSide + j) * nt;
+      for (int64_t i = 0; i < kSide; ++i) out[i] = v + (i * kSide + j) * ps;
+      bt6(in, out, nt);
+    }
+  }
+
+  // cols[j * cs + tx] = column 4 tx + j of input row `src` padded by pw
+  // zeros (and zeros past its end), for j < 6 and tx < tw_. With SIMD, a
+  // vector of tiles at a time: 4 vectors of the row (masked where they
+  // cross its ends) split twice into even and odd lanes give columns 0 to
+  // 3, and again from 4 columns on 4 and 5; the last vector may store up to
+  // kGatherSlack - 1 tiles past tw_ (into the next tile row's place,
+  // written after, or the slack). Without, through a padded copy in `row`.
+  void gather_cols(const float* src, float* cols, int64_t cs, float* row) const {
+#if defined(TESSERA_SIMD)
+    (void)row;
+    using Vec = simd::Vec;
+    constexpr int64_t L = Vec::kLanes;
+    const int64_t iw = c_.iw;
+    for (int64_t tx = 0; tx < tw_; tx += L) {
+      const int64_t a = kTile * tx - c_.pw;  // input column of the group's first patch column
+      Vec::T x[8];
+      if (a >= 0 && a + kTile + 4 * L <= iw) {
+        for (int64_t k = 0; k < 4; ++k) {
+          x[k] = Vec::load(src + a + k * L);
+          x[4 + k] = Vec::load(src + a + kTile + k * L);
+        }
+      } else {
+        for (int64_t k = 0; k < 8; ++k) {
+          const int64_t b = a + (k / 4) * kTile + (k % 4) * L;
+          x[k] = Vec::load(src + b, Vec::from_bits(lane_bits(-b, iw - b)));
+        }
+      }
+      Vec::T e01, o01, e23, o23, c[6], unused;
+      Vec::deinterleave(x[0], x[1], &e01, &o01);
+      Vec::deinterleave(x[2], x[3], &e23, &o23);
+      Vec::deinterleave(e01, e23, &c[0], &c[2]);
+      Vec::deinterleave(o01, o23, &c[1], &c[3]);
+      Vec::deinterleave(x[4], x[5], &e01, &o01);
+      Vec::deinterleave(x[6], x[7], &e23, &o23);
+      Vec::deinterleave(e01, e23, &c[4], &unused);
+      Vec::deinterleave(o01, o23, &c[5], &unused);
+      for (int64_t j = 0; j < kSide; ++j) Vec::store(cols + j * cs + tx, c[j]);
+    }
+#else
+    const int64_t q0 = std::clamp<int64_t>(c_.pw, 0, wp_);
+    const int64_t q1 = std::clamp<int64_t>(c_.pw + c_.iw, q0, wp_);
+    std::fill(row, row + q0, 0.f);
+    std::memcpy(row + q0, src + (q0 - c_.pw), static_cast<size_t>(q1 - q0) * sizeof(float));
+    std::fill(row + q1, row + wp_, 0.f);
+    for (int64_t j = 0; j < kSide; ++j)
+      for (int64_t tx = 0; tx < tw_; ++tx) cols[j * cs + tx] = row[kTile * tx + j];
+#endif
+  }
+
+  // Y = A^T M A + bias for tile rows [ty0, ty1) of one output plane yc
+  // (point (i, j) of the chunk's tile q at m[(6 i + j) * ps + q]): rows
+  // combined (A^T M), then columns, then each output row's 4 columns per
+  // tile scattered into its place.
+  void output_rows(const float* m, int64_t ps, float bias, float* yc, int64_t ty0, int64_t ty1, float* buf) const {
+    const int64_t tw = tw_, ow = c_.ow, nt = (ty1 - ty0) * tw;
+    float* s = buf;  // s[(k * 6 + j) * nt + q]: the tile's output row k, column point j
+    float* o = s + 4 * kSide * nt;
+    float* line = o + kTile * nt;
+    for (int64_t j = 0; j < kSide; ++j) {
+      const float* in[6];
+      for (int64_t i = 0; i < kSide; ++i) in[i] = m + (i * kSide + j) * ps;
+      float* out[4] = {s + j * nt, s + (kSide + j) * nt, s + (2 * kSide + j) * nt, s + (3 * kSide + j) * nt};
+      at6(in, out, nt, 0.f);
+    }
+    for (int64_t k = 0; k < kTile; ++k) {
+      const float* sk = s + k * kSide * nt;
+      const float* in[6] = {sk, sk + nt, sk + 2 * nt, sk + 3 * nt, sk + 4 * nt, sk + 5 * nt};
+      float* out[4] = {o, o + nt, o + 2 * nt, o + 3 * nt};
+      at6(in, out, nt, bias);
+      for (int64_t ty = ty0; ty < ty1; ++ty) {
+        const int64_t oy = kTile * ty + k, q = (ty - ty0) * tw;
+        if (oy >= c_.oh) break;
+        scatter_row(o + q, nt, line);
+        std::memcpy(yc + oy * ow, line, static_cast<size_t>(ow) * sizeof(float));
+      }
+    }
+  }
+
+  // line[4 tx + l] = o[l * ls + tx] for l < 4 and tx < tw_: with SIMD, a
+  // vector of tiles at a time, interleaved twice (gather_cols' inverse),
+  // whole vectors up to 4 (kGatherSlack - 1) floats past 4 tw_.
+  void scatter_row(const float* o, int64_t ls, float* line) const {
+#if defined(TESSERA_SIMD)
+    using Vec = simd::Vec;
+    constexpr int64_t L = Vec::kLanes;
+    for (int64_t tx = 0; tx < tw_; tx += L) {
+      Vec::T p0, p1, q0, q1, r[4];
+      Vec::interleave(Vec::load(o + tx), Vec::load(o + 2 * ls + tx), &p0, &p1);
+      Vec::interleave(Vec::load(o + ls + tx), Vec::load(o + 3 * ls + tx), &q0, &q1);
+      Vec::interleave(p0, q0, &r[0], &r[1]);
+      Vec::interleave(p1, q1, &r[2], &r[3]);
+      for (int64_t k = 0; k < 4; ++k) Vec::store(line + kTile * tx + k * L, r[k]);
+    }
+#else
+    for (int64_t l = 0; l < kTile; ++l)
+      for (int64_t tx = 0; tx < tw_; ++tx) line[kTile * tx + l] = o[l * ls + tx];
+#endif
+  }
+
+  Conv2d c_;
+  bool has_bias_;
+  Epilogue epi_;
+  int64_t cin_g_ = 1, cout_g_ = 1;
+  int64_t units_ = 1;
+  int64_t th_ = 1, tw_ = 1;  // tile rows and columns (4x4 outputs each)
+  int64_t wp_ = 6;           // padded input row: 4 * tw_ + 2 columns
+  int64_t chunk_rows_ = 1;
+  int64_t rb_ = 1, ob_ = 1;
+  std::vector<float> u_;  // transformed weights, [36] x packed (cout x cin)
+};
+
+}  // namespace
+
+bool winograd4_fits(const Conv2d& c) {
+  const int64_t cin_g = c.cin / c.group, cout_g = c.cout / c.group;
+  if (c.kh != 3 || c.kw != 3 || c.sh != 1 || c.sw != 1 || c.dh != 1 || c.dw != 1 || cin_g < 8 || cout_g < 8 ||
+      c.oh < kTile || c.ow < kTile)
+    return false;
+  return c.group == 1 || (cin_g >= kMinGroupedChannels && c.oh * c.ow >= kMinGroupedPixels);
+}
+
+std::unique_ptr<ROp> make_winograd4(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi,
+                                    const KernelParams& p) {
+  return std::unique_ptr<ROp>(new Winograd4Op(c, w, has_bias, epi, p));
+}
+
+}  // namespace tessera
