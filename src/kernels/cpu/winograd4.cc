@@ -193,12 +193,11 @@ class Winograd4Op : public ROp {
   }
 
  private:
-  // The transforms' buffers, for a chunk of nt tiles: a padded input
-  // row, the gathered patch columns (6 rows of nt and slack), the
-  // column-transformed patch rows (36 of nt); for the output (reusing
-  // them: no more), 24 rows of nt, 4 more and an output row.
-  int64_t buffer_floats(int64_t nt) const { return row_floats() + kSide * (nt + kGatherSlack) + kPoints * nt; }
-  // The padded input row (portable gather_cols).
+  // The transforms' buffers, for a chunk of nt tiles: a padded input row
+  // and the column-combined patch rows (36 of nt, each with slack); for
+  // the output (reusing them), 24 rows of nt and an output row.
+  int64_t buffer_floats(int64_t nt) const { return row_floats() + kPoints * (nt + kGatherSlack) + kTile * kGatherSlack; }
+  // The padded input row (portable row_times_b).
   int64_t row_floats() const { return wp_; }
 
   // U[g][t][co][ci] = (G g G^T)[t] with G = [1/4 0 0; -1/6 -1/6 -1/6;
@@ -258,46 +257,43 @@ class Winograd4Op : public ROp {
 
   // V = B^T d B for tile rows [ty0, ty1) of plane xc, all the chunk's
   // tiles at once: for each of a patch's 6 rows, every tile's 6 columns
-  // are gathered from the zero-padded input row (column j of tile tx is
-  // padded column 4 tx + j) and combined (d B); then the rows are
-  // combined (B^T). Point (i, j) of the chunk's tile q goes to
+  // are gathered from the input row (column j of tile tx is column
+  // 4 tx + j - pw, zero outside the plane) and combined (d B); then the
+  // rows are combined (B^T). Point (i, j) of the chunk's tile q goes to
   // v[(6 i + j) * ps + q].
   void input_rows(const float* xc, int64_t ty0, int64_t ty1, float* v, int64_t ps, float* buf) const {
-    const int64_t tw = tw_, nt = (ty1 - ty0) * tw, cs = nt + kGatherSlack;
+    const int64_t tw = tw_, nt = (ty1 - ty0) * tw, es = nt + kGatherSlack;
     float* row = buf;
-    float* cols = row + row_floats();  // cols[j * cs + q]
-    float* e = cols + kSide * cs;      // e[(r * 6 + j) * nt + q]: patch row r, columns combined
+    float* e = row + row_floats();  // e[(r * 6 + j) * es + q]: patch row r, columns combined
     for (int64_t r = 0; r < kSide; ++r) {
+      float* er = e + r * kSide * es;
       for (int64_t ty = ty0; ty < ty1; ++ty) {
         const int64_t iy = kTile * ty - c_.ph + r, q = (ty - ty0) * tw;
         if (iy < 0 || iy >= c_.ih) {
-          for (int64_t j = 0; j < kSide; ++j) std::fill(cols + j * cs + q, cols + j * cs + q + tw, 0.f);
+          for (int64_t j = 0; j < kSide; ++j) std::fill(er + j * es + q, er + j * es + q + tw, 0.f);
           continue;
         }
-        gather_cols(xc + iy * c_.iw, cols + q, cs, row);
+        row_times_b(xc + iy * c_.iw, er + q, es, row);
       }
-      float* er = e + r * kSide * nt;
-      const float* in[6] = {cols, cols + cs, cols + 2 * cs, cols + 3 * cs, cols + 4 * cs, cols + 5 * cs};
-      float* out[6] = {er, er + nt, er + 2 * nt, er + 3 * nt, er + 4 * nt, er + 5 * nt};
-      bt6(in, out, nt);
     }
     for (int64_t j = 0; j < kSide; ++j) {
       const float* in[6];
       float* out[6];
-      for (int64_t r = 0; r < kSide; ++r) in[r] = e + (r * kSide + j) * nt;
+      for (int64_t r = 0; r < kSide; ++r) in[r] = e + (r * kSide + j) * es;
       for (int64_t i = 0; i < kSide; ++i) out[i] = v + (i * kSide + j) * ps;
       bt6(in, out, nt);
     }
   }
 
-  // cols[j * cs + tx] = column 4 tx + j of input row `src` padded by pw
-  // zeros (and zeros past its end), for j < 6 and tx < tw_. With SIMD, a
-  // vector of tiles at a time: 4 vectors of the row (masked where they
+  // e[j * es + tx] = (d B)[j] of tile tx's 6 columns of input row `src`
+  // (column 4 tx + j - pw, zero outside the row), for tx < tw_. With SIMD,
+  // a vector of tiles at a time: 4 vectors of the row (masked where they
   // cross its ends) split twice into even and odd lanes give columns 0 to
-  // 3, and again from 4 columns on 4 and 5; the last vector may store up to
-  // kGatherSlack - 1 tiles past tw_ (into the next tile row's place,
-  // written after, or the slack). Without, through a padded copy in `row`.
-  void gather_cols(const float* src, float* cols, int64_t cs, float* row) const {
+  // 3, and again from 4 columns on 4 and 5, combined in registers; the
+  // last vector may store up to kGatherSlack - 1 tiles past tw_ (into the
+  // next tile row's place, written after, or the slack). Without, through
+  // a padded copy in `row`.
+  void row_times_b(const float* src, float* e, int64_t es, float* row) const {
 #if defined(TESSERA_SIMD)
     (void)row;
     using Vec = simd::Vec;
@@ -317,7 +313,7 @@ class Winograd4Op : public ROp {
           x[k] = Vec::load(src + b, Vec::from_bits(lane_bits(-b, iw - b)));
         }
       }
-      Vec::T e01, o01, e23, o23, c[6], unused;
+      Vec::T e01, o01, e23, o23, c[6], unused, o[6];
       Vec::deinterleave(x[0], x[1], &e01, &o01);
       Vec::deinterleave(x[2], x[3], &e23, &o23);
       Vec::deinterleave(e01, e23, &c[0], &c[2]);
@@ -326,7 +322,8 @@ class Winograd4Op : public ROp {
       Vec::deinterleave(x[6], x[7], &e23, &o23);
       Vec::deinterleave(e01, e23, &c[4], &unused);
       Vec::deinterleave(o01, o23, &c[5], &unused);
-      for (int64_t j = 0; j < kSide; ++j) Vec::store(cols + j * cs + tx, c[j]);
+      bt(c[0], c[1], c[2], c[3], c[4], c[5], o);
+      for (int64_t j = 0; j < kSide; ++j) Vec::store(e + j * es + tx, o[j]);
     }
 #else
     const int64_t q0 = std::clamp<int64_t>(c_.pw, 0, wp_);
@@ -334,58 +331,64 @@ class Winograd4Op : public ROp {
     std::fill(row, row + q0, 0.f);
     std::memcpy(row + q0, src + (q0 - c_.pw), static_cast<size_t>(q1 - q0) * sizeof(float));
     std::fill(row + q1, row + wp_, 0.f);
-    for (int64_t j = 0; j < kSide; ++j)
-      for (int64_t tx = 0; tx < tw_; ++tx) cols[j * cs + tx] = row[kTile * tx + j];
+    for (int64_t tx = 0; tx < tw_; ++tx) {
+      const float* d = row + kTile * tx;
+      float o[6];
+      bt(d[0], d[1], d[2], d[3], d[4], d[5], o);
+      for (int64_t j = 0; j < kSide; ++j) e[j * es + tx] = o[j];
+    }
 #endif
   }
 
   // Y = A^T M A + bias for tile rows [ty0, ty1) of one output plane yc
   // (point (i, j) of the chunk's tile q at m[(6 i + j) * ps + q]): rows
-  // combined (A^T M), then columns, then each output row's 4 columns per
-  // tile scattered into its place.
+  // combined (A^T M), then, per output row, columns, each tile's 4
+  // outputs put in their place in the row.
   void output_rows(const float* m, int64_t ps, float bias, float* yc, int64_t ty0, int64_t ty1, float* buf) const {
     const int64_t tw = tw_, ow = c_.ow, nt = (ty1 - ty0) * tw;
     float* s = buf;  // s[(k * 6 + j) * nt + q]: the tile's output row k, column point j
-    float* o = s + 4 * kSide * nt;
-    float* line = o + kTile * nt;
+    float* line = s + 4 * kSide * nt;
     for (int64_t j = 0; j < kSide; ++j) {
       const float* in[6];
       for (int64_t i = 0; i < kSide; ++i) in[i] = m + (i * kSide + j) * ps;
       float* out[4] = {s + j * nt, s + (kSide + j) * nt, s + (2 * kSide + j) * nt, s + (3 * kSide + j) * nt};
       at6(in, out, nt, 0.f);
     }
-    for (int64_t k = 0; k < kTile; ++k) {
-      const float* sk = s + k * kSide * nt;
-      const float* in[6] = {sk, sk + nt, sk + 2 * nt, sk + 3 * nt, sk + 4 * nt, sk + 5 * nt};
-      float* out[4] = {o, o + nt, o + 2 * nt, o + 3 * nt};
-      at6(in, out, nt, bias);
+    for (int64_t k = 0; k < kTile; ++k)
       for (int64_t ty = ty0; ty < ty1; ++ty) {
-        const int64_t oy = kTile * ty + k, q = (ty - ty0) * tw;
+        const int64_t oy = kTile * ty + k;
         if (oy >= c_.oh) break;
-        scatter_row(o + q, nt, line);
+        times_a_row(s + k * kSide * nt + (ty - ty0) * tw, nt, bias, line);
         std::memcpy(yc + oy * ow, line, static_cast<size_t>(ow) * sizeof(float));
       }
-    }
   }
 
-  // line[4 tx + l] = o[l * ls + tx] for l < 4 and tx < tw_: with SIMD, a
-  // vector of tiles at a time, interleaved twice (gather_cols' inverse),
-  // whole vectors up to 4 (kGatherSlack - 1) floats past 4 tw_.
-  void scatter_row(const float* o, int64_t ls, float* line) const {
+  // line[4 tx + l] = (s A)[l] + bias of tile tx's 6 column points
+  // s[j * ls + tx], for tx < tw_: with SIMD, a vector of tiles at a time,
+  // combined in registers and interleaved twice (row_times_b's inverse),
+  // whole vectors up to 4 (kGatherSlack - 1) floats past 4 tw_ (loads
+  // past the row read what lies there: its lanes are not kept).
+  void times_a_row(const float* s, int64_t ls, float bias, float* line) const {
 #if defined(TESSERA_SIMD)
     using Vec = simd::Vec;
     constexpr int64_t L = Vec::kLanes;
+    const Vec::T vb = Vec::set1(bias);
     for (int64_t tx = 0; tx < tw_; tx += L) {
-      Vec::T p0, p1, q0, q1, r[4];
-      Vec::interleave(Vec::load(o + tx), Vec::load(o + 2 * ls + tx), &p0, &p1);
-      Vec::interleave(Vec::load(o + ls + tx), Vec::load(o + 3 * ls + tx), &q0, &q1);
+      Vec::T o[4], p0, p1, q0, q1, r[4];
+      at(Vec::load(s + tx), Vec::load(s + ls + tx), Vec::load(s + 2 * ls + tx), Vec::load(s + 3 * ls + tx),
+         Vec::load(s + 4 * ls + tx), Vec::load(s + 5 * ls + tx), vb, o);
+      Vec::interleave(o[0], o[2], &p0, &p1);
+      Vec::interleave(o[1], o[3], &q0, &q1);
       Vec::interleave(p0, q0, &r[0], &r[1]);
       Vec::interleave(p1, q1, &r[2], &r[3]);
       for (int64_t k = 0; k < 4; ++k) Vec::store(line + kTile * tx + k * L, r[k]);
     }
 #else
-    for (int64_t l = 0; l < kTile; ++l)
-      for (int64_t tx = 0; tx < tw_; ++tx) line[kTile * tx + l] = o[l * ls + tx];
+    for (int64_t tx = 0; tx < tw_; ++tx) {
+      float o[4];
+      at(s[tx], s[ls + tx], s[2 * ls + tx], s[3 * ls + tx], s[4 * ls + tx], s[5 * ls + tx], bias, o);
+      for (int64_t l = 0; l < kTile; ++l) line[kTile * tx + l] = o[l];
+    }
 #endif
   }
 
