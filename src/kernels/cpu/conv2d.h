@@ -115,8 +115,9 @@ bool winograd_fits(const Conv2d& c);
 std::unique_ptr<ROp> make_winograd(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi,
                                    const KernelParams& p);
 
-// Winograd F(4x4, 3x3) (winograd4.cc): the same convs on 4x4 output
-// tiles, at least 4x4 outputs; fewer multiplies, more rounding.
+// Winograd F(4x4, 3x3) (winograd4.cc): the convs winograd_fits takes
+// with at least 4x4 outputs, on 4x4 output tiles; fewer multiplies, more
+// rounding.
 bool winograd4_fits(const Conv2d& c);
 std::unique_ptr<ROp> make_winograd4(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi,
                                     const KernelParams& p);

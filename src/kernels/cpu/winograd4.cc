@@ -19,11 +19,12 @@
 // more rKernel (conv.winograd4): the profiler times it beside the others
 // and the variant search keeps it only where it measured faster.
 //
-// The transforms run along a tile row with the tiles as the vector
-// dimension, as the GEMMs read them: a patch's columns are gathered from
-// a zero-padded input row at stride 4 (and the output's scattered back),
-// and everything between is adds and multiplies over whole rows of tiles.
-// rTasks and chunks are cut as in winograd.cc.
+// The transforms run with the tiles as the vector dimension, as the GEMMs
+// read them: a patch's columns are gathered from an input row at stride 4
+// (loads masked at its ends, zero outside) and the output's put back the
+// same way, and everything between is adds and multiplies over a chunk's
+// tiles. rTasks and chunks are cut as in winograd.cc, except that by
+// default an rTask is at least one chunk.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -56,16 +57,6 @@ constexpr int64_t kGatherSlack = simd::Vec::kLanes;  // tiles past a row that wh
 #else
 constexpr int64_t kGatherSlack = 0;
 #endif
-// As winograd.cc: grouped convs need this many channels per group and
-// output pixels before Winograd beats the grouped direct kernel.
-#if defined(TESSERA_SIMD) && !defined(__AVX512F__)
-constexpr int64_t kMinGroupedChannels = 32;
-constexpr int64_t kMinGroupedPixels = 400;
-#else
-constexpr int64_t kMinGroupedChannels = 8;
-constexpr int64_t kMinGroupedPixels = 0;
-#endif
-
 // A few floats as one vector (GCC's vector extension): eight with AVX2 or
 // AVX-512, four (SSE) in portable builds; loads and stores unaligned.
 #if defined(TESSERA_SIMD)
@@ -411,13 +402,7 @@ class Winograd4Op : public ROp {
 
 }  // namespace
 
-bool winograd4_fits(const Conv2d& c) {
-  const int64_t cin_g = c.cin / c.group, cout_g = c.cout / c.group;
-  if (c.kh != 3 || c.kw != 3 || c.sh != 1 || c.sw != 1 || c.dh != 1 || c.dw != 1 || cin_g < 8 || cout_g < 8 ||
-      c.oh < kTile || c.ow < kTile)
-    return false;
-  return c.group == 1 || (cin_g >= kMinGroupedChannels && c.oh * c.ow >= kMinGroupedPixels);
-}
+bool winograd4_fits(const Conv2d& c) { return winograd_fits(c) && c.oh >= kTile && c.ow >= kTile; }
 
 std::unique_ptr<ROp> make_winograd4(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi,
                                     const KernelParams& p) {
