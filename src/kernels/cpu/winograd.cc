@@ -16,12 +16,10 @@
 // direct sum's: rel-L2 against fp64 of 2.6e-7 to 5e-7 on ResNet-18's
 // shapes, where PyTorch's direct fp32 conv has 2.2e-7.
 //
-// An rTask is a block of tile rows (2 output rows each) of one or more
-// images, and a block of output channels where the transformed weights are
-// large (of groups, for a grouped conv: each group is its own 16 GEMMs). It works through its rows in chunks whose V and M fit
-// kChunkBytes, so the GEMMs read them from cache: transform the chunk's
-// input, 16 GEMMs, then the output transform adds the bias and applies the
-// fused epilogue to the chunk's output rows while they are hot.
+// rTasks and chunks are cut as winograd_tiling.h says (a tile row is 2
+// output rows); a chunk's input is transformed, its 16 GEMMs run, then the
+// output transform adds the bias and applies the fused epilogue to the
+// chunk's output rows while they are hot.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -29,26 +27,15 @@
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/winograd_tiling.h"
 
 namespace tessera {
 namespace {
 
 constexpr int64_t kPoints = 16;                    // 4x4 transform points
-constexpr size_t kChunkBytes = size_t{512} << 10;  // V and M of one chunk
-constexpr double kFlopsPerTask = 1 << 23;           // direct-conv FLOPs, as conv.cc
 #if defined(TESSERA_SIMD)
 constexpr int64_t kLanes = simd::Vec::kLanes;  // floats (tiles) per vector
 #endif
-constexpr int64_t kMinChunkTiles = 48;
-// Output channels are split in units of kCoUnit (the packed weights' row
-// blocks), at least kMinCoUnits per rTask.
-constexpr int64_t kCoUnit = kPackRows;
-constexpr int64_t kMinCoUnits = 4;
-// Transformed weights up to this size are split by tile rows, larger ones
-// by output channels, kDefaultChannelBlocks by default.
-constexpr int64_t kWeightsInL2 = int64_t{1} << 20;
-constexpr int64_t kDefaultChannelBlocks = 2;
-constexpr int64_t kMinTasks = 2;  // default rTasks of a grouped conv, at least
 // Channels per group, and output pixels, from which a grouped conv runs
 // Winograd rather than the grouped direct kernel (grouped_conv.cc). Each
 // group's 16 point GEMMs are cin_g deep and as wide as its tiles; with
@@ -71,45 +58,17 @@ constexpr int64_t kMinGroupedPixels = 0;
 class WinogradOp : public ROp {
  public:
   WinogradOp(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi, const KernelParams& p)
-      : c_(c), has_bias_(has_bias), epi_(epi) {
-    cin_g_ = c.cin / c.group;
-    cout_g_ = c.cout / c.group;
-    th_ = (c.oh + 1) / 2;
-    tw_ = (c.ow + 1) / 2;
-    wp_ = 2 * tw_ + 2;
-    // rTasks: blocks of tile rows where the transformed weights stay in
-    // L2 (each block reads them all again), else blocks of output channels
-    // (each redoing the input transform; measured on 3x3, 512 channels, 7x7:
-    // 1 rTask 0.85 ms, 2 channel blocks 0.99, 2 row blocks 1.63); grouped
-    // convs split groups instead of channels.
-    const int64_t rows = c.batch * th_;
-    const double flops = 2.0 * c.batch * c.cout * cin_g_ * 9 * c.oh * c.ow;
-    units_ = c.group > 1 ? c.group : (c.cout + kCoUnit - 1) / kCoUnit;
-    const int64_t max_ob = c.group > 1 ? units_ : std::max<int64_t>(1, units_ / kMinCoUnits);
-    const bool big = kPoints * c.cout * cin_g_ * static_cast<int64_t>(sizeof(float)) > kWeightsInL2;
-    if (p.tasks > 0) {  // grouped: blocks of groups first, as by default
-      ob_ = big || c.group > 1 ? std::clamp<int64_t>(p.tasks, 1, max_ob) : 1;
-      rb_ = std::clamp<int64_t>(p.tasks / ob_, 1, rows);
-      if (rb_ * ob_ < p.tasks) ob_ = std::clamp<int64_t>(p.tasks / rb_, 1, max_ob);
-    } else {
-      const int64_t want =
-          std::clamp<int64_t>(static_cast<int64_t>(flops / kFlopsPerTask), 1, kMaxDefaultTasks);
-      ob_ = big ? std::min<int64_t>(kDefaultChannelBlocks, max_ob) : 1;
-      rb_ = big ? 1 : std::clamp<int64_t>(want, 1, rows);
-      if (c.group > 1) {  // groups are independent work: at least kMinTasks blocks of them
-        ob_ = std::clamp<int64_t>(std::max(want, kMinTasks), 1, units_);
-        rb_ = std::clamp<int64_t>(want / ob_, 1, rows);
-      }
-    }
-    tasks_ = rb_ * ob_;
-    const int64_t min_rows = (kMinChunkTiles + tw_ - 1) / tw_;
-    const int64_t tile_bytes = kPoints * (cin_g_ + cout_g_) * static_cast<int64_t>(sizeof(float));
-    chunk_rows_ = std::clamp<int64_t>(static_cast<int64_t>(kChunkBytes) / (tile_bytes * tw_), min_rows,
-                                      std::max<int64_t>(min_rows, (rows + rb_ - 1) / rb_));
-    chunk_rows_ = std::min(chunk_rows_, th_);
-    const int64_t nt = chunk_rows_ * tw_;
-    scratch_bytes_ = static_cast<size_t>(kPoints * (cin_g_ + cout_g_) * nt + 8 * wp_) * sizeof(float);
-    transform_weights(w);
+      : c_(c), has_bias_(has_bias), epi_(epi), t_(c, 2, kPoints, false, p) {
+    // rTasks split by output channels where the transformed weights are
+    // large (each redoing the input transform), measured on 3x3, 512
+    // channels, 7x7: 1 rTask 0.85 ms, 2 channel blocks 0.99, 2 row blocks
+    // 1.63.
+    wp_ = 2 * t_.tw + 2;
+    tasks_ = t_.tasks();
+    const int64_t nt = t_.chunk_tiles();
+    scratch_bytes_ = static_cast<size_t>(kPoints * (t_.cin_g + t_.cout_g) * nt + 8 * wp_) * sizeof(float);
+    static constexpr double kG[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    u_ = winograd_weights(c, w, &kG[0][0], 4);
   }
 
   std::string_view path() const override { return "winograd F(2,3)"; }
@@ -121,53 +80,22 @@ class WinogradOp : public ROp {
     const float* res = epi_.residual ? static_cast<const float*>(args.in[3]) : nullptr;
     float* y = static_cast<float*>(args.out[0]);
     float* scratch = static_cast<float*>(args.scratch);
-    int64_t r0, r1, u0, u1;
-    task_range(c_.batch * th_, rb_, task / ob_, &r0, &r1);
-    task_range(units_, ob_, task % ob_, &u0, &u1);
-    // Groups [g0, g1), and within each output channels [co0, co1).
-    const bool grouped = c_.group > 1;
-    const int64_t g0 = grouped ? u0 : 0, g1 = grouped ? u1 : 1;
-    const int64_t co0 = grouped ? 0 : u0 * kCoUnit, co1 = grouped ? cout_g_ : std::min(c_.cout, u1 * kCoUnit);
-    for (int64_t r = r0; r < r1;) {
-      const int64_t n = r / th_, ty0 = r % th_;
-      const int64_t k = std::min({chunk_rows_, th_ - ty0, r1 - r});
-      for (int64_t g = g0; g < g1; ++g) chunk(x, bias, res, y, scratch, n, ty0, ty0 + k, g, co0, co1);
-      r += k;
-    }
+    t_.for_each_chunk(task, [&](int64_t n, int64_t ty0, int64_t ty1, int64_t g, int64_t co0, int64_t co1) {
+      chunk(x, bias, res, y, scratch, n, ty0, ty1, g, co0, co1);
+    });
   }
 
  private:
-  // U[g][t][co][ci] = (G g G^T)[t] with G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2
-  // 1/2; 0 0 1], in double, rounded once.
-  void transform_weights(const float* w) {
-    static constexpr double kG[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
-    u_.assign(c_.group * kPoints * packed_size(cout_g_, cin_g_), 0.f);
-    for (int64_t gr = 0; gr < c_.group; ++gr)
-      for (int64_t co = 0; co < cout_g_; ++co)
-        for (int64_t ci = 0; ci < cin_g_; ++ci) {
-          const float* g = w + ((gr * cout_g_ + co) * cin_g_ + ci) * 9;
-          double gg[4][3];  // G g
-          for (int i = 0; i < 4; ++i)
-            for (int k = 0; k < 3; ++k)
-              gg[i][k] = kG[i][0] * g[k] + kG[i][1] * g[3 + k] + kG[i][2] * g[6 + k];
-          for (int i = 0; i < 4; ++i)
-            for (int l = 0; l < 4; ++l) {
-              const double v = gg[i][0] * kG[l][0] + gg[i][1] * kG[l][1] + gg[i][2] * kG[l][2];
-              u_[u_index(gr, i * 4 + l, co, ci)] = static_cast<float>(v);
-            }
-        }
-  }
-
   // Tile rows [ty0, ty1) of image n, group gr's output channels [co0, co1).
   void chunk(const float* x, const float* bias, const float* res, float* y, float* scratch, int64_t n, int64_t ty0,
              int64_t ty1, int64_t gr, int64_t co0, int64_t co1) const {
-    const int64_t nt = (ty1 - ty0) * tw_, cin = cin_g_, cout = cout_g_;
+    const int64_t nt = (ty1 - ty0) * t_.tw, cin = t_.cin_g, cout = t_.cout_g;
     float* v = scratch;
     float* m = v + kPoints * cin * nt;
     float* rows = m + kPoints * cout * nt;  // the portable transforms' row buffers
     for (int64_t ci = 0; ci < cin; ++ci) {
       const float* xc = x + (n * c_.cin + gr * cin + ci) * c_.ih * c_.iw;
-      for (int64_t ty = ty0; ty < ty1; ++ty) input_row(xc, ty, v + ci * nt + (ty - ty0) * tw_, cin * nt, rows);
+      for (int64_t ty = ty0; ty < ty1; ++ty) input_row(xc, ty, v + ci * nt + (ty - ty0) * t_.tw, cin * nt, rows);
     }
     // One GEMM per point: M[t] (cout x nt) = U[t] (cout x cin) * V[t] (cin x nt).
     for (int64_t t = 0; t < kPoints; ++t)
@@ -178,7 +106,7 @@ class WinogradOp : public ROp {
       const int64_t oc = gr * cout + co;  // in the whole output
       const float b = bias != nullptr ? bias[oc] : 0.f;
       float* yc = y + (n * c_.cout + oc) * c_.oh * ow;
-      for (int64_t ty = ty0; ty < ty1; ++ty) output_row(m + co * nt + (ty - ty0) * tw_, cout * nt, b, yc, ty, rows);
+      for (int64_t ty = ty0; ty < ty1; ++ty) output_row(m + co * nt + (ty - ty0) * t_.tw, cout * nt, b, yc, ty, rows);
       if (!epi_.empty()) {
         const int64_t off = (n * c_.cout + oc) * c_.oh * ow + oy0 * ow;
         epi_.apply(y + off, res != nullptr ? res + off : nullptr, (oy1 - oy0) * ow);
@@ -217,7 +145,7 @@ class WinogradOp : public ROp {
     for (int i = 0; i < 4; ++i) {
       const float* ti = tr + i * wp_;
       float* vi = v + i * 4 * ps;
-      for (int64_t tx = 0; tx < tw_; ++tx) {
+      for (int64_t tx = 0; tx < t_.tw; ++tx) {
         const float a = ti[2 * tx], b = ti[2 * tx + 1], c = ti[2 * tx + 2], e = ti[2 * tx + 3];
         vi[tx] = a - c;
         vi[ps + tx] = b + c;
@@ -241,7 +169,7 @@ class WinogradOp : public ROp {
 #else
     float* o0 = buf;
     float* o1 = buf + wp_;
-    for (int64_t tx = 0; tx < tw_; ++tx) {
+    for (int64_t tx = 0; tx < t_.tw; ++tx) {
       float s0[4], s1[4];
       for (int c = 0; c < 4; ++c) {
         const float p0 = m[c * ps + tx], p1 = m[(4 + c) * ps + tx];
@@ -260,10 +188,8 @@ class WinogradOp : public ROp {
 #endif
   }
 
-  // Transformed weights: per group and point, packed for packed_gemm.
   size_t u_index(int64_t gr, int64_t t, int64_t co, int64_t ci) const {
-    return (gr * kPoints + t) * packed_size(cout_g_, cin_g_) +
-           static_cast<size_t>((co / kPackRows * cin_g_ + ci) * kPackRows + co % kPackRows);
+    return winograd_u_index(c_, kPoints, gr, t, co, ci);
   }
 
 #if defined(__AVX512F__)
@@ -274,8 +200,8 @@ class WinogradOp : public ROp {
   void input_row_avx512(const float* xc, int64_t ty, float* v, int64_t ps) const {
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    for (int64_t tx = 0; tx < tw_; tx += kLanes) {
-      const __mmask16 k = static_cast<__mmask16>(lane_bits(0, tw_ - tx));
+    for (int64_t tx = 0; tx < t_.tw; tx += kLanes) {
+      const __mmask16 k = static_cast<__mmask16>(lane_bits(0, t_.tw - tx));
       const int64_t ix = 2 * tx - c_.pw;
       const uint32_t m0 = lane_bits(-ix, c_.iw - ix), m2 = lane_bits(-ix - 2, c_.iw - ix - 2);
       __m512 a[4], b[4], c[4], d[4];  // columns 0..3 of the 4 rows
@@ -323,8 +249,8 @@ class WinogradOp : public ROp {
     float* y0 = yc + 2 * ty * ow;
     float* y1 = y0 + ow;
     const bool second = 2 * ty + 1 < c_.oh;
-    for (int64_t tx = 0; tx < tw_; tx += kLanes) {
-      const __mmask16 k = static_cast<__mmask16>(lane_bits(0, tw_ - tx));
+    for (int64_t tx = 0; tx < t_.tw; tx += kLanes) {
+      const __mmask16 k = static_cast<__mmask16>(lane_bits(0, t_.tw - tx));
       const uint32_t cols = lane_bits(0, ow - 2 * tx);
       __m512 s0[4], s1[4];
       for (int c = 0; c < 4; ++c) {
@@ -355,9 +281,9 @@ class WinogradOp : public ROp {
   // operations in the same order as the portable loops, so the same bits.
   void input_row_avx2(const float* xc, int64_t ty, float* v, int64_t ps) const {
     using Vec = simd::Vec;
-    for (int64_t tx = 0; tx < tw_; tx += kLanes) {
-      const bool full = tw_ - tx >= kLanes;
-      const Vec::Mask k = Vec::first(tw_ - tx);
+    for (int64_t tx = 0; tx < t_.tw; tx += kLanes) {
+      const bool full = t_.tw - tx >= kLanes;
+      const Vec::Mask k = Vec::first(t_.tw - tx);
       const int64_t ix = 2 * tx - c_.pw;
       const uint32_t m0 = lane_bits(-ix, c_.iw - ix), m2 = lane_bits(-ix - 2, c_.iw - ix - 2);
       const Vec::Mask lo_m = Vec::from_bits(m0), hi_m = Vec::from_bits(m0 >> kLanes);
@@ -414,9 +340,9 @@ class WinogradOp : public ROp {
         Vec::store(out + kLanes, Vec::from_bits(cols >> kLanes), second_half);
       }
     };
-    for (int64_t tx = 0; tx < tw_; tx += kLanes) {
-      const bool full = tw_ - tx >= kLanes;
-      const Vec::Mask k = Vec::first(tw_ - tx);
+    for (int64_t tx = 0; tx < t_.tw; tx += kLanes) {
+      const bool full = t_.tw - tx >= kLanes;
+      const Vec::Mask k = Vec::first(t_.tw - tx);
       const uint32_t cols = lane_bits(0, ow - 2 * tx) & 0xffff;
       Vec::T s0[4], s1[4];
       for (int c = 0; c < 4; ++c) {
@@ -440,16 +366,67 @@ class WinogradOp : public ROp {
   Conv2d c_;
   bool has_bias_;
   Epilogue epi_;
-  int64_t cin_g_ = 1, cout_g_ = 1;  // channels per group
-  int64_t units_ = 1;               // what ob_ splits: groups, or blocks of kCoUnit channels
-  int64_t th_ = 1, tw_ = 1;  // tile rows and columns (2x2 outputs each)
-  int64_t wp_ = 4;           // padded input row: 2 * tw_ + 2 columns
-  int64_t chunk_rows_ = 1;   // tile rows transformed and multiplied at once
-  int64_t rb_ = 1, ob_ = 1;  // rTasks: blocks of tile rows x blocks of output channels
+  WinogradTiling t_;
+  int64_t wp_ = 4;  // padded input row: 2 * tw + 2 columns
   std::vector<float> u_;     // transformed weights, [16] x packed (cout x cin)
 };
 
 }  // namespace
+
+WinogradTiling::WinogradTiling(const Conv2d& c, int64_t tile, int64_t points, bool whole_chunks,
+                               const KernelParams& p)
+    : batch(c.batch), group(c.group), cin_g(c.cin / c.group), cout_g(c.cout / c.group) {
+  th = (c.oh + tile - 1) / tile;
+  tw = (c.ow + tile - 1) / tile;
+  const int64_t rows = c.batch * th;
+  const double flops = 2.0 * c.batch * c.cout * cin_g * 9 * c.oh * c.ow;
+  units = c.group > 1 ? c.group : (c.cout + kCoUnit - 1) / kCoUnit;
+  const int64_t max_ob = c.group > 1 ? units : std::max<int64_t>(1, units / kMinCoUnits);
+  const bool big = points * c.cout * cin_g * static_cast<int64_t>(sizeof(float)) > kWeightsInL2;
+  if (p.tasks > 0) {  // grouped: blocks of groups first, as by default
+    ob = big || c.group > 1 ? std::clamp<int64_t>(p.tasks, 1, max_ob) : 1;
+    rb = std::clamp<int64_t>(p.tasks / ob, 1, rows);
+    if (rb * ob < p.tasks) ob = std::clamp<int64_t>(p.tasks / rb, 1, max_ob);
+  } else {
+    const int64_t want = std::clamp<int64_t>(static_cast<int64_t>(flops / kFlopsPerTask), 1, kMaxDefaultTasks);
+    const int64_t max_rb = whole_chunks ? std::max<int64_t>(1, rows * tw / kMinChunkTiles) : rows;
+    ob = big ? std::min<int64_t>(kDefaultChannelBlocks, max_ob) : 1;
+    rb = big ? 1 : std::clamp<int64_t>(want, 1, max_rb);
+    if (c.group > 1) {  // groups are independent work: at least kMinTasks blocks of them
+      ob = std::clamp<int64_t>(std::max(want, kMinTasks), 1, units);
+      rb = std::clamp<int64_t>(want / ob, 1, rows);
+    }
+  }
+  const int64_t min_rows = (kMinChunkTiles + tw - 1) / tw;
+  const int64_t tile_bytes = points * (cin_g + cout_g) * static_cast<int64_t>(sizeof(float));
+  chunk_rows = std::clamp<int64_t>(static_cast<int64_t>(kChunkBytes) / (tile_bytes * tw), min_rows,
+                                   std::max<int64_t>(min_rows, (rows + rb - 1) / rb));
+  chunk_rows = std::min(chunk_rows, th);
+}
+
+std::vector<float> winograd_weights(const Conv2d& c, const float* w, const double* g_matrix, int side) {
+  const int64_t cin_g = c.cin / c.group, cout_g = c.cout / c.group, points = side * side;
+  std::vector<float> u(static_cast<size_t>(c.group * points) * packed_size(cout_g, cin_g), 0.f);
+  std::vector<double> gg(static_cast<size_t>(side) * 3);  // G g
+  for (int64_t gr = 0; gr < c.group; ++gr)
+    for (int64_t co = 0; co < cout_g; ++co)
+      for (int64_t ci = 0; ci < cin_g; ++ci) {
+        const float* g = w + ((gr * cout_g + co) * cin_g + ci) * 9;
+        for (int i = 0; i < side; ++i)
+          for (int k = 0; k < 3; ++k) {
+            const double* gi = g_matrix + i * 3;
+            gg[static_cast<size_t>(i * 3 + k)] = gi[0] * g[k] + gi[1] * g[3 + k] + gi[2] * g[6 + k];
+          }
+        for (int i = 0; i < side; ++i)
+          for (int l = 0; l < side; ++l) {
+            const double* a = &gg[static_cast<size_t>(i * 3)];
+            const double* gl = g_matrix + l * 3;
+            u[winograd_u_index(c, points, gr, i * side + l, co, ci)] =
+                static_cast<float>(a[0] * gl[0] + a[1] * gl[1] + a[2] * gl[2]);
+          }
+      }
+  return u;
+}
 
 bool winograd_fits(const Conv2d& c) {
   const int64_t cin_g = c.cin / c.group, cout_g = c.cout / c.group;

@@ -23,8 +23,8 @@
 // read them: a patch's columns are gathered from an input row at stride 4
 // (loads masked at its ends, zero outside) and the output's put back the
 // same way, and everything between is adds and multiplies over a chunk's
-// tiles. rTasks and chunks are cut as in winograd.cc, except that by
-// default an rTask is at least one chunk.
+// tiles. rTasks and chunks are cut as winograd_tiling.h says, a default
+// rTask at least one chunk.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -32,6 +32,7 @@
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/winograd_tiling.h"
 
 namespace tessera {
 namespace {
@@ -39,19 +40,6 @@ namespace {
 constexpr int64_t kTile = 4;                       // outputs per tile side
 constexpr int64_t kSide = 6;                       // input patch side
 constexpr int64_t kPoints = kSide * kSide;         // transform points
-constexpr size_t kChunkBytes = size_t{512} << 10;  // V and M of one chunk
-constexpr double kFlopsPerTask = 1 << 23;           // direct-conv FLOPs, as conv.cc
-// Tiles per chunk, at least: the GEMMs' N, a multiple of the packed
-// kernel's column tile (24 with AVX2, 48 with AVX-512). By default an
-// rTask is at least one such chunk: on 56 x 56 with 64 channels, one tile
-// row per rTask (14 tiles) made the 36 GEMMs skinny, 12 % slower on one
-// thread than chunks of 56.
-constexpr int64_t kMinChunkTiles = 48;
-constexpr int64_t kCoUnit = kPackRows;
-constexpr int64_t kMinCoUnits = 4;
-constexpr int64_t kWeightsInL2 = int64_t{1} << 20;
-constexpr int64_t kDefaultChannelBlocks = 2;
-constexpr int64_t kMinTasks = 2;
 #if defined(TESSERA_SIMD)
 constexpr int64_t kGatherSlack = simd::Vec::kLanes;  // tiles past a row that whole vectors may write
 #else
@@ -129,40 +117,20 @@ inline void at6(const float* const m[6], float* const out[4], int64_t n, float b
 class Winograd4Op : public ROp {
  public:
   Winograd4Op(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi, const KernelParams& p)
-      : c_(c), has_bias_(has_bias), epi_(epi) {
-    cin_g_ = c.cin / c.group;
-    cout_g_ = c.cout / c.group;
-    th_ = (c.oh + kTile - 1) / kTile;
-    tw_ = (c.ow + kTile - 1) / kTile;
-    wp_ = kTile * tw_ + 2;
-    const int64_t rows = c.batch * th_;
-    const double flops = 2.0 * c.batch * c.cout * cin_g_ * 9 * c.oh * c.ow;
-    units_ = c.group > 1 ? c.group : (c.cout + kCoUnit - 1) / kCoUnit;
-    const int64_t max_ob = c.group > 1 ? units_ : std::max<int64_t>(1, units_ / kMinCoUnits);
-    const bool big = kPoints * c.cout * cin_g_ * static_cast<int64_t>(sizeof(float)) > kWeightsInL2;
-    if (p.tasks > 0) {
-      ob_ = big || c.group > 1 ? std::clamp<int64_t>(p.tasks, 1, max_ob) : 1;
-      rb_ = std::clamp<int64_t>(p.tasks / ob_, 1, rows);
-      if (rb_ * ob_ < p.tasks) ob_ = std::clamp<int64_t>(p.tasks / rb_, 1, max_ob);
-    } else {
-      const int64_t want =
-          std::clamp<int64_t>(static_cast<int64_t>(flops / kFlopsPerTask), 1, kMaxDefaultTasks);
-      ob_ = big ? std::min<int64_t>(kDefaultChannelBlocks, max_ob) : 1;
-      rb_ = big ? 1 : std::clamp<int64_t>(want, 1, std::max<int64_t>(1, rows * tw_ / kMinChunkTiles));
-      if (c.group > 1) {
-        ob_ = std::clamp<int64_t>(std::max(want, kMinTasks), 1, units_);
-        rb_ = std::clamp<int64_t>(want / ob_, 1, rows);
-      }
-    }
-    tasks_ = rb_ * ob_;
-    const int64_t min_rows = (kMinChunkTiles + tw_ - 1) / tw_;
-    const int64_t tile_bytes = kPoints * (cin_g_ + cout_g_) * static_cast<int64_t>(sizeof(float));
-    chunk_rows_ = std::clamp<int64_t>(static_cast<int64_t>(kChunkBytes) / (tile_bytes * tw_), min_rows,
-                                      std::max<int64_t>(min_rows, (rows + rb_ - 1) / rb_));
-    chunk_rows_ = std::min(chunk_rows_, th_);
-    const int64_t nt = chunk_rows_ * tw_;
-    scratch_bytes_ = static_cast<size_t>(kPoints * (cin_g_ + cout_g_) * nt + buffer_floats(nt)) * sizeof(float);
-    transform_weights(w);
+      : c_(c), has_bias_(has_bias), epi_(epi), t_(c, kTile, kPoints, true, p) {
+    wp_ = kTile * t_.tw + 2;
+    tasks_ = t_.tasks();
+    const int64_t nt = t_.chunk_tiles();
+    scratch_bytes_ = static_cast<size_t>(kPoints * (t_.cin_g + t_.cout_g) * nt + buffer_floats(nt)) * sizeof(float);
+    // G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6;
+    // 1/24 -1/12 1/6; 0 0 1].
+    static constexpr double kG[6][3] = {{0.25, 0, 0},
+                                        {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                        {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                        {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                        {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                        {0, 0, 1}};
+    u_ = winograd_weights(c, w, &kG[0][0], kSide);
   }
 
   std::string_view path() const override { return "winograd F(4,3)"; }
@@ -174,18 +142,9 @@ class Winograd4Op : public ROp {
     const float* res = epi_.residual ? static_cast<const float*>(args.in[3]) : nullptr;
     float* y = static_cast<float*>(args.out[0]);
     float* scratch = static_cast<float*>(args.scratch);
-    int64_t r0, r1, u0, u1;
-    task_range(c_.batch * th_, rb_, task / ob_, &r0, &r1);
-    task_range(units_, ob_, task % ob_, &u0, &u1);
-    const bool grouped = c_.group > 1;
-    const int64_t g0 = grouped ? u0 : 0, g1 = grouped ? u1 : 1;
-    const int64_t co0 = grouped ? 0 : u0 * kCoUnit, co1 = grouped ? cout_g_ : std::min(c_.cout, u1 * kCoUnit);
-    for (int64_t r = r0; r < r1;) {
-      const int64_t n = r / th_, ty0 = r % th_;
-      const int64_t k = std::min({chunk_rows_, th_ - ty0, r1 - r});
-      for (int64_t g = g0; g < g1; ++g) chunk(x, bias, res, y, scratch, n, ty0, ty0 + k, g, co0, co1);
-      r += k;
-    }
+    t_.for_each_chunk(task, [&](int64_t n, int64_t ty0, int64_t ty1, int64_t g, int64_t co0, int64_t co1) {
+      chunk(x, bias, res, y, scratch, n, ty0, ty1, g, co0, co1);
+    });
   }
 
  private:
@@ -196,41 +155,14 @@ class Winograd4Op : public ROp {
   // The padded input row (portable row_times_b).
   int64_t row_floats() const { return wp_; }
 
-  // U[g][t][co][ci] = (G g G^T)[t] with G = [1/4 0 0; -1/6 -1/6 -1/6;
-  // -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1], in double,
-  // rounded once.
-  void transform_weights(const float* w) {
-    static constexpr double kG[6][3] = {{0.25, 0, 0},
-                                        {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-                                        {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-                                        {1.0 / 24, 1.0 / 12, 1.0 / 6},
-                                        {1.0 / 24, -1.0 / 12, 1.0 / 6},
-                                        {0, 0, 1}};
-    u_.assign(c_.group * kPoints * packed_size(cout_g_, cin_g_), 0.f);
-    for (int64_t gr = 0; gr < c_.group; ++gr)
-      for (int64_t co = 0; co < cout_g_; ++co)
-        for (int64_t ci = 0; ci < cin_g_; ++ci) {
-          const float* g = w + ((gr * cout_g_ + co) * cin_g_ + ci) * 9;
-          double gg[6][3];  // G g
-          for (int i = 0; i < 6; ++i)
-            for (int k = 0; k < 3; ++k) gg[i][k] = kG[i][0] * g[k] + kG[i][1] * g[3 + k] + kG[i][2] * g[6 + k];
-          for (int i = 0; i < 6; ++i)
-            for (int l = 0; l < 6; ++l) {
-              const double v = gg[i][0] * kG[l][0] + gg[i][1] * kG[l][1] + gg[i][2] * kG[l][2];
-              u_[u_index(gr, i * kSide + l, co, ci)] = static_cast<float>(v);
-            }
-        }
-  }
-
   size_t u_index(int64_t gr, int64_t t, int64_t co, int64_t ci) const {
-    return (gr * kPoints + t) * packed_size(cout_g_, cin_g_) +
-           static_cast<size_t>((co / kPackRows * cin_g_ + ci) * kPackRows + co % kPackRows);
+    return winograd_u_index(c_, kPoints, gr, t, co, ci);
   }
 
   // Tile rows [ty0, ty1) of image n, group gr's output channels [co0, co1).
   void chunk(const float* x, const float* bias, const float* res, float* y, float* scratch, int64_t n, int64_t ty0,
              int64_t ty1, int64_t gr, int64_t co0, int64_t co1) const {
-    const int64_t nt = (ty1 - ty0) * tw_, cin = cin_g_, cout = cout_g_;
+    const int64_t nt = (ty1 - ty0) * t_.tw, cin = t_.cin_g, cout = t_.cout_g;
     float* v = scratch;
     float* m = v + kPoints * cin * nt;
     float* buf = m + kPoints * cout * nt;
@@ -258,7 +190,7 @@ class Winograd4Op : public ROp {
   // rows are combined (B^T). Point (i, j) of the chunk's tile q goes to
   // v[(6 i + j) * ps + q].
   void input_rows(const float* xc, int64_t ty0, int64_t ty1, float* v, int64_t ps, float* buf) const {
-    const int64_t tw = tw_, nt = (ty1 - ty0) * tw, es = nt + kGatherSlack;
+    const int64_t tw = t_.tw, nt = (ty1 - ty0) * tw, es = nt + kGatherSlack;
     float* row = buf;
     float* e = row + row_floats();  // e[(r * 6 + j) * es + q]: patch row r, columns combined
     for (int64_t r = 0; r < kSide; ++r) {
@@ -282,11 +214,11 @@ class Winograd4Op : public ROp {
   }
 
   // e[j * es + tx] = (d B)[j] of tile tx's 6 columns of input row `src`
-  // (column 4 tx + j - pw, zero outside the row), for tx < tw_. With SIMD,
+  // (column 4 tx + j - pw, zero outside the row), for tx < t_.tw. With SIMD,
   // a vector of tiles at a time: 4 vectors of the row (masked where they
   // cross its ends) split twice into even and odd lanes give columns 0 to
   // 3, and again from 4 columns on 4 and 5, combined in registers; the
-  // last vector may store up to kGatherSlack - 1 tiles past tw_ (into the
+  // last vector may store up to kGatherSlack - 1 tiles past t_.tw (into the
   // next tile row's place, written after, or the slack). Without, through
   // a padded copy in `row`.
   void row_times_b(const float* src, float* e, int64_t es, float* row) const {
@@ -295,7 +227,7 @@ class Winograd4Op : public ROp {
     using Vec = simd::Vec;
     constexpr int64_t L = Vec::kLanes;
     const int64_t iw = c_.iw;
-    for (int64_t tx = 0; tx < tw_; tx += L) {
+    for (int64_t tx = 0; tx < t_.tw; tx += L) {
       const int64_t a = kTile * tx - c_.pw;  // input column of the group's first patch column
       Vec::T x[8];
       if (a >= 0 && a + kTile + 4 * L <= iw) {
@@ -327,7 +259,7 @@ class Winograd4Op : public ROp {
     std::fill(row, row + q0, 0.f);
     std::memcpy(row + q0, src + (q0 - c_.pw), static_cast<size_t>(q1 - q0) * sizeof(float));
     std::fill(row + q1, row + wp_, 0.f);
-    for (int64_t tx = 0; tx < tw_; ++tx) {
+    for (int64_t tx = 0; tx < t_.tw; ++tx) {
       const float* d = row + kTile * tx;
       float o[6];
       bt(d[0], d[1], d[2], d[3], d[4], d[5], o);
@@ -341,7 +273,7 @@ class Winograd4Op : public ROp {
   // combined (A^T M), then, per output row, columns, each tile's 4
   // outputs put in their place in the row.
   void output_rows(const float* m, int64_t ps, float bias, float* yc, int64_t ty0, int64_t ty1, float* buf) const {
-    const int64_t tw = tw_, ow = c_.ow, nt = (ty1 - ty0) * tw;
+    const int64_t tw = t_.tw, ow = c_.ow, nt = (ty1 - ty0) * tw;
     float* s = buf;  // s[(k * 6 + j) * nt + q]: the tile's output row k, column point j
     float* line = s + 4 * kSide * nt;
     for (int64_t j = 0; j < kSide; ++j) {
@@ -360,16 +292,16 @@ class Winograd4Op : public ROp {
   }
 
   // line[4 tx + l] = (s A)[l] + bias of tile tx's 6 column points
-  // s[j * ls + tx], for tx < tw_: with SIMD, a vector of tiles at a time,
+  // s[j * ls + tx], for tx < t_.tw: with SIMD, a vector of tiles at a time,
   // combined in registers and interleaved twice (row_times_b's inverse),
-  // whole vectors up to 4 (kGatherSlack - 1) floats past 4 tw_ (loads
+  // whole vectors up to 4 (kGatherSlack - 1) floats past 4 t_.tw (loads
   // past the row read what lies there: its lanes are not kept).
   void times_a_row(const float* s, int64_t ls, float bias, float* line) const {
 #if defined(TESSERA_SIMD)
     using Vec = simd::Vec;
     constexpr int64_t L = Vec::kLanes;
     const Vec::T vb = Vec::set1(bias);
-    for (int64_t tx = 0; tx < tw_; tx += L) {
+    for (int64_t tx = 0; tx < t_.tw; tx += L) {
       Vec::T o[4], p0, p1, q0, q1, r[4];
       at(Vec::load(s + tx), Vec::load(s + ls + tx), Vec::load(s + 2 * ls + tx), Vec::load(s + 3 * ls + tx),
          Vec::load(s + 4 * ls + tx), Vec::load(s + 5 * ls + tx), vb, o);
@@ -380,7 +312,7 @@ class Winograd4Op : public ROp {
       for (int64_t k = 0; k < 4; ++k) Vec::store(line + kTile * tx + k * L, r[k]);
     }
 #else
-    for (int64_t tx = 0; tx < tw_; ++tx) {
+    for (int64_t tx = 0; tx < t_.tw; ++tx) {
       float o[4];
       at(s[tx], s[ls + tx], s[2 * ls + tx], s[3 * ls + tx], s[4 * ls + tx], s[5 * ls + tx], bias, o);
       for (int64_t l = 0; l < kTile; ++l) line[kTile * tx + l] = o[l];
@@ -391,12 +323,8 @@ class Winograd4Op : public ROp {
   Conv2d c_;
   bool has_bias_;
   Epilogue epi_;
-  int64_t cin_g_ = 1, cout_g_ = 1;
-  int64_t units_ = 1;
-  int64_t th_ = 1, tw_ = 1;  // tile rows and columns (4x4 outputs each)
-  int64_t wp_ = 6;           // padded input row: 4 * tw_ + 2 columns
-  int64_t chunk_rows_ = 1;
-  int64_t rb_ = 1, ob_ = 1;
+  WinogradTiling t_;
+  int64_t wp_ = 6;  // padded input row: 4 * tw + 2 columns
   std::vector<float> u_;  // transformed weights, [36] x packed (cout x cin)
 };
 
