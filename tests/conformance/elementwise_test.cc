@@ -99,14 +99,21 @@ TEST_F(Elementwise, FastErfWithinOneUlp) {
   }
   const float special[] = {-0.f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
                            std::numeric_limits<float>::quiet_NaN()};
-  float vec[4], scalar[4];
-  erf_n(special, vec, 4);
-  for (int k = 0; k < 4; ++k) scalar[k] = fast_erf(special[k]);
-  for (const float* r : {vec, scalar}) {
-    EXPECT_TRUE(r[0] == 0 && std::signbit(r[0]));
-    EXPECT_EQ(r[1], 1.f);
-    EXPECT_EQ(r[2], -1.f);
-    EXPECT_TRUE(std::isnan(r[3]));
+  // Repeated over 44 floats: erf_n's blocks of 4 vectors, of one vector
+  // and its scalar tail all see each.
+  constexpr int kLen = 44;
+  float in[kLen], vec[kLen];
+  for (int j = 0; j < kLen; ++j) in[j] = special[j % 4];
+  erf_n(in, vec, kLen);
+  for (int j = 0; j < kLen; j += 4) {
+    float scalar[4];
+    for (int k = 0; k < 4; ++k) scalar[k] = fast_erf(special[k]);
+    for (const float* r : {static_cast<const float*>(vec + j), static_cast<const float*>(scalar)}) {
+      EXPECT_TRUE(r[0] == 0 && std::signbit(r[0])) << "at " << j;
+      EXPECT_EQ(r[1], 1.f) << "at " << j;
+      EXPECT_EQ(r[2], -1.f) << "at " << j;
+      EXPECT_TRUE(std::isnan(r[3])) << "at " << j;
+    }
   }
   RecordProperty("worst_ulps", std::to_string(worst));
 }

@@ -102,6 +102,46 @@ struct ErfTables {
   return _mm256_mul_ps(v, b);
 }
 
+// erf8 on kErfWays vectors at once, each coefficient's table read from
+// memory once for all of them: one vector's polynomial is a chain of 10
+// dependent FMAs, and the out-of-order window overlapped too few of
+// them (a 16K-element GELU: 17 us one vector at a time, 10.6 four at a
+// time, on a Zen 3 core). Lane by lane the same operations as erf8.
+constexpr int kErfWays = 4;
+
+[[gnu::always_inline]] inline __m256 table(const float* t) {
+  return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(t));
+}
+
+[[gnu::always_inline]] inline void erf8_ways(const __m256* x, __m256* r) {
+  const __m256 sign_bit = _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN));
+  __m256 a[kErfWays], u[kErfWays], p[kErfWays];
+  __m256i i[kErfWays];
+  const __m256 center = table(erf_table::kErfCenter), top = table(erf_table::kErfCoef[kErfTerms - 1]);
+#pragma GCC unroll 4
+  for (int v = 0; v < kErfWays; ++v) {
+    a[v] = _mm256_andnot_ps(sign_bit, x[v]);
+    i[v] = _mm256_cvttps_epi32(a[v]);
+    u[v] = _mm256_mul_ps(_mm256_sub_ps(a[v], pick(i[v], center)), _mm256_set1_ps(2.f));
+    p[v] = pick(i[v], top);
+  }
+#pragma GCC unroll 16
+  for (int k = kErfTerms - 2; k >= 1; --k) {
+    const __m256 c = table(erf_table::kErfCoef[k]);
+#pragma GCC unroll 4
+    for (int v = 0; v < kErfWays; ++v) p[v] = _mm256_fmadd_ps(p[v], u[v], pick(i[v], c));
+  }
+  const __m256 c0 = table(erf_table::kErfCoef[0]);
+#pragma GCC unroll 4
+  for (int v = 0; v < kErfWays; ++v) {
+    const __m256 first = _mm256_cmp_ps(a[v], _mm256_set1_ps(1.f), _CMP_LT_OQ);
+    const __m256 add = _mm256_blendv_ps(pick(i[v], c0), a[v], first);
+    __m256 e = _mm256_fmadd_ps(p[v], u[v], add);
+    e = _mm256_blendv_ps(e, _mm256_set1_ps(1.f), _mm256_cmp_ps(a[v], _mm256_set1_ps(4.f), _CMP_GE_OQ));
+    r[v] = _mm256_or_ps(e, _mm256_and_ps(x[v], sign_bit));
+  }
+}
+
 }  // namespace
 #endif
 
@@ -117,8 +157,22 @@ void gelu_n(float* y, int64_t n, float a, float b) {
     return;
   }
 #elif defined(__AVX2__) && defined(__FMA__)
-  const ErfTables tables;
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+  for (; i + 8 * kErfWays <= n; i += 8 * kErfWays) {
+    __m256 in[kErfWays], t[kErfWays];
+#pragma GCC unroll 4
+    for (int v = 0; v < kErfWays; ++v) {
+      in[v] = _mm256_loadu_ps(y + i + 8 * v);
+      t[v] = _mm256_div_ps(in[v], va);
+    }
+    erf8_ways(t, t);
+#pragma GCC unroll 4
+    for (int v = 0; v < kErfWays; ++v) {
+      const __m256 g = _mm256_mul_ps(in[v], _mm256_add_ps(t[v], _mm256_set1_ps(1.f)));
+      _mm256_storeu_ps(y + i + 8 * v, _mm256_mul_ps(g, vb));
+    }
+  }
+  const ErfTables tables;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu8(_mm256_loadu_ps(y + i), va, vb, tables));
 #endif
   for (; i < n; ++i) {
@@ -141,6 +195,14 @@ void erf_n(const float* x, float* y, int64_t n) {
     return;
   }
 #elif defined(__AVX2__) && defined(__FMA__)
+  for (; i + 8 * kErfWays <= n; i += 8 * kErfWays) {
+    __m256 t[kErfWays];
+#pragma GCC unroll 4
+    for (int v = 0; v < kErfWays; ++v) t[v] = _mm256_loadu_ps(x + i + 8 * v);
+    erf8_ways(t, t);
+#pragma GCC unroll 4
+    for (int v = 0; v < kErfWays; ++v) _mm256_storeu_ps(y + i + 8 * v, t[v]);
+  }
   const ErfTables tables;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, erf8(_mm256_loadu_ps(x + i), tables));
 #endif
