@@ -576,6 +576,59 @@ TEST_F(Nn, RnnProjectionPrefetchChangesNothing) {
 }
 
 
+// A constant Wp is packed again into the GEMM's own column panels; the
+// projection's output is bitwise that of the cells' panels, which a Wp
+// known only at run time still uses, for every rTask count, with and
+// without R to prefetch, on partial panels and rows past a block of 16.
+TEST_F(Nn, RnnProjectionPackedMatchesCellPanels) {
+  for (int64_t G : {4, 3})
+  for (int64_t h : {48, 37})
+  for (int64_t seq : {5, 37}) {
+    SCOPED_TRACE(str_cat("gates ", G, ", h=", h, ", ", seq, " rows"));
+    const int64_t in = 29, panels = rnn_panels(h), width = G * kRnnPanelUnits, cols = panels * width;
+    Graph g;
+    Value* x = g.add_input("x", DType::kFloat32, Shape{seq, in});
+    x->shape_known = true;
+    const Tensor wt = rng.floats(Shape{panels, in, width});
+    Value* wp = g.add_constant("wp", wt);
+    Value* wp_late = g.add_input("wp_late", DType::kFloat32, Shape{panels, in, width});
+    wp_late->shape_known = true;
+    Value* bias = g.add_constant("bias", rng.floats(Shape{cols}));
+    Value* rp = g.add_constant("rp", rng.floats(Shape{panels, h, width}));
+    for (bool prefetch : {false, true}) {
+      std::vector<Value*> packed_in = {wp, bias, x}, panel_in = {wp_late, bias, x};
+      if (prefetch) packed_in.push_back(rp), panel_in.push_back(rp);
+      Node* packed = g.add_node("TesseraRnnProj", str_cat("packed", prefetch), packed_in, 1);
+      Node* panel = g.add_node("TesseraRnnProj", str_cat("panel", prefetch), panel_in, 1);
+      for (Node* n : {packed, panel}) {
+        n->attrs["gates"] = attr_i(G);
+        n->attrs["panel_units"] = attr_i(kRnnPanelUnits);
+        if (prefetch) n->attrs["prefetch_r"] = attr_i(1);
+        const Status st = op_infer(*n);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+      }
+      const Tensor xs = rng.floats(Shape{seq, in});
+      for (int64_t tasks = 1; tasks <= panels; ++tasks) {
+        auto a = cpu_kernel_find("TesseraRnnProj")->make(*packed, KernelParams{tasks});
+        auto b = cpu_kernel_find("TesseraRnnProj")->make(*panel, KernelParams{tasks});
+        ASSERT_TRUE(a.ok() && b.ok());
+        EXPECT_EQ((*a)->path(), "gemm panels");
+        EXPECT_EQ((*b)->path(), "cell panels");
+        std::vector<float> ya(static_cast<size_t>(seq * cols), 1.f), yb(ya.size(), 2.f);
+        std::vector<const void*> ina = {wp->constant->raw(), bias->constant->raw(), xs.raw()};
+        std::vector<const void*> inb = {wt.raw(), bias->constant->raw(), xs.raw()};
+        if (prefetch) ina.push_back(rp->constant->raw()), inb.push_back(rp->constant->raw());
+        void* outa[] = {ya.data()};
+        void* outb[] = {yb.data()};
+        for (int64_t t = 0; t < (*a)->tasks(); ++t) (*a)->run(t, TaskArgs{ina.data(), outa, nullptr});
+        for (int64_t t = 0; t < (*b)->tasks(); ++t) (*b)->run(t, TaskArgs{inb.data(), outb, nullptr});
+        ASSERT_EQ(std::memcmp(ya.data(), yb.data(), ya.size() * sizeof(float)), 0)
+            << tasks << " rTasks" << (prefetch ? ", prefetching R" : "");
+      }
+    }
+  }
+}
+
 // A step that carries slice j of the next layer's projection (next_slice)
 // writes its piece [panels / 8, 8, G x 16] bitwise equal to the
 // projection of the same 8 rows, next-layer panels j, 8 + j, ..., and its
