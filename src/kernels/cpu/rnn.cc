@@ -639,7 +639,9 @@ class RnnProjOp : public ROp {
                     static_cast<size_t>(part_rows_ * in_) * sizeof(float));
       a = gathered;
     }
-    if (!packed_w_.empty()) {
+    // (A task of one or two cell panels keeps them: its columns would
+    // start inside a GEMM panel and end in another, two narrow blocks.)
+    if (!packed_w_.empty() && (p1 - p0) * panel_cols_ >= kPackedMinPanels * packed_cols_width()) {
       run_packed(p0, p1, rows, a, b, y, r);
       return;
     }
@@ -706,6 +708,8 @@ class RnnProjOp : public ROp {
   }
 
   static constexpr int64_t kPrefetchRows = 16;
+  // GEMM panels a task's columns must span to run on packed_w_.
+  static constexpr int64_t kPackedMinPanels = 4;
   std::vector<float> packed_w_;  // Wp packed by pack_cols as [in, cols], or empty
   int64_t parts_, part_rows_, in_, cols_, panel_cols_;
   int64_t hidden_;  // R's k (its rows per panel) when R is to be prefetched, else 0
