@@ -578,8 +578,10 @@ TEST_F(Nn, RnnProjectionPrefetchChangesNothing) {
 
 // A constant Wp is packed again into the GEMM's own column panels; the
 // projection's output is bitwise that of the cells' panels, which a Wp
-// known only at run time still uses, for every rTask count, with and
-// without R to prefetch, on partial panels and rows past a block of 16.
+// known only at run time still uses, for every rTask count (tasks of 96
+// columns or more run on the packed copy, narrower ones on the panels),
+// with and without R to prefetch, on partial panels and rows past a
+// block of 16.
 TEST_F(Nn, RnnProjectionPackedMatchesCellPanels) {
   for (int64_t G : {4, 3})
   for (int64_t h : {48, 37})

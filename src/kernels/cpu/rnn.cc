@@ -686,7 +686,8 @@ class RnnProjOp : public ROp {
     constexpr int64_t kChunkBlocks = 4;
     const int64_t c0 = p0 * panel_cols_, c1 = p1 * panel_cols_;
     const int64_t chunk = kChunkBlocks * packed_cols_width();
-    const int64_t steps = (c1 - c0 + chunk - 1) / chunk * ((rows + kPrefetchRows - 1) / kPrefetchRows);
+    const int64_t steps =
+        std::max<int64_t>(1, (c1 - c0 + chunk - 1) / chunk * ((rows + kPrefetchRows - 1) / kPrefetchRows));
     const char* r_first = r != nullptr ? r + p0 * hidden_ * panel_cols_ * static_cast<int64_t>(sizeof(float)) : nullptr;
     const int64_t r_lines = (p1 - p0) * hidden_ * panel_cols_ * static_cast<int64_t>(sizeof(float)) / 64;
     const int64_t lines_per_step = (r_lines + steps - 1) / steps;
