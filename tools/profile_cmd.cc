@@ -17,9 +17,9 @@ const cli::Command kProfile = {
     "Measure the cost of one rTask of every op (per rKernel variant and bound shapes) and print a table:\n"
     "op, node, rKernel, the path it chose for these shapes (e.g. a Conv's winograd, 1x1 packed or depthwise\n"
     "rows), rTasks, us per rTask, total and share. Results are cached under $TESSERA_CACHE (default\n"
-    "~/.cache/tessera) and reused by later compiles. A model whose weights exceed the last-level cache\n"
-    "(tessera topo) is timed with each op's weights evicted from the caches first, as a run reads them\n"
-    "from memory; a line after the table says which.",
+    "~/.cache/tessera) and reused by later compiles. A model whose weights and activations exceed what\n"
+    "the caches keep between runs (measured, tessera topo) is timed with each op's weights evicted from\n"
+    "the caches first, as a run reads them from memory; a line after the table says which.",
     {
         {"--shape", "NAME=DIMS", "bind a dynamic input's shape", true},
         {"--no-cache", "", "measure everything again (and refresh the cache)"},
@@ -88,9 +88,15 @@ int profile_main(int argc, char** argv) {
   }
   std::printf("\n%zu ops, %.1f us of rTask work per run (%.1f ms); %zu measured, %zu from the cache\ncache: %s\n",
               r->rows.size(), sum, sum / 1e3, r->measured, r->from_cache, r->cache_path.c_str());
-  std::printf("weights %s MiB, %s: %s\n", fixed(static_cast<double>(r->weight_bytes) / (1 << 20), 1).c_str(),
-              r->llc_kb > 0 ? cat("last-level cache ", fixed(r->llc_kb / 1024, 1), " MiB").c_str()
-                            : "last-level cache unknown",
+  const std::string kept =
+      r->cache_kept_kb <= 0 ? "last-level cache unknown"
+      : r->cache_kept_kb < r->llc_kb
+          ? cat("the caches keep ", fixed(r->cache_kept_kb / 1024, 1), " MiB between runs (last-level cache ",
+                fixed(r->llc_kb / 1024, 1), " MiB)")
+          : cat("last-level cache ", fixed(r->llc_kb / 1024, 1), " MiB");
+  std::printf("weights %s MiB and activations %s MiB, %s: %s\n",
+              fixed(static_cast<double>(r->weight_bytes) / (1 << 20), 1).c_str(),
+              fixed(static_cast<double>(r->activation_bytes) / (1 << 20), 1).c_str(), kept.c_str(),
               r->weights_cold ? "more than it holds, so each rTask was timed with its weights evicted first, as a run "
                                 "reads them from memory"
                               : "each rTask timed with its weights in cache");

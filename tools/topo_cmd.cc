@@ -21,9 +21,10 @@ const cli::Command kTopo = {
     "tessera topo [options]",
     "Show the host map: the PUs vEUs run on (placement order: vEU i on the i-th), and for every pair the\n"
     "measured cost of reading data the other just wrote, of writing again what the other read, and of a\n"
-    "hand-off; what the PUs share; and what the planner concludes. The map is measured at first use (a\n"
-    "few seconds), cached under $TESSERA_CACHE (default ~/.cache/tessera) keyed by the host's shape, and\n"
-    "checked against a quick fingerprint before a cached map is trusted.",
+    "hand-off; what the PUs share; how much of a working set read again and again the caches keep (a\n"
+    "shared last-level cache holds less than its size); and what the planner concludes. The map is\n"
+    "measured at first use (a few seconds), cached under $TESSERA_CACHE (default ~/.cache/tessera) keyed\n"
+    "by the host's shape, and checked against a quick fingerprint before a cached map is trusted.",
     {
         {"--json", "", "print the map as one JSON object (fields as in docs/formats/host-map.md, plus origin,\n"
                        "                          age_days, digest and conclusions)"},
@@ -72,9 +73,11 @@ void print_text(const HostMap& m) {
   std::printf("digest    %s (what the planner concludes; plan choices are cached under it)\n", m.digest().c_str());
   std::printf("from      %s; measured %s", m.origin.c_str(), when(m.measured_at).c_str());
   if (m.measured_at > 0) std::printf(" (%s days ago, in %s s)", fixed(m.age_days(now), 1).c_str(), fixed(m.measure_s, 1).c_str());
-  std::printf("\ncaches    sharing from %s%s; last level %s\n", m.groups_from.c_str(),
+  std::printf("\ncaches    sharing from %s%s; last level %s; kept between runs %s\n", m.groups_from.c_str(),
               m.noisy ? "; NOISY while measured" : "",
-              m.llc_kb > 0 ? cat(fixed(m.llc_kb / 1024, 1), " MiB per PU").c_str() : "unknown");
+              m.llc_kb > 0 ? cat(fixed(m.llc_kb / 1024, 1), " MiB per PU").c_str() : "unknown",
+              m.llc_held_kb > 0 ? cat(fixed(m.cache_kept_kb() / 1024, 1), " MiB (measured)").c_str()
+                                : "not measured");
   std::printf("\n  vEU  PU   core  L2  L3  NUMA  FMA GFLOP/s  memory GB/s\n");
   for (int p = 0; p < m.size(); ++p) {
     const HostPu& pu = m.pus[static_cast<size_t>(p)];

@@ -66,9 +66,13 @@ struct HostMap {
 
   std::vector<HostPu> pus;
   // The last-level cache of the first PU (L3, else L2), KB, as hwloc
-  // reports it; 0 = unknown. A model whose weights exceed it reads them
-  // from memory in every run, and is profiled that way.
+  // reports it; 0 = unknown.
   double llc_kb = 0;
+  // The largest working set, KB, that the first PU still finds in its
+  // caches when it reads it again and again, measured; 0 = not measured.
+  // Where other tenants of the machine share the last-level cache, it
+  // holds far less than its size.
+  double llc_held_kb = 0;
   std::vector<double> sizes_kb;  // ascending; costs below are per size
   // read_ns_per_kb[s][r * n + w]: PU r reading sizes_kb[s] KB that PU w
   // has just written (r == w: its own data).
@@ -81,6 +85,11 @@ struct HostMap {
   std::vector<Sharing> sharing;        // [a * n + b]
 
   int size() const { return static_cast<int>(pus.size()); }
+  // What a run can count on the caches to keep between two runs, KB: the
+  // measured llc_held_kb (never above llc_kb), else llc_kb; 0 = unknown.
+  // A model whose weights and activations together exceed it reads its
+  // weights from memory in every run, and is profiled that way.
+  double cache_kept_kb() const;
   // ns per KB for `reader` to read `kb` KB that `writer` just wrote,
   // interpolated on log size between the measured sizes (clamped).
   double read_cost(int reader, int writer, double kb) const;

@@ -109,12 +109,16 @@ struct ProfileReport {
   // it): scaled estimates, worth measuring again on a quiet host.
   size_t contended = 0;
   std::string cache_path = {};
-  // The constant bytes the ops read, the last-level cache (HostMap::llc_kb;
-  // 0 = unknown), and whether the weights exceed it: then every rTask was
-  // timed with its weights evicted from the caches first, as a run reads
-  // them from memory.
+  // The constant bytes the ops read and the activation bytes a run
+  // touches; the last-level cache (HostMap::llc_kb; 0 = unknown) and what
+  // the caches keep between runs (HostMap::cache_kept_kb); and whether
+  // weights and activations exceed that: then every rTask was timed with
+  // its weights evicted from the caches first, as a run reads them from
+  // memory.
   uint64_t weight_bytes = 0;
+  uint64_t activation_bytes = 0;
   double llc_kb = 0;
+  double cache_kept_kb = 0;
   bool weights_cold = false;
 };
 

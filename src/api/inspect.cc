@@ -197,7 +197,7 @@ Result<ProfileReport> Model::profile(bool refresh) {
   ProfileOptions po;
   po.refresh = refresh;
   po.host_tag = host_profile_tag(*map);
-  if (weights_are_cold(*p, map->llc_kb) && profiler_can_evict()) po.cold_llc_kb = map->llc_kb;
+  if (weights_are_cold(*p, map->cache_kept_kb()) && profiler_can_evict()) po.cold_llc_kb = map->cache_kept_kb();
   if (s_->options.progress)
     po.progress = [f = s_->options.progress](size_t done, size_t total, bool) { f("profiling rTasks", done, total); };
   TESSERA_ASSIGN_OR_RETURN(ProfileResult r, profile_program(*p, po));
@@ -212,7 +212,9 @@ Result<ProfileReport> Model::profile(bool refresh) {
   out.contended = r.contended;
   out.cache_path = r.cache_path;
   out.weight_bytes = program_constant_bytes(*p);
+  out.activation_bytes = program_activation_bytes(*p);
   out.llc_kb = map->llc_kb;
+  out.cache_kept_kb = map->cache_kept_kb();
   out.weights_cold = po.cold_llc_kb > 0;
   return out;
 }

@@ -240,8 +240,19 @@ size_t program_constant_bytes(const Program& p) {
   return bytes;
 }
 
-bool weights_are_cold(const Program& p, double llc_kb) {
-  return llc_kb > 0 && static_cast<double>(program_constant_bytes(p)) > llc_kb * 1024;
+size_t program_activation_bytes(const Program& p) {
+  if (p.graph == nullptr) return 0;
+  std::vector<const Node*> order;
+  order.reserve(p.steps.size());
+  for (const Step& s : p.steps) order.push_back(s.node);
+  return plan_memory(*p.graph, order, p.aliases).arena_bytes;
+}
+
+bool weights_are_cold(const Program& p, double cache_kb) {
+  if (!(cache_kb > 0)) return false;
+  const double touched =
+      static_cast<double>(program_constant_bytes(p)) + static_cast<double>(program_activation_bytes(p));
+  return touched > cache_kb * 1024;
 }
 
 std::string cpu_cache_key() { return str_cat(cpu_id(), "-", kernel_isa()); }

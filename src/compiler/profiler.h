@@ -50,8 +50,8 @@ struct ProfileOptions {
   double max_ms_per_op = 50.0;
   // > 0: time each rTask with the step's constant inputs and the bytes its
   // op packed from them (ROp::resident) evicted from the caches first, as
-  // a run finds them when the model's weights exceed the last-level cache
-  // (weights_are_cold): this cache's size in KB. A step whose constants
+  // a run finds them when the model's weights and activations exceed what
+  // the caches keep between runs (weights_are_cold): that size in KB. A step whose constants
   // are larger still reads them from memory either way and is timed as it
   // comes. Cached apart from warm costs. Where this CPU cannot evict
   // (profiler_can_evict): 0, warm.
@@ -81,12 +81,17 @@ std::string profile_step_key(const Step& s, const ProfileOptions& options);
 bool profiler_can_evict();
 
 // Whether a run of `p` reads its weights from memory: the constant bytes
-// its steps read exceed `llc_kb`, the last-level cache of the PU a vEU
-// runs on (HostMap::llc_kb; 0 = unknown, taken as warm). A run streams
-// every weight once, so none is still cached when it comes round again.
-bool weights_are_cold(const Program& p, double llc_kb);
+// its steps read and its activations (program_activation_bytes) together
+// exceed `cache_kb`, what the caches of the PU a vEU runs on keep between
+// runs (HostMap::cache_kept_kb; 0 = unknown, taken as warm). A run
+// touches all of them once, in the same order every time, so by the time
+// a weight comes round again the bytes touched since have pushed it out.
+bool weights_are_cold(const Program& p, double cache_kb);
 // The constant bytes the steps of `p` read, each constant counted once.
 size_t program_constant_bytes(const Program& p);
+// The arena the steps of `p` need run one after another (plan_memory in
+// step order): the activation bytes a run touches.
+size_t program_activation_bytes(const Program& p);
 
 // The measuring engine behind profile_program, for costing single rKernel
 // instances (a step's variants): reads the cache once, measures what it

@@ -143,8 +143,8 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
     std::optional<Profiler> prof;
     ProfileOptions po = options.profile_options;
     if (options.host_map && po.host_tag.empty()) po.host_tag = host_profile_tag(*options.host_map);
-    if (options.host_map && weights_are_cold(*p, options.host_map->llc_kb) && profiler_can_evict())
-      po.cold_llc_kb = options.host_map->llc_kb;
+    if (options.host_map && weights_are_cold(*p, options.host_map->cache_kept_kb()) && profiler_can_evict())
+      po.cold_llc_kb = options.host_map->cache_kept_kb();
     p->stats.weights_cold = options.profile && po.cold_llc_kb > 0;
     if (options.profile) prof.emplace(po);
     TESSERA_RETURN_IF_ERROR(build_plan(*p, options, prof ? &*prof : nullptr));

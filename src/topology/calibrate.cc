@@ -369,6 +369,33 @@ double memory_rate(unsigned pu, size_t mb) {
   return best;
 }
 
+// Re-read rates on `pu`, GB/s, of working sets of `sizes_kb` (ascending):
+// each the best of kHeldPasses passes over the first bytes of one buffer
+// (a neighbour's bursts only ever slow a pass), after one pass that
+// brings them in. Stops two sizes after the
+// rate has fallen below the midpoint between the best so far and memory.
+std::vector<double> reread_rates(unsigned pu, const std::vector<double>& sizes_kb, double mem_gbps) {
+  constexpr int kHeldPasses = 7;
+  std::vector<double> rates;
+  Buffer buf(static_cast<size_t>(sizes_kb.back()) * 1024);
+  on_pu(pu, [&] {
+    write_buffer(buf.data, buf.size, 5);
+    double best = 0;
+    int below = 0;
+    for (double kb : sizes_kb) {
+      const size_t bytes = static_cast<size_t>(kb) * 1024;
+      timed_read_ns(buf.data, bytes);
+      std::vector<double> gbps;
+      for (int k = 0; k < kHeldPasses; ++k) gbps.push_back(static_cast<double>(bytes) / timed_read_ns(buf.data, bytes));
+      rates.push_back(*std::max_element(gbps.begin(), gbps.end()));
+      best = std::max(best, rates.back());
+      below = rates.back() < std::sqrt(best * mem_gbps) ? below + 1 : 0;
+      if (below == 2) break;
+    }
+  });
+  return rates;
+}
+
 // --------------------------------------------------------- the map ---
 
 class Measurer {
@@ -392,6 +419,7 @@ class Measurer {
     std::vector<std::pair<int, int>> pairs = pairs_to_measure();
     total_ = static_cast<size_t>(n_) + pairs.size();
     for (int p = 0; p < n_; ++p) measure_pu(p);
+    measure_held();
     for (const auto& [a, b] : pairs) measure_pair(a, b);
     // The FMA rate once more, after the pairs, the best kept: a neighbour
     // that held a core for the first look must not lower it for good.
@@ -454,6 +482,15 @@ class Measurer {
       m_.rewrite_ns_per_kb[s][at(p, p)] = steady(c.rewrite, where + " write (ns/KB)", [&] { return redo().rewrite; });
     }
     progress(str_cat("PU ", os(p)));
+  }
+
+  // How much the first PU's caches keep of a working set read again and
+  // again (HostMap::llc_held_kb).
+  void measure_held() {
+    const std::vector<double> sizes = held_sizes_kb(m_.llc_kb);
+    const double mem = m_.pus[0].mem_gbps;
+    const std::vector<double> rates = reread_rates(os(0), sizes, mem);
+    m_.llc_held_kb = held_working_set_kb(sizes, rates, mem);
   }
 
   void measure_pair(int a, int b) {
@@ -578,6 +615,29 @@ const char* measure_isa() {
 #else
   return "portable";
 #endif
+}
+
+double held_working_set_kb(const std::vector<double>& sizes_kb, const std::vector<double>& gbps, double mem_gbps) {
+  const size_t n = std::min(sizes_kb.size(), gbps.size());
+  if (n == 0) return 0;
+  if (!(mem_gbps > 0)) mem_gbps = gbps[n - 1];
+  const double best = *std::max_element(gbps.begin(), gbps.begin() + static_cast<long>(n));
+  if (best < kHeldContrast * mem_gbps) return sizes_kb.front();  // nothing above the smallest size reads faster
+  const double cut = std::sqrt(best * mem_gbps);
+  double held = sizes_kb.front();
+  for (size_t i = 0; i < n; ++i)
+    if (gbps[i] >= cut) held = sizes_kb[i];
+  return held;
+}
+
+std::vector<double> held_sizes_kb(double llc_kb) {
+  const double top = llc_kb > 0 ? std::min(2 * llc_kb, kHeldMaxKb) : kHeldMaxKb;
+  std::vector<double> sizes;
+  for (double kb = 1024; kb <= top; kb *= 2) {
+    sizes.push_back(kb);
+    if (kb * 1.5 <= top) sizes.push_back(kb * 1.5);
+  }
+  return sizes;
 }
 
 HostMap host_map_measure(const CpuTopology& t, const MeasureOptions& o) { return Measurer(t, o).run(); }

@@ -7,7 +7,8 @@
 //
 // Per PU, alone: the FMA rate (12 independent vector FMA chains), the
 // memory read rate (a buffer far beyond the caches), and reading and
-// rewriting its own data at each size.
+// rewriting its own data at each size. For the first PU, the largest
+// working set its caches keep when it is read again and again.
 // Per pair of PUs a, b: b reads what a just wrote (and the other way), a
 // rewrites what b just read, at each size; the one-way hand-off of a spin
 // flag (half a ping-pong round trip); and both running the FMA loop at
@@ -26,6 +27,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "topology/host_map.h"
 
@@ -47,6 +49,19 @@ struct MeasureOptions {
 // each PU with PU 0 and with its neighbours in placement order, the rest
 // filled from the pair of the same sharing).
 HostMap host_map_measure(const CpuTopology& t, const MeasureOptions& o);
+
+// The caches' held working set (HostMap::llc_held_kb). The first PU reads
+// working sets of held_sizes_kb(llc_kb) again and again: 1 MB up, in
+// steps of 1.5x and 2x, to twice the last-level cache (kHeldMaxKb where
+// unknown, and at most that). held_working_set_kb takes the rates, GB/s,
+// and the memory rate (0: the largest size's), and returns the largest
+// size read at least at the midpoint (geometric) between the best rate
+// and memory's; where no size reads kHeldContrast times faster than
+// memory, the smallest size.
+inline constexpr double kHeldMaxKb = 128 * 1024;
+inline constexpr double kHeldContrast = 1.3;
+std::vector<double> held_sizes_kb(double llc_kb);
+double held_working_set_kb(const std::vector<double>& sizes_kb, const std::vector<double>& gbps, double mem_gbps);
 
 // A quick look (about 20 ms) at the first PUs, to tell whether a cached
 // map still describes this host (a virtual machine can be moved to

@@ -74,6 +74,11 @@ double at_size(const std::vector<double>& sizes, const std::vector<std::vector<d
 
 }  // namespace
 
+double HostMap::cache_kept_kb() const {
+  if (llc_held_kb > 0) return llc_kb > 0 ? std::min(llc_held_kb, llc_kb) : llc_held_kb;
+  return llc_kb;
+}
+
 double HostMap::read_cost(int reader, int writer, double kb) const {
   return at_size(sizes_kb, read_ns_per_kb, static_cast<size_t>(reader * size() + writer), kb);
 }
@@ -184,6 +189,9 @@ Status HostMap::validate() const {
   for (double v : fma_together)
     if (!std::isfinite(v) || v < 0 || v > 4) return invalid_argument(str_cat("fma_together: ", v, " is not a ratio"));
   if (sharing.size() != nn) return invalid_argument(str_cat("sharing: not ", n, " x ", n));
+  if (!(llc_kb >= 0 && llc_kb < 1e9)) return invalid_argument("llc_kb: expected KB from 0 (unknown) to 1e9");
+  if (!(llc_held_kb >= 0 && llc_held_kb < 1e9))
+    return invalid_argument("llc_held_kb: expected KB from 0 (not measured) to 1e9");
   for (const HostPu& p : pus)
     if (!std::isfinite(p.fma_gflops) || p.fma_gflops < 0 || !std::isfinite(p.mem_gbps) || p.mem_gbps < 0)
       return invalid_argument(str_cat("pus: PU ", p.os_index, " has a rate that is not a number"));
@@ -224,11 +232,18 @@ std::string host_profile_tag(const HostMap& m) {
 std::vector<std::string> host_map_conclusions(const HostMap& m) {
   std::vector<std::string> out;
   const int n = m.size();
-  out.push_back(m.llc_kb > 0 ? str_cat("a model whose weights exceed the ", str_fixed(m.llc_kb / 1024, 1),
-                                       " MiB last-level cache reads them from memory in every run: its ops are "
-                                       "profiled with their weights evicted from the caches")
-                             : "the last-level cache's size is unknown: every model's ops are profiled with their "
-                               "weights in cache");
+  const double kept = m.cache_kept_kb();
+  const std::string held =
+      m.llc_held_kb > 0 && m.llc_kb > 0 && m.llc_held_kb < m.llc_kb
+          ? str_cat(" the caches keep between runs (measured; the last-level cache is ", str_fixed(m.llc_kb / 1024, 1),
+                    " MiB, shared with whatever else runs on the machine)")
+          : m.llc_held_kb > 0 ? " the caches keep between runs (measured)" : " last-level cache";
+  out.push_back(kept > 0 ? str_cat("a model whose weights and activations exceed the ", str_fixed(kept / 1024, 1),
+                                   " MiB", held,
+                                   " reads its weights from memory in every run: its ops are profiled with "
+                                   "their weights evicted from the caches")
+                         : "the last-level cache's size is unknown: every model's ops are profiled with their "
+                           "weights in cache");
   if (n == 1) {
     out.push_back("one PU: every Plan runs on one vEU; nothing crosses");
     return out;
@@ -422,6 +437,7 @@ std::string host_map_to_json(const HostMap& m) {
                    {"fma_gflops", std::round(p.fma_gflops * 10) / 10}, {"mem_gbps", std::round(p.mem_gbps * 10) / 10}});
   j["pus"] = pus;
   j["llc_kb"] = m.llc_kb;
+  j["llc_held_kb"] = m.llc_held_kb;
   j["sizes_kb"] = m.sizes_kb;
   // The typical size's matrix, for readers that want one number per pair.
   std::vector<double> typical(static_cast<size_t>(n) * static_cast<size_t>(n));
@@ -478,6 +494,11 @@ Result<HostMap> host_map_from_json(std::string_view text, const std::string& sou
   if (j.contains("llc_kb")) {
     TESSERA_RETURN_IF_ERROR(r.number(j["llc_kb"], "llc_kb", &m.llc_kb));
     if (!(m.llc_kb >= 0 && m.llc_kb < 1e9)) return r.error("llc_kb", "expected KB from 0 (unknown) to 1e9");
+  }
+  if (j.contains("llc_held_kb")) {
+    TESSERA_RETURN_IF_ERROR(r.number(j["llc_held_kb"], "llc_held_kb", &m.llc_held_kb));
+    if (!(m.llc_held_kb >= 0 && m.llc_held_kb < 1e9))
+      return r.error("llc_held_kb", "expected KB from 0 (not measured) to 1e9");
   }
   if (!j.contains("pus")) return r.error("pus", "missing (a list of PUs)");
   TESSERA_RETURN_IF_ERROR(parse_pus(r, j["pus"], &m));
@@ -536,6 +557,8 @@ Result<HostMap> host_map_obtain(const HostMapOptions& o) {
       stale = cached.status().message();
     } else if (cached->key != host_shape_key(t) || cached->size() != t.pus) {
       stale = "it describes another host shape";
+    } else if (cached->measured_at > 0 && cached->llc_held_kb == 0) {
+      stale = "it predates measuring what the caches keep between runs";
     } else if (!o.verify || fingerprint_agrees(*cached, t, &stale)) {
       cached->origin = "cache";
       if (cached->llc_kb == 0) cached->llc_kb = t.llc_kb;  // a map written before the field

@@ -98,6 +98,7 @@ TEST(HostMap, RoundTripsThroughJson) {
   m.measured_at = 1790000000;
   m.notes = {"a note"};
   m.llc_kb = 32768;
+  m.llc_held_kb = 12288;
   auto back = host_map_from_json(host_map_to_json(m), "round trip");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->key, m.key);
@@ -110,8 +111,18 @@ TEST(HostMap, RoundTripsThroughJson) {
   EXPECT_EQ(back->measured_at, m.measured_at);
   EXPECT_DOUBLE_EQ(back->pus[2].fma_gflops, 116.4);
   EXPECT_DOUBLE_EQ(back->llc_kb, 32768);
+  EXPECT_DOUBLE_EQ(back->llc_held_kb, 12288);
+  EXPECT_DOUBLE_EQ(back->cache_kept_kb(), 12288);
+  EXPECT_NE(host_map_conclusions(*back)[0].find("12.0 MiB the caches keep between runs"), std::string::npos)
+      << host_map_conclusions(*back)[0];
+  back->llc_held_kb = 0;  // not measured: hwloc's size stands
+  EXPECT_DOUBLE_EQ(back->cache_kept_kb(), 32768);
   EXPECT_NE(host_map_conclusions(*back)[0].find("32.0 MiB last-level cache"), std::string::npos)
       << host_map_conclusions(*back)[0];
+  back->llc_held_kb = 65536;  // never more than the cache itself
+  EXPECT_DOUBLE_EQ(back->cache_kept_kb(), 32768);
+  back->llc_kb = 0;  // hwloc knows nothing: the measurement stands
+  EXPECT_DOUBLE_EQ(back->cache_kept_kb(), 65536);
   EXPECT_EQ(back->digest(), m.digest());
   // Interpolation on log size: halfway between 16 and 1024 KB is 128 KB.
   EXPECT_NEAR(back->read_cost(1, 0, 128), 45, 1e-9);
@@ -150,6 +161,8 @@ TEST(HostMap, RejectsMalformedMapsNamingTheField) {
       {R"({"version": 1, "pus": [{}], "read_cost": [[1]], "noisy": 1})", "noisy: expected true or false"},
       {R"({"version": 1, "pus": [{}], "read_cost": [[1]], "llc_kb": "32M"})", "llc_kb: expected a number"},
       {R"({"version": 1, "pus": [{}], "read_cost": [[1]], "llc_kb": -1})", "llc_kb: expected KB from 0"},
+      {R"({"version": 1, "pus": [{}], "read_cost": [[1]], "llc_held_kb": "12M"})", "llc_held_kb: expected a number"},
+      {R"({"version": 1, "pus": [{}], "read_cost": [[1]], "llc_held_kb": -5})", "llc_held_kb: expected KB from 0"},
   };
   for (const Case& c : cases) {
     auto m = host_map_from_json(c.json, "map.json");
@@ -158,6 +171,34 @@ TEST(HostMap, RejectsMalformedMapsNamingTheField) {
     EXPECT_NE(m.status().message().find("map.json"), std::string::npos) << m.status().message();
     EXPECT_NE(m.status().message().find(c.field), std::string::npos) << m.status().message();
   }
+}
+
+// The held working set from re-read rates: the largest size still read
+// at the geometric midpoint between the best rate and memory's or above.
+TEST(HostMap, HeldWorkingSetFromRereadRates) {
+  const std::vector<double> sizes = held_sizes_kb(32768);
+  ASSERT_FALSE(sizes.empty());
+  EXPECT_DOUBLE_EQ(sizes.front(), 1024);
+  EXPECT_DOUBLE_EQ(sizes.back(), 65536);  // twice the cache
+  for (size_t i = 1; i < sizes.size(); ++i) EXPECT_GT(sizes[i], sizes[i - 1]);
+  EXPECT_DOUBLE_EQ(held_sizes_kb(0).back(), kHeldMaxKb);         // unknown: up to the cap
+  EXPECT_DOUBLE_EQ(held_sizes_kb(1 << 30).back(), kHeldMaxKb);   // never beyond it
+  // Sizes 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64 MB; memory 15 GB/s.
+  // A cliff after 12 MB, as on a VM whose 32 MiB L3 other tenants share:
+  // the midpoint is sqrt(60 * 15) = 30 GB/s.
+  const std::vector<double> cliff = {60, 58, 59, 57, 55, 56, 54, 50, 28, 20, 17, 16, 15};
+  EXPECT_DOUBLE_EQ(held_working_set_kb(sizes, cliff, 15), 12288);
+  // The cache whole: 32 MB still fast.
+  const std::vector<double> whole = {60, 58, 59, 57, 55, 56, 54, 50, 52, 49, 45, 20, 15};
+  EXPECT_DOUBLE_EQ(held_working_set_kb(sizes, whole, 15), 32768);
+  // Measuring stopped early (fewer rates than sizes), memory's rate not
+  // given: the last rate stands for it.
+  const std::vector<double> early = {60, 58, 59, 57, 20, 16};
+  EXPECT_DOUBLE_EQ(held_working_set_kb(sizes, early, 0), 3072);
+  // No size reads much faster than memory: nothing above the smallest.
+  const std::vector<double> flat(sizes.size(), 15);
+  EXPECT_DOUBLE_EQ(held_working_set_kb(sizes, flat, 14), 1024);
+  EXPECT_DOUBLE_EQ(held_working_set_kb({}, {}, 15), 0);
 }
 
 TEST(HostMap, AnswersDistancesBetweenPlaces) {
@@ -253,6 +294,7 @@ TEST(HostMap, ObtainMeasuresCachesAndHonoursGivenFiles) {
     EXPECT_GT(first->pus[static_cast<size_t>(p)].fma_gflops, 0);
     EXPECT_GT(first->pus[static_cast<size_t>(p)].mem_gbps, 0);
   }
+  EXPECT_GE(first->llc_held_kb, 1024);  // measured: the smallest working set tried at least
   const std::string path = host_map_cache_path(dir.path);
   ASSERT_TRUE(fs::exists(path));
   auto second = host_map_obtain(o);
@@ -266,6 +308,17 @@ TEST(HostMap, ObtainMeasuresCachesAndHonoursGivenFiles) {
   EXPECT_EQ(third->origin, "measured");
   ASSERT_FALSE(third->notes.empty());
   EXPECT_NE(third->notes.back().find("not valid JSON"), std::string::npos) << third->notes.back();
+
+  // A map measured before the held working set was: measured again.
+  HostMap older = *second;
+  older.llc_held_kb = 0;
+  ASSERT_TRUE(host_map_write(path, older).ok());
+  auto older_again = host_map_obtain(o);
+  ASSERT_TRUE(older_again.ok());
+  EXPECT_EQ(older_again->origin, "measured");
+  EXPECT_GT(older_again->llc_held_kb, 0);
+  EXPECT_NE(older_again->notes.back().find("predates measuring what the caches keep"), std::string::npos)
+      << older_again->notes.back();
 
   HostMap foreign = host_map_uniform(cpu_topology().pus, 1, 2, 3);  // key "uniform"
   ASSERT_TRUE(host_map_write(path, foreign).ok());

@@ -520,8 +520,8 @@ TEST(Profiler, MeasuresCachesAndFeedsThePlan) {
   fs::remove_all(dir);
 }
 
-// Where the model's weights exceed the host's last-level cache, a run
-// reads them from memory, and the profile times every rTask so: with the
+// Where the model's weights and activations together exceed what the
+// host's caches keep between runs, a run reads the weights from memory, and the profile times every rTask so: with the
 // step's constants and what its op packed from them (ROp::resident)
 // evicted first, cached apart from warm costs. Steps whose constants
 // exceed the cache on their own are timed as they come (they stream
@@ -553,7 +553,14 @@ TEST(Profiler, EvictsWeightsWhereTheyExceedTheLastLevelCache) {
   HostMap map = host_map_uniform(2, 10, 10, 100);
   map.llc_kb = static_cast<double>(largest) / 1024 / 4;
   EXPECT_TRUE(weights_are_cold(**plain, map.llc_kb));
-  EXPECT_FALSE(weights_are_cold(**plain, static_cast<double>(weights) / 1024 * 2));
+  // A run touches the activations between two uses of a weight too: a
+  // cache that holds the weights but not both is cold.
+  const size_t activations = program_activation_bytes(**plain);
+  ASSERT_GT(activations, weights);  // NASNet-like: 32 x 32 planes, few weights
+  EXPECT_TRUE(weights_are_cold(**plain, static_cast<double>(weights) / 1024 * 2));
+  const double both_kb = static_cast<double>(weights + activations) / 1024;
+  EXPECT_TRUE(weights_are_cold(**plain, both_kb * 0.9));
+  EXPECT_FALSE(weights_are_cold(**plain, both_kb * 1.1));
   EXPECT_FALSE(weights_are_cold(**plain, 0));  // unknown: warm
   CompileConfig co;
   co.build_plan = true;
@@ -597,7 +604,7 @@ TEST(Profiler, EvictsWeightsWhereTheyExceedTheLastLevelCache) {
   // The same model with a cache that holds its weights: warm, no new
   // cold entries.
   fs::remove_all(dir);
-  map.llc_kb = static_cast<double>(weights) / 1024 * 2;
+  map.llc_kb = both_kb * 2;
   auto warm = compile_zoo("nasnet_like", co, &inputs);
   ASSERT_TRUE(warm.ok()) << warm.status().to_string();
   EXPECT_FALSE((*warm)->stats.weights_cold);
