@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <unordered_set>
 
@@ -115,7 +116,11 @@ void save_cache(const std::string& path, const std::map<std::string, double>& m)
 // before it was within this factor of the best gauge time.
 constexpr double kQuietGauge = 1.12;
 // Fewer full-speed samples than this by max_ms_per_op: the median of all
-// samples, each scaled by its round's gauge ratio, instead.
+// samples, each scaled by its round's gauge ratio, instead, but never
+// below the fastest sample taken. The gauge and a kernel are not always
+// slowed alike (a gauge run cut by the hypervisor, a neighbour that
+// streams memory and leaves the FMA units alone), and an estimate faster
+// than any run ever seen would plan on speed the core never showed.
 constexpr size_t kMinQuietSamples = 3;
 
 // Writes back and drops every cache line of these bytes from every level
@@ -190,6 +195,7 @@ double measure_step(const Step& s, const ProfileOptions& o, double* best_gauge, 
   // that takes does not count towards the op's sampling time.
   const std::vector<std::span<const std::byte>> cold = cold_spans(s, o);
   std::vector<double> quiet, scaled;
+  double fastest = std::numeric_limits<double>::infinity();
   const int64_t start = now_ns();
   int64_t evicting_ns = 0;
   while (true) {
@@ -207,6 +213,7 @@ double measure_step(const Step& s, const ProfileOptions& o, double* best_gauge, 
       const double us = static_cast<double>(now_ns() - t0) / 1e3;
       if (ratio <= kQuietGauge) quiet.push_back(us);
       scaled.push_back(us / ratio);
+      fastest = std::min(fastest, us);
     }
     double elapsed_ms = static_cast<double>(now_ns() - start - evicting_ns) / 1e6;
     if ((static_cast<int>(quiet.size()) >= o.min_samples && elapsed_ms >= o.min_ms_per_op) ||
@@ -216,7 +223,8 @@ double measure_step(const Step& s, const ProfileOptions& o, double* best_gauge, 
   *contended = quiet.size() < kMinQuietSamples;
   std::vector<double>& use = *contended ? scaled : quiet;
   std::nth_element(use.begin(), use.begin() + static_cast<long>(use.size() / 2), use.end());
-  return std::max(use[use.size() / 2], 0.01);
+  const double median = use[use.size() / 2];
+  return std::max(*contended ? std::max(median, fastest) : median, 0.01);
 }
 
 }  // namespace

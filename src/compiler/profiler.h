@@ -33,9 +33,9 @@ namespace tessera {
 class Program;
 struct Step;
 
-// Bumped whenever an rKernel changes speed or tiling: old cache entries
-// stop matching.
-inline constexpr int kKernelVersion = 66;
+// Bumped whenever an rKernel changes speed or tiling, or the profiler
+// the way it takes a cost: old cache entries stop matching.
+inline constexpr int kKernelVersion = 67;
 
 struct ProfileOptions {
   bool use_cache = true;   // read and update the cache
