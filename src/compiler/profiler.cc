@@ -142,15 +142,29 @@ void evict_from_caches(const std::vector<std::span<const std::byte>>& spans) {
 #endif
 }
 
+// Whether only one live node reads `v`. A constant several nodes read (a
+// recurrent layer's R, read by every time step) comes round again within
+// a run, after only what the steps between touch: the run finds it in
+// cache, and the profile does not evict it.
+bool read_once_per_run(const Value* v) {
+  const Node* reader = nullptr;
+  for (const Node* n : v->uses) {
+    if (n->dead || n == reader) continue;
+    if (reader != nullptr) return false;
+    reader = n;
+  }
+  return true;
+}
+
 // What to evict before each sample of `s` (ProfileOptions::cold_llc_kb):
-// its constant inputs and what its op packed from them; empty where the
-// profile is warm or they exceed the cache.
+// the constant inputs only it reads and what its op packed; empty where
+// the profile is warm or they exceed the cache.
 std::vector<std::span<const std::byte>> cold_spans(const Step& s, const ProfileOptions& o) {
   std::vector<std::span<const std::byte>> spans;
   if (o.cold_llc_kb <= 0 || !profiler_can_evict()) return spans;
   size_t bytes = 0;
   for (const Value* v : s.node->inputs)
-    if (v != nullptr && v->is_constant()) {
+    if (v != nullptr && v->is_constant() && read_once_per_run(v)) {
       spans.emplace_back(static_cast<const std::byte*>(v->constant->raw()), v->constant->nbytes());
       bytes += v->constant->nbytes();
     }

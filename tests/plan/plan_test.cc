@@ -543,11 +543,18 @@ TEST(Profiler, EvictsWeightsWhereTheyExceedTheLastLevelCache) {
   ASSERT_TRUE(plain.ok()) << plain.status().to_string();
   const size_t weights = program_constant_bytes(**plain);
   ASSERT_GT(weights, size_t{0});
-  // The bytes a step evicts: its constant inputs and what its op packed.
-  auto step_bytes = [](const Step& s, size_t* spans) {
+  // The bytes a step evicts: the constant inputs only it reads and what
+  // its op packed.
+  auto read_by_one = [](const Value* v) {
+    std::set<const Node*> readers;
+    for (const Node* n : v->uses)
+      if (!n->dead) readers.insert(n);
+    return readers.size() == 1;
+  };
+  auto step_bytes = [&](const Step& s, size_t* spans) {
     size_t bytes = 0;
     for (const Value* v : s.node->inputs)
-      if (v != nullptr && v->is_constant()) bytes += v->constant->nbytes(), ++*spans;
+      if (v != nullptr && v->is_constant() && read_by_one(v)) bytes += v->constant->nbytes(), ++*spans;
     for (std::span<const std::byte> b : s.op->resident()) bytes += b.size(), ++*spans;
     return bytes;
   };
@@ -619,6 +626,36 @@ TEST(Profiler, EvictsWeightsWhereTheyExceedTheLastLevelCache) {
   EXPECT_FALSE((*warm)->stats.weights_cold);
   EXPECT_EQ(cache_text().find("|cold"), std::string::npos);
   fs::remove_all(dir);
+}
+
+// A constant that several steps read comes round again within a run: a
+// lowered LSTM's R, read by every time step of its layer, is never
+// evicted; a constant only one step reads (a layer's initial state, read
+// by its first step) and what a projection packed for itself are.
+TEST(Profiler, KeepsWeightsThatStepsShareWarm) {
+  std::map<std::string, Tensor> inputs;
+  auto p = compile_zoo("lstm_tc", {}, &inputs);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  ProfileOptions po;
+  po.cold_llc_kb = 1 << 20;  // cold, and every step's bytes fit
+  size_t shared_only = 0, cold_keys = 0;
+  for (const Step& s : (*p)->steps) {
+    const bool cold = profile_step_key(s, po).find("|cold") != std::string::npos;
+    cold_keys += cold;
+    if (s.node->op_type != "TesseraLstmCell") continue;
+    size_t shared = 0, sole = 0;
+    for (const Value* v : s.node->inputs)
+      if (v != nullptr && v->is_constant()) ++(v->uses.size() > 1 ? shared : sole);
+    EXPECT_GT(shared, size_t{0}) << s.node->name << " reads no R";
+    EXPECT_EQ(cold, sole > 0 && profiler_can_evict()) << s.node->name;
+    shared_only += sole == 0;
+  }
+  EXPECT_GT(shared_only, size_t{100});
+  if (profiler_can_evict()) {
+    EXPECT_GT(cold_keys, size_t{0});  // the projections' packed weights
+  } else {
+    EXPECT_EQ(cold_keys, size_t{0});
+  }
 }
 
 }  // namespace
