@@ -40,10 +40,10 @@ const cli::Command kRun = {
         {"--no-adapt", "",
          "plan executor: always run the Plan on its vEUs as placed (default: a run goes on one thread\n"
          "                          alone, on the faster core, while that is faster on average, as when the host runs\n"
-         "                          the cores in turns or slows one or both, a 2-vEU Plan's lists on each other's\n"
-         "                          cores while that is faster, as when the host slows the busier list's core, and a\n"
-         "                          1-vEU Plan on the second core it was given while that one runs faster; --json marks\n"
-         "                          such runs \"alone\", \"exchanged\")"},
+         "                          the cores in turns or slows one, a 2-vEU Plan's lists on each other's cores while\n"
+         "                          that is faster, as when the host slows the busier list's core, and a 1-vEU Plan on\n"
+         "                          the second core it was given while that one runs faster; --json marks such runs\n"
+         "                          \"alone\", \"exchanged\")"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
         {"--json", "", "print one JSON object on stdout at the end"},

@@ -13,12 +13,8 @@
 //
 //   plan    a run in which some vEU waited longer than predicted by more
 //           than a quarter of the run is stalled; when kStalledOf of the
-//           last kWindow plan runs were, or the median of the last kWindow
-//           is kSlowPlan times the best such median seen (the host slowed
-//           every vEU at once, as when two vCPUs come to share one
-//           physical core: no vEU waits on another, so no stall shows it),
-//           and backoff runs have gone since the last probe, the next
-//           kAloneProbe runs go alone;
+//           last kWindow plan runs were (and kProbeBackoff runs have gone
+//           since the last probe), the next kAloneProbe runs go alone;
 //   probe   if their mean beats the mean of the last kWindow plan runs by
 //           5 %, runs go alone; else back to the Plan, and the next probe
 //           waits twice as long (up to kMaxBackoff runs); a first run
@@ -159,12 +155,6 @@ class RunModeChooser {
   // ends it (margin for a first run that also brings the other list's
   // data into this core's caches).
   static constexpr double kHopeless = 1.3;
-  // The Plan's recent median this many times its best is slow. Two vEUs
-  // sharing one core run a 2-vEU Plan at about twice its best, and one
-  // thread alone at its own speed, which is often faster (NASNet-like on
-  // an AMD EPYC VM: rounds of 4.3-5.3 ms against 1.8-2.4 at best, and
-  // 2.8-4.4 on one vEU).
-  static constexpr double kSlowPlan = 1.5;
 
   // `predicted_wait_us[u]`: how long vEU u waits within its list in the
   // predicted timeline; `predicted_us`: its makespan. `any_pu`: a run
@@ -192,19 +182,10 @@ class RunModeChooser {
     if (!w_.probing) {
       // Alone, the Plan is probed every backoff runs; on the Plan, alone
       // is probed only after stalls.
-      bool slow = false;
-      if (w_.kept == kAloneMode) {
-        ++alone_runs_;
-      } else {
-        stalled_ = (stalled_ << 1 | (stalled(run_us, wait_us) ? 1u : 0u)) & ((1u << kWindow) - 1);
-        if (w_.ring[kPlanMode].n >= kWindow) {
-          const double m = w_.ring[kPlanMode].median(kWindow);
-          best_plan_ = std::min(best_plan_, m);
-          slow = m > kSlowPlan * best_plan_;
-        }
-      }
+      if (w_.kept == kAloneMode) ++alone_runs_;
+      else stalled_ = (stalled_ << 1 | (stalled(run_us, wait_us) ? 1u : 0u)) & ((1u << kWindow) - 1);
       if (w_.kept == kPlanMode && any_pu_) note_waits(run_us, wait_us, exchanged);
-      const bool due = w_.kept == kAloneMode || std::popcount(stalled_) >= kStalledOf || slow;
+      const bool due = w_.kept == kAloneMode || std::popcount(stalled_) >= kStalledOf;
       if (due && w_.since_probe >= w_.backoff[w_.kept]) {
         if (w_.kept == kPlanMode && any_pu_)
           alone_veu_ = static_cast<int>(std::max_element(beyond_.begin(), beyond_.end()) - beyond_.begin());
@@ -255,7 +236,6 @@ class RunModeChooser {
   int alone_veu_ = 0;
   TwoWays w_;             // way 0 the Plan, 1 alone
   unsigned stalled_ = 0;  // bit i: the plan run i runs ago was stalled
-  double best_plan_ = 1e300;  // the lowest median of the last kWindow plan runs, seen while the Plan was kept
   int64_t alone_runs_ = 0;
 };
 
