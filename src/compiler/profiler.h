@@ -51,9 +51,9 @@ struct ProfileOptions {
   // > 0: time each rTask with the step's constant inputs and the bytes its
   // op packed from them (ROp::resident) evicted from the caches first, as
   // a run finds them when the model's weights and activations exceed what
-  // the caches keep between runs (weights_are_cold): that size in KB. A step whose constants
-  // are larger still reads them from memory either way and is timed as it
-  // comes. Cached apart from warm costs. Where this CPU cannot evict
+  // the caches keep between runs (weights_are_cold): that size in KB. A
+  // step whose constants are larger still reads them from memory either
+  // way and is timed as it comes. Cached apart from warm costs. Where this CPU cannot evict
   // (profiler_can_evict): 0, warm.
   double cold_llc_kb = 0;
   // Called after each op: (done, total, from_cache).

@@ -372,8 +372,8 @@ double memory_rate(unsigned pu, size_t mb) {
 // Re-read rates on `pu`, GB/s, of working sets of `sizes_kb` (ascending):
 // each the best of kHeldPasses passes over the first bytes of one buffer
 // (a neighbour's bursts only ever slow a pass), after one pass that
-// brings them in. Stops two sizes after the
-// rate has fallen below the midpoint between the best so far and memory.
+// brings them in. Stops two sizes after the rate has fallen below the
+// midpoint between the best so far and memory.
 std::vector<double> reread_rates(unsigned pu, const std::vector<double>& sizes_kb, double mem_gbps) {
   constexpr int kHeldPasses = 7;
   std::vector<double> rates;
