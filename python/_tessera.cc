@@ -528,6 +528,7 @@ PYBIND11_MODULE(_tessera, m) {
                                d["wait_ms"] = b.wait_ms;
                                d["alone"] = b.alone;
                                d["exchanged"] = b.exchanged;
+                               d["taken"] = b.taken;
                                d["copy_in_bytes"] = b.copy_in_bytes;
                                d["copy_out_bytes"] = b.copy_out_bytes;
                                return d;

@@ -42,8 +42,9 @@ const cli::Command kRun = {
          "                          alone, on the faster core, while that is faster on average, as when the host runs\n"
          "                          the cores in turns or slows one, a 2-vEU Plan's lists on each other's cores while\n"
          "                          that is faster, as when the host slows the busier list's core, and a 1-vEU Plan on\n"
-         "                          the second core it was given while that one runs faster; --json marks such runs\n"
-         "                          \"alone\", \"exchanged\")"},
+         "                          the second core it was given while that one runs faster, and a vEU that waits for\n"
+         "                          another right after its share of an op takes rTasks of that op from the other's\n"
+         "                          share; --json marks such runs \"alone\", \"exchanged\" and counts \"taken\")"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
         {"--json", "", "print one JSON object on stdout at the end"},
@@ -402,6 +403,19 @@ int run_main(int argc, char** argv) {
   say("executor ", how, null_device ? " on the null device" : "", ", ", session.veus(), " thread(s); latency over ",
       *iters, " runs: median ", cat(std::round(lmed * 1000) / 1000), " ms (min ", cat(std::round(lmin * 1000) / 1000),
       ", p90 ", cat(std::round(lp90 * 1000) / 1000), ", max ", cat(std::round(lmax * 1000) / 1000), ")");
+  {
+    // How the runs adapted to the host (--no-adapt: none did).
+    int64_t alone = 0, exchanged = 0, taken = 0, taking = 0;
+    for (const RunBreakdown& r : runs) {
+      alone += r.alone;
+      exchanged += r.exchanged;
+      taken += r.taken;
+      taking += r.taken > 0;
+    }
+    if (alone + exchanged + taken > 0)
+      say("adapted to the host: ", alone, " run(s) alone, ", exchanged, " with lists exchanged, ", taking,
+          " in which waiting vEUs took rTasks (", taken, " in all)");
+  }
   size_t i = 0;
   for (const auto& [name, t] : outs) {
     say("output '", name, "': ", dtype_name(t.dtype()), " ", shape_string(t.shape()), " ", preview(t));
@@ -418,9 +432,10 @@ int run_main(int argc, char** argv) {
       char buf[256];
       std::snprintf(buf, sizeof buf,
                     "{\"wall_ms\":%.6f,\"copy_in_ms\":%.6f,\"compute_ms\":%.6f,\"copy_out_ms\":%.6f,"
-                    "\"device_ms\":%.6f,\"alone\":%s,\"exchanged\":%s,\"wait_ms\":[",
+                    "\"device_ms\":%.6f,\"alone\":%s,\"exchanged\":%s,\"taken\":%lld,\"wait_ms\":[",
                     wall_ms[k], runs[k].copy_in_ms, runs[k].compute_ms, runs[k].copy_out_ms, runs[k].device_ms,
-                    runs[k].alone ? "true" : "false", runs[k].exchanged ? "true" : "false");
+                    runs[k].alone ? "true" : "false", runs[k].exchanged ? "true" : "false",
+                    static_cast<long long>(runs[k].taken));
       runs_json += cat(k ? "," : "", buf);
       for (size_t u = 0; u < runs[k].wait_ms.size(); ++u) {
         std::snprintf(buf, sizeof buf, "%s%.6f", u ? "," : "", runs[k].wait_ms[u]);

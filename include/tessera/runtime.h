@@ -183,8 +183,12 @@ struct SessionOptions {
   // while that runs faster, as when the host slows the core of the busier
   // list; and a 1-vEU Plan kept on a request for more vEUs on the
   // session's second core while that one runs it faster.
-  // RunBreakdown::alone and ::exchanged say which runs did. false: always
-  // the Plan as placed.
+  // And a vEU that waits for another right after its share of an op takes
+  // rTasks of that op from the end of the other's share, while that one
+  // still has some to run (the same bits: an rTask computes the same on
+  // any thread), as when the host runs one core slower for a while.
+  // RunBreakdown::alone, ::exchanged and ::taken say which runs did. false:
+  // always the Plan as placed.
   bool adapt = true;
   // A latency objective in milliseconds (0: none): the session is admitted
   // only where its Plan's predicted latency meets it, and refused
@@ -203,6 +207,7 @@ struct RunBreakdown {
   std::vector<double> wait_ms = {};  // plan executor: per vEU, time spent waiting
   bool alone = false;                 // plan executor: the run went on one thread alone (SessionOptions::adapt)
   bool exchanged = false;             // plan executor: the run went with its 2 lists on each other's cores, or its 1 list on the second core (adapt)
+  int64_t taken = 0;                  // plan executor: rTasks a waiting vEU took from the one it waited for (adapt)
   // Bytes copied: inputs the Plan could not read where they lay (memory
   // not aligned to the dtype, say), outputs not bound with bind_output.
   uint64_t copy_in_bytes = 0, copy_out_bytes = 0;

@@ -218,6 +218,7 @@ def test_version_devices_and_breakdown(rt, quick):
     assert b["device_ms"] == 0  # no accelerator: the CPU keeps no device time
     assert b["alone"] is False  # one vEU: nothing to run alone
     assert b["exchanged"] is False  # nor lists to exchange
+    assert b["taken"] == 0  # nor another vEU to take rTasks from
 
 
 def test_adapt_off_keeps_every_run_on_the_plan(rt, quick):
@@ -228,13 +229,14 @@ def test_adapt_off_keeps_every_run_on_the_plan(rt, quick):
     for _ in range(20):
         got = s.run(feeds)["output"]
         assert s.last_breakdown["alone"] is False and s.last_breakdown["exchanged"] is False
+        assert s.last_breakdown["taken"] == 0
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_adapted_runs_say_how_they_went_and_give_the_same_bits(rt, quick):
-    # A run goes as placed, alone or (2 vEUs) exchanged, never two at once;
-    # every way gives the Plan's bits (tests/plan/run_mode_test.cc runs
-    # each way on purpose).
+    # A run goes as placed, alone or (2 vEUs) exchanged, never two at once,
+    # and a run alone takes no rTasks between vEUs; every way gives the
+    # Plan's bits (tests/plan/run_mode_test.cc runs each way on purpose).
     s = rt.compile(zoo("mlp.onnx"), **quick).session(veus=2)
     feeds = load("mlp.inputs.npz")
     want = s.run(feeds)["output"]
@@ -243,6 +245,7 @@ def test_adapted_runs_say_how_they_went_and_give_the_same_bits(rt, quick):
         b = s.last_breakdown
         assert isinstance(b["alone"], bool) and isinstance(b["exchanged"], bool)
         assert not (b["alone"] and b["exchanged"]), b
+        assert isinstance(b["taken"], int) and b["taken"] >= 0 and not (b["alone"] and b["taken"]), b
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: pinning to it changes nothing")

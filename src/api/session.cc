@@ -210,6 +210,7 @@ Status SessionState::execute(const NamedTensors& given, double queue_ms, NamedTe
   last.device_ms = loaded->device_ms();
   last.alone = loaded->ran_alone();
   last.exchanged = loaded->ran_exchanged();
+  last.taken = loaded->rtasks_taken();
   counters->runs.fetch_add(1, std::memory_order_relaxed);
   counters->busy_ns.fetch_add(t2 - t1, std::memory_order_relaxed);
   counters->wall_ns.fetch_add(t3 - t0 + static_cast<int64_t>(queue_ms * 1e6), std::memory_order_relaxed);

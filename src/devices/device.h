@@ -111,6 +111,10 @@ class LoadedProgram {
   // each other's PUs, or a 1-vEU Plan's list on its second slot (cpu:
   // devices/cpu/run_mode.h). Default: false.
   virtual bool ran_exchanged() const { return false; }
+  // (optional) rTasks of the last run that a waiting vEU took from the
+  // one it waited for (cpu: devices/cpu/cpu_vdevice.h, PlanBalance).
+  // Default: 0.
+  virtual int64_t rtasks_taken() const { return 0; }
   // (optional) An accelerator's own time for the last run's work (ms,
   // timed on the device: the launch to its end, without the copies).
   // Default: 0, none kept.
@@ -128,7 +132,7 @@ struct PlaceOptions {
   // topology order), vEU u on slots[u]; empty: 0, 1, ...
   std::vector<int> slots = {};
   bool pin = true;  // cpu: pin each vEU to its slot
-  bool adapt = true;  // cpu: a Plan's runs may go on the caller alone, a 2-vEU Plan's lists on each other's PUs, or a 1-vEU Plan's on a second slot, while that is faster
+  bool adapt = true;  // cpu: a Plan's runs may go on the caller alone, a 2-vEU Plan's lists on each other's PUs, or a 1-vEU Plan's on a second slot, while that is faster; waiting vEUs take rTasks (PlanBalance)
 };
 
 class Device {

@@ -2,7 +2,8 @@
 // its lists exchanged (devices/cpu/run_mode.h): plan_one_thread_order is
 // an interleaving the Plan's waits allow, so the zoo's outputs are bitwise
 // the Plan's on 2 and 4 vEUs, for list schedules and random valid ones,
-// and so are a 2-vEU Plan's run exchanged. The RunModeChooser, fed made-up
+// and so are a 2-vEU Plan's run exchanged, and runs in which waiting vEUs
+// take rTasks (PlanBalance). The RunModeChooser, fed made-up
 // run times, goes alone only where that is faster on average, comes back
 // when the Plan is, and backs off its probes; the ListExchangeChooser
 // probes nothing on an even host, exchanges the lists while that is
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -64,7 +66,7 @@ void expect_valid_order(const Plan& plan, const std::vector<std::pair<int32_t, i
   }
 }
 
-enum class Way { kPlaced, kAlone, kAloneOnWorker, kExchanged };
+enum class Way { kPlaced, kAlone, kAloneOnWorker, kExchanged, kBalanced };
 
 std::vector<Tensor> run_with(std::unique_ptr<Program> p, Way way, const std::map<std::string, Tensor>& inputs,
                              int threads = 0) {
@@ -72,13 +74,18 @@ std::vector<Tensor> run_with(std::unique_ptr<Program> p, Way way, const std::map
   o.executor = Executor::kPlan;
   o.threads = threads;
   o.adapt = false;
+  o.balance = way == Way::kBalanced;
   o.always_alone = way == Way::kAlone || way == Way::kAloneOnWorker;
   o.alone_veu = way == Way::kAloneOnWorker ? 1 : 0;
   o.always_exchanged = way == Way::kExchanged;
   auto s = Engine::create(std::move(p), o);
   EXPECT_TRUE(s.ok()) << s.status().to_string();
   if (!s.ok()) return {};
-  for (int rep = 0; rep < 2; ++rep) {
+  // Balanced runs take rTasks only as the vEUs' timing falls: more runs,
+  // each compared.
+  std::vector<Tensor> first;
+  int64_t taken = 0;
+  for (int rep = 0; rep < (way == Way::kBalanced ? 8 : 2); ++rep) {
     (*s)->poison_arena();
     for (const Value* in : (*s)->inputs()) EXPECT_TRUE((*s)->set_input(in->name, inputs.at(in->name)).ok());
     EXPECT_TRUE((*s)->run().wait().ok());
@@ -87,7 +94,17 @@ std::vector<Tensor> run_with(std::unique_ptr<Program> p, Way way, const std::map
     std::vector<double> waits;
     (*s)->wait_ms(waits);
     EXPECT_EQ(waits.size(), static_cast<size_t>((*s)->program().plan->veus));  // the Plan's vEUs, no spare
+    if (way != Way::kBalanced) {
+      EXPECT_EQ((*s)->rtasks_taken(), 0);
+      continue;
+    }
+    taken += (*s)->rtasks_taken();
+    std::vector<Tensor> outs;
+    for (size_t i = 0; i < (*s)->outputs().size(); ++i) outs.push_back((*s)->output(i));
+    if (rep == 0) first = std::move(outs);
+    else expect_bitwise(outs, first, "balanced run " + std::to_string(rep));
   }
+  if (way == Way::kBalanced) std::printf("  balanced: %lld rTasks taken in 8 runs\n", static_cast<long long>(taken));
   std::vector<Tensor> outs;
   for (size_t i = 0; i < (*s)->outputs().size(); ++i) outs.push_back((*s)->output(i));
   return outs;
@@ -123,6 +140,9 @@ TEST_P(RunAlone, BitwiseThePlansOutputsOnListAndRandomSchedules) {
         ASSERT_TRUE(c.ok()) << what;
         expect_bitwise(run_with(std::move(*c), Way::kExchanged, inputs), placed, what + " exchanged");
       }
+      auto e = compile_zoo(model, co, &inputs);
+      ASSERT_TRUE(e.ok()) << what;
+      expect_bitwise(run_with(std::move(*e), Way::kBalanced, inputs), placed, what + " balanced");
     }
   }
 }

@@ -29,6 +29,18 @@
 //
 // Between runs workers spin ~50 µs, then park on the generation word.
 //
+// Balancing (PlanBalance, below): where a vEU reaches a wait on vEU v right
+// after its share of an op, and v still has rTasks of that op to run, the
+// waiter takes them from the end of v's share, one at a time, until its
+// wait passes or none are left. v claims its own rTasks from the front, and
+// before going past its share waits for the ones taken to complete, so its
+// counts keep their meaning (everything up to count K done) and the Plan's
+// happens-before, memory plan and bits are unchanged: an rTask computes the
+// same on any thread (kernels/rkernel.h), and the taker has run an rTask of
+// the same op, so that op's inputs are ready for it. A static split cannot
+// follow a host that runs one PU slower than the other for a while; this
+// gives the difference to whichever vEU is free.
+//
 // Thread-safety: run() may be called by one thread at a time.
 #pragma once
 
@@ -51,6 +63,61 @@ struct StepArgs {
   const ROp* op;
   const void* const* in;
   void* const* out;
+};
+
+class CpuVDevice;
+
+// What lets a vEU that waits take rTasks from the vEU it waits for, built
+// once for a Plan (not on the run path): the runs of consecutive rTasks of
+// one op on a vEU that a waiter may take from, and for each wait that
+// follows a vEU's share of an op, those of the same op on the awaited vEU
+// that end by the awaited count. Only rTasks the Plan predicts to take at
+// least `min_task_us` qualify: claiming one costs an atomic
+// compare-and-swap, and taking one moves its claim word and its data
+// between cores. Holds the claim words, so one run at a time; every run
+// given it must be of this Plan.
+class PlanBalance {
+ public:
+  // Below this an rTask is not worth taking: a cross-core claim and its
+  // inputs' lines cost ~0.1-0.3 µs (a hand-off between vCPUs measures
+  // 0.05-0.3 µs).
+  static constexpr double kMinTaskUs = 1.0;
+
+  PlanBalance() = default;
+  explicit PlanBalance(const Plan& plan, double min_task_us = kMinTaskUs);
+  // No run may take anything (a 1-vEU Plan, or no op worth it).
+  bool empty() const { return runs_.empty(); }
+  // Runs that some wait may take from.
+  size_t runs() const { return runs_.size(); }
+  // Waits that may take rTasks.
+  size_t waits() const { return wait_count_; }
+
+ private:
+  friend class CpuVDevice;
+  struct Run {
+    int32_t veu = 0;
+    int32_t first_pc = 0;   // its first kRun in the vEU's list
+    int32_t first_pos = 0;  // that rTask's position among the vEU's rTasks
+    int32_t n = 0;          // rTasks, at most 65535 (the claim word's fields)
+  };
+  // Per run, its own cache line: the claim word (generation 32 bits, front
+  // 16, back 16: the owner claims from the front of [front, back), takers
+  // from the back; a word of an older generation reads as [0, n), so it is
+  // never reset: someone claims in every run, so a stale word is always
+  // the run before's) and how many taken rTasks completed (the owner sets
+  // it back to 0 once all have, when no taker can claim any more).
+  struct alignas(64) State {
+    std::atomic<uint64_t> claim{0};
+    std::atomic<uint32_t> done{0};
+  };
+  std::vector<Run> runs_;
+  std::vector<std::vector<int32_t>> run_at_;   // [vEU][pc]: the run starting there, or -1
+  std::vector<std::vector<int32_t>> wait_at_;  // [vEU][pc]: a wait's first entry in victims_, or -1
+  std::vector<int32_t> victims_;               // runs, each wait's list ended by -1
+  size_t wait_count_ = 0;
+  std::unique_ptr<State[]> state_;
+  uint32_t gen_ = 0;  // this run's generation (bumped by CpuVDevice::run)
+  size_t plan_veus_ = 0;
 };
 
 class CpuVDevice {
@@ -79,7 +146,14 @@ class CpuVDevice {
   // vEUs also runs a 1-vEU Plan: its list on the caller's PU, or, exchanged,
   // on the worker's (the spare PU) while the caller waits for it; wait_ns()
   // then holds 0 for the spare.
-  void run(const Plan& plan, const std::vector<StepArgs>& steps, bool exchanged = false);
+  // `balance` (built for `plan`; null: none): waiters take rTasks from
+  // the vEUs they wait for (see above); ignored in traced runs, whose
+  // lanes show each rTask where the Plan placed it. taken() then says how
+  // many rTasks went to a vEU other than their own.
+  void run(const Plan& plan, const std::vector<StepArgs>& steps, bool exchanged = false,
+           PlanBalance* balance = nullptr);
+  // rTasks of the last run that a vEU took from another (0 without balance).
+  int64_t taken() const;
   // Runs the rTasks of `order` (plan_one_thread_order of a Plan) on one
   // vEU's thread with its scratch: `veu` 0, the calling thread, leaves the
   // workers as they are (parked once idle); on a device of 2 vEUs, `veu` 1
@@ -102,6 +176,10 @@ class CpuVDevice {
   void pin_caller() const;  // this thread to PU 0, once per thread
   void execute(int veu);
   void execute_order(int veu);
+  // PlanBalance: vEU u runs `r`, its own run, claiming from the front;
+  // takes from the back of run `r` (another vEU's) once: false if none left.
+  void run_own(int u, int32_t r, void* scratch, int64_t* waited);
+  bool take_one(int32_t r, void* scratch);
 
   const int veus_;
   const std::vector<int> slots_;
@@ -122,6 +200,11 @@ class CpuVDevice {
   std::vector<uint64_t> base_;       // per vEU, this run
   std::vector<uint64_t> next_base_;  // per vEU, the next run: above its final count this run
   std::vector<int64_t> wait_ns_;
+  PlanBalance* balance_ = nullptr;   // this run's, or null
+  struct alignas(64) Taken {
+    int64_t n = 0;
+  };
+  std::unique_ptr<Taken[]> taken_;  // per vEU (list), the last run
   std::vector<std::pair<int64_t, int64_t>>* trace_ = nullptr;
   std::vector<int64_t> trace_offset_;  // per vEU: first placement index, for tracing
   std::vector<int32_t> trace_index_;   // placement index of each (vEU, position)

@@ -113,6 +113,7 @@ class PlanExecutor : public StepExecutor {
   // `pus`: veus, or 2 for a 1-vEU Plan given a spare PU.
   PlanExecutor(const Program& p, const EngineOptions& o, int veus, int pus)
       : device_(pus, p.max_scratch_bytes, o.pin, o.slots) {
+    if (o.balance && veus >= 2) balance_ = PlanBalance(*p.plan);
     if (pus > veus) {
       has_spare_ = true;
       always_exchanged_ = o.always_exchanged;
@@ -146,12 +147,12 @@ class PlanExecutor : public StepExecutor {
       spare_->record(static_cast<double>(now_ns() - t0) / 1e3);
       return;
     }
-    if (!chooser_ || device_.tracing()) return device_.run(*p.plan, a.steps);
+    if (!chooser_ || device_.tracing()) return device_.run(*p.plan, a.steps, false, &balance_);
     alone_ = always_alone_ || (!always_exchanged_ && chooser_->alone());
     exchanged_ = !alone_ && (always_exchanged_ || (exchange_ && exchange_->exchanged()));
     const int64_t t0 = now_ns();
     if (alone_) device_.run_alone(order_, a.steps, always_alone_ ? always_alone_veu_ : chooser_->alone_veu());
-    else device_.run(*p.plan, a.steps, exchanged_);
+    else device_.run(*p.plan, a.steps, exchanged_, &balance_);
     const double us = static_cast<double>(now_ns() - t0) / 1e3;
     if (alone_) {
       chooser_->record(us, {});
@@ -165,9 +166,11 @@ class PlanExecutor : public StepExecutor {
   CpuVDevice* vdevice() override { return &device_; }
   bool ran_alone() const override { return alone_; }
   bool ran_exchanged() const override { return exchanged_; }
+  int64_t rtasks_taken() const override { return alone_ ? 0 : device_.taken(); }
 
  private:
   CpuVDevice device_;
+  PlanBalance balance_;  // EngineOptions::balance on 2 or more vEUs: waiters take rTasks (cpu_vdevice.h)
   std::vector<std::pair<int32_t, int64_t>> order_;  // the Plan's rTasks, in an order one thread may run them
   std::optional<RunModeChooser> chooser_;
   std::optional<ListExchangeChooser> exchange_;  // 2 pinned vEUs: which PU runs which list
@@ -229,6 +232,7 @@ Result<std::unique_ptr<LoadedProgram>> Engine::load(std::unique_ptr<Program> pro
   eo.threads = o.veus;
   eo.pin = o.pin && !null_device;
   eo.adapt = o.adapt;
+  eo.balance = o.adapt;
   eo.slots = o.slots;
   eo.null_device = null_device;
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, create(std::move(program), eo));

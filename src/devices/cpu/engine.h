@@ -70,6 +70,10 @@ struct EngineOptions {
   // (the host slowed the PU of the busier list; devices/cpu/run_mode.h). A pinned 1-vEU Plan given 2 or more `threads`
   // keeps a second PU and runs its list there while that runs faster.
   bool adapt = true;
+  // Plan executor on several vEUs: a vEU that waits for another right
+  // after its share of an op takes rTasks of that op from the end of the
+  // other's share (devices/cpu/cpu_vdevice.h, PlanBalance): the same bits.
+  bool balance = true;
   // Plan executor: every run on one vEU's thread alone, in the order
   // plan_one_thread_order gives (for tests: the same bits as the Plan):
   // vEU `alone_veu`'s (0 the calling thread, 1 the worker of a 2-vEU Plan).
@@ -95,6 +99,8 @@ class StepExecutor {
   // (optional) Whether the last run went with a 2-vEU Plan's lists on
   // each other's PUs.
   virtual bool ran_exchanged() const { return false; }
+  // (optional) rTasks of the last run a waiting vEU took from another.
+  virtual int64_t rtasks_taken() const { return 0; }
 };
 // The executor `options` names, for `threads` threads; the null device's
 // runs nothing.
@@ -144,6 +150,7 @@ class Engine : public LoadedProgram {
   void wait_ms(std::vector<double>& out) const override;
   bool ran_alone() const override { return exec_->ran_alone(); }
   bool ran_exchanged() const override { return exec_->ran_exchanged(); }
+  int64_t rtasks_taken() const override { return exec_->rtasks_taken(); }
   Status set_trace(std::vector<std::pair<int64_t, int64_t>>* spans) override;
   // Fills the whole arena with a NaN pattern (0xFF bytes), so that any
   // element a kernel fails to write shows up. Call before set_input().

@@ -46,8 +46,11 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, 
   {
     const ResolvedArgs args = resolve_args(p, arena);
     CpuVDevice device(plan.veus, p.max_scratch_bytes, pin, used);
+    // Timed as the engine runs it by default, waiters taking rTasks; the
+    // traced runs and the untraced ones they are checked against, as placed.
+    PlanBalance balance = trace ? PlanBalance() : PlanBalance(plan);
     const int64_t w0 = now_ns();
-    for (int i = 0; i < warmup; ++i) device.run(plan, args.steps);
+    for (int i = 0; i < warmup; ++i) device.run(plan, args.steps, false, &balance);
     const double warm_us = warmup > 0 ? static_cast<double>(now_ns() - w0) / 1e3 / warmup : 0;
     std::vector<std::pair<int64_t, int64_t>> spans(plan.placements.size());
     std::vector<std::vector<double>> samples(trace ? plan.placements.size() : 0);
@@ -55,7 +58,7 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, 
     std::vector<double> waits(static_cast<size_t>(plan.veus), 0);
     auto timed_run = [&] {
       const int64_t t0 = now_ns();
-      device.run(plan, args.steps);
+      device.run(plan, args.steps, false, &balance);
       return static_cast<double>(now_ns() - t0) / 1e3;
     };
     // Traced: each traced run is followed by an untraced one, which tells
