@@ -39,6 +39,20 @@ bool shares_a_slot(std::vector<int> slots) {
   return std::adjacent_find(slots.begin(), slots.end()) != slots.end();
 }
 
+// Spins until `ready()` (its loads acquire); with more vEUs than cores,
+// yields every 4096 pauses so that the thread it waits for can run.
+template <typename Ready>
+void spin_until(bool oversubscribed, Ready ready) {
+  int spins = 0;
+  while (!ready()) {
+    _mm_pause();
+    if (oversubscribed && ++spins == 4096) {
+      spins = 0;
+      sched_yield();
+    }
+  }
+}
+
 // The claim word of a PlanBalance run: generation, front, back.
 constexpr uint64_t claim_word(uint32_t gen, uint32_t front, uint32_t back) {
   return static_cast<uint64_t>(gen) << 32 | static_cast<uint64_t>(front) << 16 | back;
@@ -264,14 +278,7 @@ void CpuVDevice::execute(int u) {
           }
         }
         int64_t t0 = now_ns();
-        int spins = 0;
-        while (counters[in.a].value.load(std::memory_order_acquire) < target) {
-          _mm_pause();
-          if (oversubscribed_ && ++spins == 4096) {
-            spins = 0;
-            sched_yield();  // more vEUs than cores: let the producer run
-          }
-        }
+        spin_until(oversubscribed_, [&] { return counters[in.a].value.load(std::memory_order_acquire) >= target; });
         waited += now_ns() - t0;
         break;
       }
@@ -299,14 +306,7 @@ void CpuVDevice::run_own(int u, int32_t r, void* scratch, int64_t* waited) {
   if (taken == 0) return;
   if (st.done.load(std::memory_order_acquire) != taken) {
     const int64_t t0 = now_ns();
-    int spins = 0;
-    while (st.done.load(std::memory_order_acquire) != taken) {
-      _mm_pause();
-      if (oversubscribed_ && ++spins == 4096) {
-        spins = 0;
-        sched_yield();  // let the taker finish
-      }
-    }
+    spin_until(oversubscribed_, [&] { return st.done.load(std::memory_order_acquire) == taken; });
     *waited += now_ns() - t0;
   }
   st.done.store(0, std::memory_order_relaxed);
@@ -361,14 +361,7 @@ void CpuVDevice::run_alone(const std::vector<std::pair<int32_t, int64_t>>& order
     next_base_[u] = base_[u] + 1;
     alone_veu_ = veu;
     wake_.publish();
-    int spins = 0;
-    while (counters_[u].value.load(std::memory_order_acquire) < base_[u]) {
-      _mm_pause();
-      if (oversubscribed_ && ++spins == 4096) {
-        spins = 0;
-        sched_yield();
-      }
-    }
+    spin_until(oversubscribed_, [&] { return counters_[u].value.load(std::memory_order_acquire) >= base_[u]; });
   }
   std::fill(wait_ns_.begin(), wait_ns_.end(), 0);
 }
@@ -415,14 +408,8 @@ void CpuVDevice::run(const Plan& plan, const std::vector<StepArgs>& steps, bool 
   for (int u = 0; u < lists; ++u) {
     if (u == mine) continue;
     const uint64_t final_count = base_[u] + static_cast<uint64_t>(plan.tasks_per_veu[u]);
-    int spins = 0;
-    while (counters_[u].value.load(std::memory_order_acquire) < final_count) {
-      _mm_pause();
-      if (oversubscribed_ && ++spins == 4096) {
-        spins = 0;
-        sched_yield();
-      }
-    }
+    spin_until(oversubscribed_,
+               [&] { return counters_[u].value.load(std::memory_order_acquire) >= final_count; });
   }
 }
 
