@@ -53,6 +53,12 @@ void spin_until(bool oversubscribed, Ready ready) {
   }
 }
 
+// Runs rTask `task` of step `step` with this thread's scratch.
+inline void run_rtask(const std::vector<StepArgs>& steps, int32_t step, int64_t task, void* scratch) {
+  const StepArgs& s = steps[static_cast<size_t>(step)];
+  s.op->run(task, TaskArgs{s.in, s.out, scratch});
+}
+
 // The claim word of a PlanBalance run: generation, front, back.
 constexpr uint64_t claim_word(uint32_t gen, uint32_t front, uint32_t back) {
   return static_cast<uint64_t>(gen) << 32 | static_cast<uint64_t>(front) << 16 | back;
@@ -245,14 +251,12 @@ void CpuVDevice::execute(int u) {
           position += n;
           break;
         }
-        const StepArgs& s = steps[static_cast<size_t>(in.a)];
-        TaskArgs args{s.in, s.out, scratch};
         if (trace_ != nullptr) {
           int64_t t0 = now_ns();
-          s.op->run(in.b, args);
+          run_rtask(steps, in.a, in.b, scratch);
           (*trace_)[static_cast<size_t>(trace_index_[static_cast<size_t>(trace_offset_[u] + position)])] = {t0, now_ns()};
         } else {
-          s.op->run(in.b, args);
+          run_rtask(steps, in.a, in.b, scratch);
         }
         ++position;
         break;
@@ -295,10 +299,8 @@ void CpuVDevice::run_own(int u, int32_t r, void* scratch, int64_t* waited) {
   const auto& steps = *steps_;
   const uint32_t gen = balance_->gen_;
   int32_t back = run.n;
-  for (int32_t i; (i = claim(st.claim, gen, run.n, true, &back)) >= 0;) {
-    const StepArgs& s = steps[static_cast<size_t>(first[i].a)];
-    s.op->run(first[i].b, TaskArgs{s.in, s.out, scratch});
-  }
+  for (int32_t i; (i = claim(st.claim, gen, run.n, true, &back)) >= 0;)
+    run_rtask(steps, first[i].a, first[i].b, scratch);
   // The rTasks from `back` on were taken: this vEU's counts past them
   // mean they completed (acquire: their writes), and then no taker can
   // claim again this run, so the count starts from 0 for the next.
@@ -318,8 +320,7 @@ bool CpuVDevice::take_one(int32_t r, void* scratch) {
   const int32_t i = claim(st.claim, balance_->gen_, run.n, false);
   if (i < 0) return false;
   const Instr& in = plan_->program[static_cast<size_t>(run.veu)][static_cast<size_t>(run.first_pc + i)];
-  const StepArgs& s = (*steps_)[static_cast<size_t>(in.a)];
-  s.op->run(in.b, TaskArgs{s.in, s.out, scratch});
+  run_rtask(*steps_, in.a, in.b, scratch);
   st.done.fetch_add(1, std::memory_order_release);  // the owner acquires its results
   return true;
 }
@@ -333,8 +334,7 @@ int64_t CpuVDevice::taken() const {
 void CpuVDevice::execute_order(int veu) {
   void* scratch = static_cast<char*>(scratch_) + scratch_stride_ * static_cast<size_t>(veu);
   for (const auto& [step, task] : *order_) {
-    const StepArgs& s = (*steps_)[static_cast<size_t>(step)];
-    s.op->run(task, TaskArgs{s.in, s.out, scratch});
+    run_rtask(*steps_, step, task, scratch);
   }
   if (veu != 0)  // release: the caller acquires everything written
     counters_[veu].value.store(base_[static_cast<size_t>(veu)], std::memory_order_release);
