@@ -125,6 +125,7 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   // Last, once every producer is final: in-place parts must be written by
   // the node that makes them.
   if (options.concat_in_place) p->stats.concats_in_place = place_concats_in_place(*g);
+  p->stats.convs_by_planes = mark_out_planes(*g);
   TESSERA_RETURN_IF_ERROR(verify_graph(*g));
   TESSERA_ASSIGN_OR_RETURN(p->aliases, value_aliases(*g));
   for (auto& n : g->nodes()) {

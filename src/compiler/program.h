@@ -125,6 +125,7 @@ struct CompileStats {
   int activation_copies = 0;   // the activation nodes made for them (one per Concat input)
   int concats_in_place = 0;    // Concats with parts written in place
   int convs_blocked = 0;       // convs on the channel-blocked layout
+  int convs_by_planes = 0;     // 1x1 convs whose rTasks write whole output planes
   int64_t rtasks = 0;
   // rTask costs measured with the weights evicted first (a run reads them
   // from memory: weights_are_cold, profiler.h).
@@ -195,6 +196,16 @@ inline constexpr int kBlockedConvsPerConversion = 4;
 // The block the CPU's blocked rKernels take: 8 channels, one 256-bit vector.
 inline constexpr int64_t kChannelBlock = 8;
 Result<int> block_channels(Graph& g, int64_t block, int min_convs = kBlockedMinConvs);
+// 1x1 convs (Conv or TesseraFusedConv, stride 1, unpadded, group 1) with
+// at least 32 output channels get attribute out_planes = 1 unless a reader
+// of their output cuts its work by pixel blocks (a dense conv other than a
+// 1x1, or a 1x1 left unmarked; through Concats that hold the output in
+// place): their rTasks then write blocks of whole output planes, the parts
+// that readers cutting by planes or ranges (activations, elementwise ops,
+// pools, depthwise and grouped convs) give the same vEU, where pixel
+// blocks would write a piece of every plane (out_planes.cc); returns how
+// many.
+int mark_out_planes(Graph& g);
 // act(Concat(x...)) -> Concat(act(x)...) where each x's producer absorbs
 // it (fuse.cc); returns how many Concats, and adds the activation nodes
 // made to *created.

@@ -611,56 +611,66 @@ TEST_F(Nn, Im2colOnPointwiseConvsSkipsTheCopy) {
   EXPECT_GT((*gathered)->scratch_bytes(), 0u);
 }
 
-// A 1x1 conv's rTasks are blocks of whole output planes, in order: each
-// writes one contiguous part of the output, the part that depthwise convs,
-// pools and elementwise ops after it give to the same vEU (rTask t of T
-// runs on vEU t*U/T). Pixel blocks would leave every plane written by
-// every vEU. Where planes run out (fewer than 16 per rTask), pixel blocks
-// split them further, still in plane order.
-TEST_F(Nn, PointwiseRTasksWriteWholePlanes) {
+// A 1x1 conv marked out_planes (the compiler's mark_out_planes: its
+// readers cut by planes) cuts its rTasks into blocks of whole output
+// planes, in order: each writes one contiguous part of the output, the
+// part depthwise convs, pools and elementwise ops after it give to the
+// same vEU (rTask t of T runs on vEU t*U/T). Where planes run out (fewer
+// than 16 per rTask) pixel blocks split them further, still in plane
+// order. Unmarked, it cuts pixel blocks first (a piece of every plane)
+// unless its output channels outnumber its pixels.
+TEST_F(Nn, PointwiseRTasksWriteWholePlanesWhereMarked) {
   const RKernel* pointwise = nullptr;
   for (const RKernel& k : cpu_kernels())
     if (k.name == "conv.pointwise") pointwise = &k;
   ASSERT_NE(pointwise, nullptr);
   struct Case { int64_t cin, cout, hw, tasks; };
-  for (const Case& cs : {Case{32, 32, 32, 2}, Case{160, 64, 14, 4}, Case{24, 96, 28, 3}, Case{96, 24, 28, 2}}) {
-    SCOPED_TRACE(str_cat(cs.cin, " -> ", cs.cout, ", ", cs.hw, "x", cs.hw, ", ", cs.tasks, " rTasks"));
-    const TiledConv conv(rng, cs.cin, cs.cout, 1, 1, 1, cs.hw);
-    auto op = pointwise->make(*conv.n, KernelParams{cs.tasks});
-    ASSERT_TRUE(op.ok()) << op.status().to_string();
-    ASSERT_EQ((*op)->tasks(), cs.tasks);
-    const int64_t plane = cs.hw * cs.hw;
-    const bool whole_planes = cs.cout / 16 >= cs.tasks;
-    std::vector<float> scratch((*op)->scratch_bytes() / sizeof(float) + 1);
-    const void* ins[] = {conv.in.raw(), conv.w.raw(), conv.b.raw()};
-    int64_t next = 0;  // the first element rTask t must start at
-    for (int64_t t = 0; t < (*op)->tasks(); ++t) {
-      std::vector<float> out(static_cast<size_t>(conv.out_elems), std::numeric_limits<float>::quiet_NaN());
-      void* outs[] = {out.data()};
-      (*op)->run(t, TaskArgs{ins, outs, scratch.data()});
-      int64_t first = -1, last = -1, written = 0;
-      for (int64_t i = 0; i < conv.out_elems; ++i)
-        if (!std::isnan(out[static_cast<size_t>(i)])) {
-          if (first < 0) first = i;
-          last = i;
-          ++written;
+  for (bool marked : {true, false})
+    for (const Case& cs : {Case{32, 32, 32, 2}, Case{160, 64, 14, 4}, Case{24, 96, 28, 3}, Case{96, 24, 28, 2},
+                           Case{64, 128, 8, 2}}) {
+      SCOPED_TRACE(str_cat(cs.cin, " -> ", cs.cout, ", ", cs.hw, "x", cs.hw, ", ", cs.tasks, " rTasks",
+                           marked ? ", marked" : ""));
+      TiledConv conv(rng, cs.cin, cs.cout, 1, 1, 1, cs.hw);
+      if (marked) conv.n->attrs["out_planes"] = attr_i(1);
+      auto op = pointwise->make(*conv.n, KernelParams{cs.tasks});
+      ASSERT_TRUE(op.ok()) << op.status().to_string();
+      ASSERT_EQ((*op)->tasks(), cs.tasks);
+      const int64_t plane = cs.hw * cs.hw;
+      const bool whole_planes = cs.cout / 16 >= cs.tasks && (marked || cs.cout > plane);
+      std::vector<float> scratch((*op)->scratch_bytes() / sizeof(float) + 1);
+      const void* ins[] = {conv.in.raw(), conv.w.raw(), conv.b.raw()};
+      int64_t next = 0;  // where rTask t's part must start
+      for (int64_t t = 0; t < (*op)->tasks(); ++t) {
+        std::vector<float> out(static_cast<size_t>(conv.out_elems), std::numeric_limits<float>::quiet_NaN());
+        void* outs[] = {out.data()};
+        (*op)->run(t, TaskArgs{ins, outs, scratch.data()});
+        int64_t first = -1, last = -1, written = 0;
+        for (int64_t i = 0; i < conv.out_elems; ++i)
+          if (!std::isnan(out[static_cast<size_t>(i)])) {
+            if (first < 0) first = i;
+            last = i;
+            ++written;
+          }
+        ASSERT_GE(first, 0) << "rTask " << t << " wrote nothing";
+        if (whole_planes) {
+          EXPECT_EQ(written, last - first + 1) << "rTask " << t << " wrote a part with holes";
+          EXPECT_EQ(first, next) << "rTask " << t;
+          EXPECT_EQ(first % plane, 0) << "rTask " << t << " starts inside a plane";
+          EXPECT_EQ((last + 1) % plane, 0) << "rTask " << t << " ends inside a plane";
+          next = last + 1;
+        } else if (!marked) {  // pixel blocks: a piece of every plane
+          EXPECT_LT(first, plane) << "rTask " << t;
+          EXPECT_GE(last, (cs.cout - 1) * plane) << "rTask " << t;
+          EXPECT_LT(written, last - first + 1) << "rTask " << t << " wrote whole planes";
+        } else {
+          EXPECT_GE(first, next) << "rTask " << t << " goes back to planes before it";
+          next = first / plane * plane;
         }
-      ASSERT_GE(first, 0) << "rTask " << t << " wrote nothing";
+      }
       if (whole_planes) {
-        EXPECT_EQ(written, last - first + 1) << "rTask " << t << " wrote a part with holes";
-        EXPECT_EQ(first, next) << "rTask " << t;
-        EXPECT_EQ(first % plane, 0) << "rTask " << t << " starts inside a plane";
-        EXPECT_EQ((last + 1) % plane, 0) << "rTask " << t << " ends inside a plane";
-        next = last + 1;
-      } else {
-        EXPECT_GE(first, next) << "rTask " << t << " goes back to planes before it";
-        next = first / plane * plane;
+        EXPECT_EQ(next, conv.out_elems);
       }
     }
-    if (whole_planes) {
-      EXPECT_EQ(next, conv.out_elems);
-    }
-  }
 }
 
 TEST_F(Nn, Conv1d) {

@@ -289,5 +289,66 @@ TEST(Locality, DearCrossingMovesFewerBytesOnZooModels) {
   }
 }
 
+// mark_out_planes: a 1x1 conv cuts whole output planes unless a reader
+// cuts pixel blocks (a dense 3x3, a 1x1 too narrow to split by planes, or
+// such a reader behind a Concat that holds the conv's output in place);
+// readers that take planes (a depthwise conv, a MaxPool) or that read
+// every plane (a 1x1 cut by planes itself, the graph's output) keep it.
+TEST(Locality, OneByOneConvsWriteThePlanesTheirReadersTake) {
+  auto ints = [](std::vector<int64_t> v) {
+    Attribute a;
+    a.kind = Attribute::Kind::kInts;
+    a.ints = std::move(v);
+    return a;
+  };
+  auto one = [](int64_t v) {
+    Attribute a;
+    a.i = v;
+    return a;
+  };
+  auto g = std::make_unique<Graph>();
+  int weights = 0;
+  auto conv = [&](const std::string& name, Value* x, int64_t cin, int64_t cout, int64_t k, int64_t group) {
+    Tensor w = Tensor::from_floats(std::vector<float>(static_cast<size_t>(cout * cin / group * k * k), 0.01f),
+                                   Shape{cout, cin / group, k, k});
+    Node* n = g->add_node("Conv", name, {x, g->add_constant(str_cat("w", weights++), w)}, 1);
+    n->attrs["group"] = one(group);
+    n->attrs["pads"] = ints({k / 2, k / 2, k / 2, k / 2});
+    return n->outputs[0];
+  };
+  auto concat = [&](const std::string& name, Value* a, Value* b) {
+    Node* n = g->add_node("Concat", name, {a, b}, 1);
+    n->attrs["axis"] = one(1);
+    return n->outputs[0];
+  };
+  Value* x = g->add_input("x", DType::kFloat32, Shape{1, 32, 16, 16});
+  Value* dw = conv("dw", conv("to_depthwise", x, 32, 32, 1, 1), 32, 32, 3, 32);
+  g->mark_output(conv("dense3x3", conv("to_3x3", dw, 32, 32, 1, 1), 32, 32, 3, 1));
+  g->mark_output(conv("narrow", conv("to_narrow", x, 32, 32, 1, 1), 32, 16, 1, 1));
+  g->mark_output(conv("wide", conv("to_wide", x, 32, 32, 1, 1), 32, 64, 1, 1));
+  Node* pool = g->add_node("MaxPool", "pool", {concat("cat_pool", conv("to_pool_a", x, 32, 32, 1, 1),
+                                                      conv("to_pool_b", x, 32, 32, 1, 1))}, 1);
+  pool->attrs["kernel_shape"] = ints({3, 3});
+  pool->attrs["pads"] = ints({1, 1, 1, 1});
+  g->mark_output(pool->outputs[0]);
+  g->mark_output(conv("cat_3x3", concat("cat_conv", conv("to_cat_a", x, 32, 32, 1, 1),
+                                                    conv("to_cat_b", x, 32, 32, 1, 1)), 64, 32, 3, 1));
+  CompileConfig co;
+  co.build_plan = false;
+  auto p = compile_graph(std::move(g), co);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  const std::set<std::string> want = {"to_depthwise", "to_pool_a", "to_pool_b", "to_wide", "wide"};
+  std::set<std::string> marked, convs;
+  for (const Step& st : (*p)->steps) {
+    if (st.node->op_type != "Conv" && st.node->op_type != "TesseraFusedConv") continue;
+    convs.insert(st.node->name);
+    if (st.node->attr_int("out_planes", 0) == 1) marked.insert(st.node->name);
+  }
+  EXPECT_EQ(convs.size(), 13u);
+  EXPECT_EQ(marked, want);
+  EXPECT_EQ((*p)->stats.convs_by_planes, 5);
+  EXPECT_EQ((*p)->stats.concats_in_place, 2);
+}
+
 }  // namespace
 }  // namespace tessera

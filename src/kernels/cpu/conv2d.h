@@ -103,10 +103,12 @@ Result<Conv2d> conv2d_from(const WindowGeometry& g, const Shape& x, int64_t cout
 // conv), a GEMM on the input as it lies (1x1 stride 1 unpadded), and
 // direct depthwise loops (one input and output channel per group; by rows
 // or by channels, as the shapes suit). `w`: the constant weights, or null
-// when they are an input.
+// when they are an input. `out_planes` (the node's attribute, set by the
+// compiler's mark_out_planes): a 1x1's rTasks take blocks of whole output
+// planes before pixel blocks.
 enum class ConvPath { kIm2col, kPointwise, kDepthwise };
 std::unique_ptr<ROp> make_conv_op(const Conv2d& c, ConvPath path, bool has_bias, const Epilogue& epi, const float* w,
-                                  const KernelParams& p);
+                                  const KernelParams& p, bool out_planes = false);
 
 // Winograd F(2x2, 3x3) (winograd.cc): whether it takes a conv of this
 // geometry, and the rOperator. `w` is the constant weight tensor

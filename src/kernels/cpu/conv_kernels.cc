@@ -25,6 +25,7 @@ struct ConvSetup {
   Epilogue epi;
   const float* weights = nullptr;  // constant fp32 weights, else null
   bool bias = false;
+  bool out_planes = false;  // attribute out_planes: see make_conv_op
 };
 
 Result<ConvSetup> conv_setup(const Node& n) {
@@ -40,6 +41,7 @@ Result<ConvSetup> conv_setup(const Node& n) {
   const Value* wv = n.inputs[1];
   if (wv->is_constant() && wv->dtype == DType::kFloat32) s.weights = wv->constant->data<float>();
   s.bias = n.input(2) != nullptr;
+  s.out_planes = n.attr_int("out_planes", 0) != 0;
   return s;
 }
 
@@ -107,7 +109,7 @@ Result<std::unique_ptr<ROp>> make_conv_path(const Node& n, const KernelParams& p
     return does_not_fit(n, "conv.depthwise", "convs of one input and one output channel per group");
   if (path == ConvPath::kPointwise && !conv_is_pointwise(s.c))
     return does_not_fit(n, "conv.pointwise", "1x1 stride-1 unpadded convs");
-  return make_conv_op(s.c, path, s.bias, s.epi, s.weights, p);
+  return make_conv_op(s.c, path, s.bias, s.epi, s.weights, p, s.out_planes);
 }
 
 Result<std::unique_ptr<ROp>> make_conv_depthwise(const Node& n, const KernelParams& p) {
