@@ -75,9 +75,10 @@ FLOORS = {
     "nasnet_like": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\" (AMD EPYC), "
                    "docs/notes/2026-11-26-an-intel-host.md, \"NASNet-like on this host\" (Intel Xeon), and "
                    "docs/notes/2026-11-28-packed-weights-and-slow-states.md, section \"Bench runs 23 and 24\" (AVX2)",
-    "bert_tiny": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\", " + AVX2_FLOORS + ", and "
+    "bert_tiny": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\", " + AVX2_FLOORS + ", "
                  "docs/notes/2026-11-28-packed-weights-and-slow-states.md, sections \"gemm_rows' narrow column "
-                 "blocks, and the K^T copy\" and \"Bench run 26\"",
+                 "blocks, and the K^T copy\" and \"Bench run 26\", and docs/notes/2026-11-29-output-planes.md, "
+                 "section \"Tiny BERT's floor on this host\" (AVX-512, Zen 4)",
     "resnet18": "docs/notes/2026-11-26-an-intel-host.md, section \"ResNet-18 on this host\", " + AVX2_FLOORS + ", and "
                 "docs/notes/2026-11-28-weights-from-memory.md, section \"ResNet-18's last stage\"",
     "mobilenet_v2": AVX2_FLOORS + ", and docs/notes/2026-11-28-packed-weights-and-slow-states.md, section "
