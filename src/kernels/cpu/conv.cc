@@ -181,14 +181,15 @@ class ConvOp : public ROp {
       const int64_t want = p.tasks > 0 ? p.tasks : kMinTasks;
       const int64_t max_pb = std::max<int64_t>(1, pixels_ / kMinPixelBlock);
       const int64_t max_ob = std::max<int64_t>(1, cout_g_ / 16);
-      if (path_ == Path::kPointwise && (cout_g_ > pixels_ || out_planes)) {
+      if (path_ == Path::kPointwise && (cout_g_ > pixels_ || (out_planes && max_ob >= want))) {
         // A 1x1 has no im2col to share. Output-channel blocks come first
         // where the weights outweigh the input (every pixel block would
         // read all of them, and a GEMM a few columns wide runs as whole
         // vectors plus a pass for the rest, reading them again), and
         // where the compiler marked the conv out_planes (mark_out_planes:
-        // no reader cuts pixels): each rTask then writes whole planes,
-        // the part its readers give the same vEU. Pixel blocks write a
+        // no reader cuts pixels) and there are planes enough for the
+        // rTasks asked: each rTask then writes whole planes, the part its
+        // readers give the same vEU. Pixel blocks write a
         // piece of every plane, so each reader on another core would
         // fetch half its data from there, and the next write to those
         // bytes invalidate the reader's copies. Alone the two tilings
