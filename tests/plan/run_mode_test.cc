@@ -237,6 +237,32 @@ TEST(RunModeChooser, GoesAloneOnThePuWhoseListWaited) {
   }
 }
 
+// A host that runs the two vEUs in turns on one core: every list's
+// rTasks take twice their time and the waits stay as predicted (scaled
+// with the run), so no run is stalled by its waits. Alone, one thread has
+// the core to itself and beats the Plan: it goes alone. Lists slower by
+// less than kInflated (a prediction a little off) are no reason to probe.
+TEST(RunModeChooser, GoesAloneWhereEveryListRunsSlowAlike) {
+  const auto run = [](RunModeChooser& c, int n, double plan_us, double alone_us) {
+    std::string modes;
+    for (int i = 0; i < n; ++i) {
+      modes += c.alone() ? 'A' : 'P';
+      if (c.alone()) c.record(alone_us, {});
+      else c.record(plan_us, std::vector<double>{plan_us / 10, plan_us / 10});
+    }
+    return modes;
+  };
+  RunModeChooser slow = chooser();
+  const std::string m = run(slow, 100, 200, 150);
+  EXPECT_NE(m.find("AAAAAAAAAAAAAAAA"), std::string::npos) << m;
+  EXPECT_GT(slow.settled_alone_runs(), 50) << m;
+  const std::vector<double> predicted = {10, 10};
+  EXPECT_TRUE(run_inflated(predicted, 100, 200, std::vector<double>{20, 20}));
+  EXPECT_FALSE(run_inflated(predicted, 100, 200, std::vector<double>{20, 60}));  // one list ran as predicted
+  RunModeChooser near = chooser();
+  EXPECT_EQ(run(near, 200, 130, 120), std::string(200, 'P'));
+}
+
 TEST(RunModeChooser, StaysOnThePlanWhereAloneIsSlowerAndBacksOff) {
   // Stalled runs on every other run (plan mean 250 µs), but alone is
   // slower: 280 µs, a probe of kAloneProbe runs that loses; 400 µs, past
