@@ -596,7 +596,7 @@ class RnnCellOp : public ROp {
       // An LSTM's gate math runs in the gaps of the next panel's GEMV.
       constexpr bool kPiped = G == 4;
       GatePipe pipe;
-      const auto tick = [&pipe] {
+      const auto tick = [&] {
         if constexpr (kPiped) pipe.tick();
       };
       const auto take = [&](int64_t p, const float* acc) {
