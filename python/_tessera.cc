@@ -402,6 +402,8 @@ py::dict plan_dict(const PlanInfo& p) {
   d["requested_veus"] = p.requested_veus;
   d["predicted_us"] = p.predicted_us;
   d["measured_us"] = p.measured_us;
+  d["alone_first"] = p.alone_first;
+  d["alone_predicted_us"] = p.alone_predicted_us;
   d["costs_profiled"] = p.costs_profiled;
   d["waits"] = p.waits;
   d["signals"] = p.signals;

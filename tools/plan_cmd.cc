@@ -143,8 +143,14 @@ int plan_main(int argc, char** argv) {
     std::printf("chosen     as the only candidate (the Plans on more vEUs left one idle): %d of %d vEUs, median %.1f us\n",
                 plan.veus, plan.requested_veus, plan.measured_us);
   } else if (plan.measured_us > 0) {
-    std::printf("chosen     by timing %zu candidate Plans: %d of %d vEUs ran fastest, median %.1f us\n",
-                plan.candidates.size(), plan.veus, plan.requested_veus, plan.measured_us);
+    if (plan.alone_first)
+      std::printf("chosen     by timing %zu candidate Plans: the 1-vEU Plan ran fastest, and this %d-vEU Plan's rTasks "
+                  "on one thread as fast (median %.1f us, predicted %.1f us): runs start alone and move to its vEUs "
+                  "once a probe finds them faster\n",
+                  plan.candidates.size(), plan.veus, plan.measured_us, plan.alone_predicted_us);
+    else
+      std::printf("chosen     by timing %zu candidate Plans: %d of %d vEUs ran fastest, median %.1f us\n",
+                  plan.candidates.size(), plan.veus, plan.requested_veus, plan.measured_us);
     for (const PlanCandidate& c : plan.candidates)
       std::printf("  %d vEU%s %-14s predicted %9.1f us, measured %9.1f us\n", c.veus, c.veus == 1 ? " " : "s",
                   std::string(policy_name(c.policy)).c_str(), c.predicted_us, c.measured_us);

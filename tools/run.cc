@@ -44,7 +44,10 @@ const cli::Command kRun = {
          "                          that is faster, as when the host slows the busier list's core, and a 1-vEU Plan on\n"
          "                          the second core it was given while that one runs faster, and a vEU that waits for\n"
          "                          another right after its share of an op takes rTasks of that op from the other's\n"
-         "                          share; --json marks such runs \"alone\", \"exchanged\" and counts \"taken\")"},
+         "                          share; --json marks such runs \"alone\", \"exchanged\" and counts \"taken\"). A\n"
+         "                          Plan whose runs start alone (the 1-vEU Plan ran fastest when timed, its rTasks as\n"
+         "                          fast alone: \"alone_first\") moves to its vEUs once they run faster; with this, it\n"
+         "                          always runs alone"},
         {"--seed", "N", "seed for inputs not given (default 0)"},
         {"--trace", "FILE", "write a Chrome trace of one run (measured and predicted lanes per vEU)"},
         {"--json", "", "print one JSON object on stdout at the end"},
@@ -395,6 +398,10 @@ int run_main(int argc, char** argv) {
     how = cat("plan (", policy_name(plan->policy), ", predicted ", std::round(plan->predicted_us) / 1000, " ms");
     if (plan->requested_veus > plan->veus)
       how += cat("; ", plan->veus, " of ", plan->requested_veus, " vEUs: fastest when the candidates were timed");
+    if (plan->alone_first)
+      how += cat("; runs start on one thread (predicted ", std::round(plan->alone_predicted_us) / 1000,
+                 " ms), as fast as the 1-vEU Plan when the candidates were timed, and move to the ", plan->veus,
+                 " vEUs once a probe finds them faster");
     how += ")";
   }
   if (null_device)

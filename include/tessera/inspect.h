@@ -69,6 +69,12 @@ struct PlanInfo {
   int requested_veus = 0;    // vEUs asked for (the plan choice may use fewer)
   double predicted_us = 0;   // the makespan the scheduler predicts
   double measured_us = 0;    // the median the plan choice measured; 0: not timed
+  // The 1-vEU Plan ran fastest when the candidates were timed, and this
+  // Plan's rTasks on one thread as fast: runs start on one thread alone
+  // and move to the Plan's vEUs once a probe finds them faster
+  // (measured_us: the median alone; alone_predicted_us: a run alone).
+  bool alone_first = false;
+  double alone_predicted_us = 0;
   bool costs_profiled = false;  // rTask costs measured (else the analytic model's)
   int64_t waits = 0, signals = 0;
   std::vector<PlanCandidate> candidates = {};  // the Plans timed, when the choice was measured

@@ -187,8 +187,10 @@ struct SessionOptions {
   // rTasks of that op from the end of the other's share, while that one
   // still has some to run (the same bits: an rTask computes the same on
   // any thread), as when the host runs one core slower for a while.
-  // RunBreakdown::alone, ::exchanged and ::taken say which runs did. false:
-  // always the Plan as placed.
+  // RunBreakdown::alone, ::exchanged and ::taken say which runs did. A
+  // Plan whose runs start alone (PlanInfo::alone_first) moves to its vEUs
+  // once they run faster. false: always the Plan as placed, and a Plan
+  // whose runs start alone always alone.
   bool adapt = true;
   // A latency objective in milliseconds (0: none): the session is admitted
   // only where its Plan's predicted latency meets it, and refused

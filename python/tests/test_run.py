@@ -223,6 +223,9 @@ def test_version_devices_and_breakdown(rt, quick):
 
 def test_adapt_off_keeps_every_run_on_the_plan(rt, quick):
     m = rt.compile(zoo("mlp.onnx"), **quick)
+    # Chosen by prediction (quick): runs start on the Plan's vEUs.
+    plan = m.plan(veus=2)
+    assert plan["alone_first"] is False and plan["alone_predicted_us"] == 0, plan["alone_first"]
     feeds = load("mlp.inputs.npz")
     want = m.session(veus=1).run(feeds)["output"]
     s = m.session(veus=2, adapt=False)

@@ -67,6 +67,8 @@ PlanInfo plan_info(const Program& p) {
   info.requested_veus = std::max(plan.requested_veus, plan.veus);
   info.predicted_us = plan.predicted_us;
   info.measured_us = plan.measured_us;
+  info.alone_first = plan.alone_first;
+  info.alone_predicted_us = plan.alone_predicted_us;
   info.waits = plan.waits;
   info.signals = plan.signals;
   info.tasks_per_veu = plan.tasks_per_veu;

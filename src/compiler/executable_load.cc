@@ -211,6 +211,16 @@ Status Loader::read_choice(Reader& r, Plan* plan) {
     c.policy = static_cast<Policy>(policy);
     plan->candidates.push_back(c);
   }
+  const uint8_t alone_first = r.u8("alone first");
+  const double alone_predicted = r.f64("alone predicted makespan");
+  if (!r.ok()) return bad(r);
+  if (alone_first > 1 || (alone_first == 1 && plan->veus < 2))
+    return err(str_cat("alone_first ", static_cast<int>(alone_first), " is out of range for a Plan on ", plan->veus,
+                       " vEU(s)"));
+  if (!std::isfinite(alone_predicted) || alone_predicted < 0)
+    return err("alone predicted makespan is not a finite time");
+  plan->alone_first = alone_first == 1;
+  plan->alone_predicted_us = alone_predicted;
   return Status();
 }
 

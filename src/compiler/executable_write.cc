@@ -168,6 +168,8 @@ Status write_executable(const Program& p, const std::string& path) {
     w.f64(c.predicted_us);
     w.f64(c.measured_us);
   }
+  w.u8(plan.alone_first ? 1 : 0);
+  w.f64(plan.alone_predicted_us);
   const std::string& meta = w.bytes;
   const uint64_t meta_offset = kExecutableHeaderBytes;
   const uint64_t weights_offset = (meta_offset + meta.size() + 63) / 64 * 64;

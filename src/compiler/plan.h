@@ -91,6 +91,13 @@ struct Plan {
   int requested_veus = 0;            // 0: veus
   double measured_us = 0;            // its median makespan when chosen; 0: chosen by prediction alone
   std::vector<Candidate> candidates;  // what the measured choice timed
+  // The 1-vEU Plan ran fastest, and this wider Plan's rTasks on one thread
+  // (plan_one_thread_order) as fast: runs start alone, and the run-mode
+  // chooser (devices/cpu/run_mode.h) probes this Plan now and then, so a
+  // choice timed while the host held the vEUs back gets the Plan back once
+  // the host lets them run at once. measured_us is then the median alone.
+  bool alone_first = false;
+  double alone_predicted_us = 0;  // alone_first: a run alone, its rTasks' in-run costs added up
 };
 
 struct HostMap;
@@ -182,11 +189,14 @@ struct PlanTiming {
 };
 // Runs a Program's Plan (with its memory plan and slots) on real vEUs:
 // `warmup` untimed runs, then `runs` timed ones, each rTask timed when
-// `trace` (then each traced run alternates with an untraced one, more of
+// kTraced (then each traced run alternates with an untraced one, more of
 // them for short Plans, and every span moves by the amount per rTask that
 // makes the vEUs' spans and waits add up to the untraced runs). Supplied
 // by the runtime, which the compiler sits below (devices/cpu/plan_runner.h).
-using PlanRunner = std::function<Result<PlanTiming>(const Program& p, int warmup, int runs, bool trace)>;
+// `kAlone`: every rTask on one thread, in plan_one_thread_order's order
+// (what a run alone of the run-mode chooser does, devices/cpu/run_mode.h).
+enum class PlanRunWay { kPlan, kTraced, kAlone };
+using PlanRunner = std::function<Result<PlanTiming>(const Program& p, int warmup, int runs, PlanRunWay way)>;
 
 // Recomputes a Plan's predicted timeline (placements' times, predicted_us)
 // with other per-step costs and cost model (null: uniform); its

@@ -120,6 +120,8 @@ struct ChoiceRecord {
   std::vector<Plan::Candidate> candidates;
   std::vector<double> build;     // round 2: the in-run ratios it was built with, per step
   std::vector<double> timeline;  // its own in-run ratios over its scheduled costs, per step
+  bool alone_first = false;      // Plan::alone_first (measured_us: its median alone)
+  std::vector<double> alone;     // alone_first: the 1-vEU Plan's in-run ratios, per step, for a run alone
 };
 
 std::string record_text(const ChoiceRecord& r) {
@@ -131,6 +133,11 @@ std::string record_text(const ChoiceRecord& r) {
   for (const std::vector<double>* v : {&r.build, &r.timeline}) {
     s << " " << v->size();
     for (double x : *v) s << " " << x;
+  }
+  s << " " << (r.alone_first ? 1 : 0);
+  if (r.alone_first) {
+    s << " " << r.alone.size();
+    for (double x : r.alone) s << " " << x;
   }
   return s.str();
 }
@@ -152,6 +159,17 @@ bool record_parse(const std::string& text, size_t steps, ChoiceRecord* r) {
     v->resize(n);
     for (double& x : *v)
       if (!(s >> x) || !(x >= kMinRatio && x <= kMaxRatio)) return false;
+  }
+  int alone = 0;  // absent in records written before it was
+  if (s >> alone) {
+    if (alone != 0 && alone != 1) return false;
+    r->alone_first = alone == 1;
+    if (r->alone_first) {
+      if (r->veus < 2 || !(s >> n) || n != steps) return false;
+      r->alone.resize(n);
+      for (double& x : r->alone)
+        if (!(s >> x) || !(x >= kMinRatio && x <= kMaxRatio)) return false;
+    }
   }
   return ((r->round == 1 || r->round == 3) && r->build.empty()) || (r->round == 2 && r->build.size() == steps);
 }
@@ -308,16 +326,28 @@ class Planner {
   }
 
   // Installs `c` for good, its timeline predicted with its costs times
-  // `timeline`.
+  // `timeline`; `alone` (null: runs start on the vEUs): Plan::alone_first,
+  // a run alone predicted with these in-run ratios.
   Status finish(Candidate& c, const std::vector<double>& timeline, int requested, double measured_us,
-                std::vector<Plan::Candidate> timed) {
+                std::vector<Plan::Candidate> timed, const std::vector<double>* alone) {
     install(c);
     for (size_t s = 0; s < p_.task_cost_us.size(); ++s) p_.task_cost_us[s] *= timeline[s];
     TESSERA_RETURN_IF_ERROR(plan_repredict(p_, p_.task_cost_us, &c.veu_costs, &*p_.plan));
     p_.plan->requested_veus = requested;
     p_.plan->measured_us = measured_us;
     p_.plan->candidates = std::move(timed);
+    p_.plan->alone_first = alone != nullptr;
+    p_.plan->alone_predicted_us = alone ? alone_us(c, *alone) : 0;
     return Status();
+  }
+  // A run of `c` alone, predicted: its rTasks' scheduled costs times
+  // `ratios` (the 1-vEU Plan's in-run ratios: one thread, the other PUs
+  // idle), added up.
+  double alone_us(const Candidate& c, const std::vector<double>& ratios) const {
+    double us = 0;
+    for (const TaskPlacement& t : c.plan.placements)
+      us += c.cost[static_cast<size_t>(t.step)] * ratios[static_cast<size_t>(t.step)];
+    return us;
   }
 
   // The program's structure and the compile options that shape its Plan.
@@ -376,17 +406,19 @@ class Planner {
 };
 
 // Times the median of `runs` runs of each candidate, in `rounds`
-// interleaved rounds; *contended when the host never was quiet; into
-// `stalled` (when given) the share of each one's runs that stalled.
+// interleaved rounds, each run the way `ways` says (empty: every one on
+// its vEUs); *contended when the host never was quiet; into `stalled`
+// (when given) the share of each one's runs that stalled.
 Result<std::vector<double>> time_interleaved(Planner& planner, Program& p, const CompileConfig& o,
                                              std::vector<Candidate*> cands, int rounds, int runs, bool* contended,
-                                             std::vector<double>* stalled = nullptr) {
+                                             std::vector<double>* stalled = nullptr,
+                                             const std::vector<PlanRunWay>& ways = {}) {
   std::vector<std::vector<double>> timed(cands.size());
   std::vector<int> stalls(cands.size(), 0);
   for (int r = 0; r < rounds; ++r)
     for (size_t i = 0; i < cands.size(); ++i) {
       planner.install(*cands[i]);
-      Result<PlanTiming> t = o.plan_runner(p, 1, runs, false);
+      Result<PlanTiming> t = o.plan_runner(p, 1, runs, i < ways.size() ? ways[i] : PlanRunWay::kPlan);
       planner.uninstall(*cands[i]);
       if (!t.ok()) return t.status().with_context("timing candidate Plans");
       *contended = *contended || t->contended;
@@ -404,26 +436,40 @@ Result<std::vector<double>> time_interleaved(Planner& planner, Program& p, const
 }
 
 // A cached choice, checked against the other end (the 1-vEU Plan, or for a
-// cached 1-vEU choice the Plan on all n).
+// cached 1-vEU choice the Plan on all n). A choice that runs alone first
+// is checked against the 1-vEU Plan both ways: alone it must still run as
+// fast, and on its vEUs not faster (else it should run there from the
+// start).
 struct Check {
   bool holds = false;    // the other end is not faster by more than kStaleChoice, and the host was not busy
-  double median_us = 0;  // the choice's median in this check
+  double median_us = 0;  // the choice's Plan's median in this check, on its vEUs
   double predicted_us = 0;  // with its cached in-run ratios
 };
 Result<Check> still_holds(Planner& planner, Program& p, const CompileConfig& o, Candidate& chosen,
-                          const std::vector<double>& timeline, int n) {
+                          const std::vector<double>& timeline, int n, bool alone_first) {
   TESSERA_ASSIGN_OR_RETURN(Candidate other, planner.build(chosen.veus > 1 ? 1 : n, Policy::kAuto, nullptr, false));
   bool contended = false;
   planner.install(chosen);
-  Result<PlanTiming> probe = o.plan_runner(p, 1, kMinRuns, false);
+  Result<PlanTiming> probe = o.plan_runner(p, 1, kMinRuns, PlanRunWay::kPlan);
   planner.uninstall(chosen);
   if (!probe.ok()) return probe.status().with_context("timing the cached Plan");
   const int runs = runs_per_round(median(probe->run_us));
   std::vector<Candidate*> timed = {&chosen};
-  if (!other.idles_a_veu()) timed.push_back(&other);  // else the 1-vEU Plan's work on more threads
-  TESSERA_ASSIGN_OR_RETURN(std::vector<double> m, time_interleaved(planner, p, o, timed, 2, runs, &contended));
+  std::vector<PlanRunWay> ways = {PlanRunWay::kPlan};
+  if (!other.idles_a_veu()) {  // else the 1-vEU Plan's work on more threads
+    timed.push_back(&other);
+    ways.push_back(PlanRunWay::kPlan);
+  }
+  if (alone_first) {
+    timed.push_back(&chosen);
+    ways.push_back(PlanRunWay::kAlone);
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::vector<double> m,
+                           time_interleaved(planner, p, o, timed, 2, runs, &contended, nullptr, ways));
   Check c;
-  c.holds = !contended && (m.size() == 1 || m[0] <= kStaleChoice * m[1]);
+  if (alone_first)  // m: on its vEUs, the 1-vEU Plan (which never idles a vEU), alone
+    c.holds = !contended && m.size() == 3 && m[2] <= kStaleChoice * m[1] && kStaleChoice * m[0] >= m[1];
+  else c.holds = !contended && (m.size() == 1 || m[0] <= kStaleChoice * m[1]);
   c.median_us = m[0];
   TESSERA_ASSIGN_OR_RETURN(c.predicted_us, planner.predict(chosen, timeline));
   return c;
@@ -434,7 +480,7 @@ Result<Check> still_holds(Planner& planner, Program& p, const CompileConfig& o, 
 Result<std::pair<std::vector<double>, double>> trace_timeline(Planner& planner, Program& p, const CompileConfig& o,
                                                               Candidate& w, bool* contended) {
   planner.install(w);
-  Result<PlanTiming> t = o.plan_runner(p, 1, kTracedRuns, true);
+  Result<PlanTiming> t = o.plan_runner(p, 1, kTracedRuns, PlanRunWay::kTraced);
   planner.uninstall(w);
   if (!t.ok()) return t.status().with_context("measuring the chosen Plan");
   *contended = *contended || t->contended;
@@ -453,7 +499,7 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
     if (record_parse(*text, p.steps.size(), &r) && r.veus <= n) {
       TESSERA_ASSIGN_OR_RETURN(
           Candidate c, planner.build(r.veus, r.policy, r.round == 2 ? &r.build : nullptr, true, r.round == 3));
-      TESSERA_ASSIGN_OR_RETURN(Check check, still_holds(planner, p, o, c, r.timeline, n));
+      TESSERA_ASSIGN_OR_RETURN(Check check, still_holds(planner, p, o, c, r.timeline, n, r.alone_first));
       auto off = [&](double predicted) { return std::abs(predicted / check.median_us - 1); };
       double error = off(check.predicted_us);
       if (check.holds && error > kTimelineSlack) {
@@ -468,8 +514,10 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
           if (error <= kPredictionSlack) cache.put(key, record_text(r));
         }
       }
-      if (check.holds && error <= kPredictionSlack) return planner.finish(c, r.timeline, n, r.measured_us, r.candidates);
-      log_info("the cached plan choice (", r.veus, " of ", n, " vEUs) no longer ran fastest or as predicted: measuring again");
+      if (check.holds && error <= kPredictionSlack)
+        return planner.finish(c, r.timeline, n, r.measured_us, r.candidates, r.alone_first ? &r.alone : nullptr);
+      log_info("the cached plan choice (", r.veus, " of ", n, " vEUs", r.alone_first ? ", alone first" : "",
+               ") no longer ran fastest or as predicted: measuring again");
     }
   }
   // 1. A candidate per vEU count, run traced: its in-run ratios.
@@ -481,7 +529,7 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
     TESSERA_ASSIGN_OR_RETURN(Candidate c, planner.build(u, Policy::kAuto, nullptr, cands.empty()));
     if (c.idles_a_veu()) continue;
     planner.install(c);
-    Result<PlanTiming> t = o.plan_runner(p, 2, kTracedRuns, true);
+    Result<PlanTiming> t = o.plan_runner(p, 2, kTracedRuns, PlanRunWay::kTraced);
     planner.uninstall(c);
     if (!t.ok()) return t.status().with_context("measuring candidate Plans");
     contended = contended || t->contended;
@@ -547,15 +595,47 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
                              time_interleaved(planner, p, o, all, kTimingRounds, runs, &contended, &stalled));
     for (size_t i = 0; i < cands.size(); ++i) medians[i] = std::min(medians[i], again[i]);
   }
-  // 5. The winner's own in-run costs, for its predicted timeline; traced
-  // again if that prediction misses its median.
+  // 4b. The 1-vEU Plan won: the fastest wider Plan's rTasks on one thread
+  // are timed against it. Where they run as fast (within kStaleChoice),
+  // the wider Plan is kept and its runs start alone: the run-mode chooser
+  // tries its vEUs now and then, so a choice timed while the host held
+  // them back (ran them in turns, or on one core) does not keep one vEU
+  // for the rest of the process once the host lets them run at once.
   ChoiceRecord r;
-  Candidate& w = cands[best];
   r.measured_us = medians[best];
+  size_t chosen = best;
+  if (cands[best].veus == 1) {
+    size_t wide = cands.size();
+    for (size_t i = 0; i < cands.size(); ++i)
+      if (cands[i].veus > 1 && !plan_one_thread_order(cands[i].plan).empty() &&
+          (wide == cands.size() || medians[i] < medians[wide]))
+        wide = i;
+    if (wide < cands.size()) {
+      TESSERA_ASSIGN_OR_RETURN(
+          std::vector<double> m,
+          time_interleaved(planner, p, o, {&cands[best], &cands[wide]}, kTimingRounds, runs, &contended, nullptr,
+                           {PlanRunWay::kPlan, PlanRunWay::kAlone}));
+      if (m[1] <= kStaleChoice * m[0]) {
+        chosen = wide;
+        r.alone_first = true;
+        r.measured_us = m[1];
+        // Its scheduled costs carry the in-run ratios it was built with
+        // (round 2): taken out, the 1-vEU Plan's put in.
+        r.alone = ratios[1];
+        if (cands[wide].round == 2)
+          for (size_t s = 0; s < r.alone.size(); ++s)
+            r.alone[s] = std::clamp(r.alone[s] / ratios[cands[wide].veus][s], kMinRatio, kMaxRatio);
+      }
+    }
+  }
+  // 5. The winner's own in-run costs, for its predicted timeline; traced
+  // again if that prediction misses its median (on its vEUs).
+  Candidate& w = cands[chosen];
+  const double plan_us = medians[chosen];
   for (int attempt = 0;; ++attempt) {
     TESSERA_ASSIGN_OR_RETURN(auto traced, trace_timeline(planner, p, o, w, &contended));
     r.timeline = std::move(traced.first);
-    if (std::abs(traced.second / r.measured_us - 1) <= kPredictionSlack) break;
+    if (std::abs(traced.second / plan_us - 1) <= kPredictionSlack) break;
     if (attempt == 1) {
       contended = true;  // the host did not hold still long enough
       break;
@@ -573,7 +653,7 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
                 " vEUs) is not cached, the next compile measures again");
   else
     cache.put(key, record_text(r));
-  return planner.finish(w, r.timeline, n, r.measured_us, r.candidates);
+  return planner.finish(w, r.timeline, n, r.measured_us, r.candidates, r.alone_first ? &r.alone : nullptr);
 }
 
 }  // namespace

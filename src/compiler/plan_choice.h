@@ -26,9 +26,17 @@
 //      a quarter of the run: the host ran the vEUs in turns for a
 //      moment), every candidate is timed again after a pause, up to
 //      twice, each keeping its best median;
+//   4b. where the 1-vEU Plan won, the fastest wider Plan's rTasks run on
+//      one thread (plan_one_thread_order) against it, interleaved; if
+//      they run as fast (within the tie margin), that Plan is kept with
+//      Plan::alone_first: its runs start alone and the run-mode chooser
+//      (devices/cpu/run_mode.h) probes its vEUs now and then, so a choice
+//      timed while the host held the vEUs back (in turns, on one core)
+//      does not keep one vEU for the rest of the process;
 //   5. the winner runs traced once more: its own in-run costs give its
 //      predicted timeline, which must come within kPredictionSlack of its
-//      median (else traced again; else the host was not holding still).
+//      median on its vEUs (else traced again; else the host was not
+//      holding still).
 //
 // The choice (vEU count, policy, round, ratios, what each candidate
 // measured) is
@@ -38,6 +46,9 @@
 // against the other end (the 1-vEU Plan, or for a 1-vEU choice the Plan
 // on all vEUs) in two short rounds; if the other now runs faster, or the
 // choice's prediction misses its median, the choice is measured again.
+// A choice that starts alone is timed alone and on its vEUs against the
+// 1-vEU Plan: it stands while alone it runs as fast and on its vEUs not
+// faster (then it should start there).
 // The Plan records it (Plan::requested_veus, measured_us, candidates), and
 // so does an Executable.
 //

@@ -23,6 +23,8 @@ std::string plan_summary_json(const Plan& plan, const std::vector<double>& wait_
                           ",\"requested_veus\":", plan.requested_veus > 0 ? plan.requested_veus : plan.veus,
                           ",\"chosen_by\":\"", plan.measured_us > 0 ? "measured" : "predicted", "\",\"predicted_ms\":",
                           str_fixed(plan.predicted_us / 1e3, 6), ",\"measured_ms\":", str_fixed(plan.measured_us / 1e3, 6),
+                          ",\"alone_first\":", plan.alone_first ? "true" : "false",
+                          ",\"alone_predicted_ms\":", str_fixed(plan.alone_predicted_us / 1e3, 6),
                           ",\"waits\":", plan.waits, ",\"candidates\":[");
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
     const Plan::Candidate& c = plan.candidates[i];

@@ -20,7 +20,8 @@ Status write_chrome_trace(const std::string& path, const Program& program,
                           const std::vector<std::pair<int64_t, int64_t>>& measured);
 
 // {"policy":..., "veus":..., "requested_veus":..., "chosen_by":
-// "measured"|"predicted", "predicted_ms":..., "measured_ms":..., "waits":...,
+// "measured"|"predicted", "predicted_ms":..., "measured_ms":...,
+// "alone_first":..., "alone_predicted_ms":..., "waits":...,
 // "candidates":[...], "per_veu":[{"predicted_busy_ms", "predicted_end_ms",
 // "measured_wait_ms"}]}: how the Plan was chosen, what it predicts, and
 // per vEU the median wait the runs measured (`wait_ms`, may be empty).

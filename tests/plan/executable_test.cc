@@ -252,6 +252,8 @@ TEST_F(Forged, ChoiceRecordRoundTripsAndIsChecked) {
   plan().requested_veus = 4;
   plan().measured_us = 812.5;
   plan().candidates = {{1, Policy::kWavefront, 1700, 1750.5}, {2, Policy::kCriticalPath, 905, 812.5}};
+  plan().alone_first = true;
+  plan().alone_predicted_us = 1690.25;
   const std::string path = tmp_.file("choice.tsx");
   ASSERT_TRUE(write_executable(*p_, path).ok());
   auto l = load_executable(path);
@@ -263,7 +265,12 @@ TEST_F(Forged, ChoiceRecordRoundTripsAndIsChecked) {
   EXPECT_EQ(back.candidates[1].veus, 2);
   EXPECT_EQ(back.candidates[1].policy, Policy::kCriticalPath);
   EXPECT_EQ(back.candidates[0].measured_us, 1750.5);
+  EXPECT_TRUE(back.alone_first);
+  EXPECT_EQ(back.alone_predicted_us, 1690.25);
 
+  plan().alone_predicted_us = -3;
+  expect_refused("alone predicted makespan is not a finite time");
+  plan().alone_predicted_us = 1690.25;
   plan().requested_veus = 1;  // fewer than the Plan's own 2
   expect_refused("requested vEU count 1 is out of range");
   plan().requested_veus = 4;

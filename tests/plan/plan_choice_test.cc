@@ -26,22 +26,36 @@ namespace fs = std::filesystem;
 // A runner of made-up timings: a Plan's run takes its timeline under the
 // analytic costs times `task_factor`, times `slow[veus]` (a host where
 // that many vEUs are slow), and its traced rTasks as long as in that
-// timeline. The first `stalls` timed calls of Plans on more than one vEU
-// are stalled (every run), and `stall_slow` times slower: a host that ran
-// the vEUs in turns for a moment. Counts its calls.
+// timeline; a run alone, its rTasks' costs added up, times `task_factor`
+// and `alone_factor`. The first `stalls` timed calls of Plans on more than
+// one vEU are stalled (every run), and `stall_slow` times slower: a host
+// that ran the vEUs in turns for a moment. Counts its calls.
 struct FakeRunner {
   double task_factor = 1;
+  double alone_factor = 1;
   std::map<int, double> slow;
   bool contended = false;
   int stalls = 0;
   double stall_slow = 1;
-  int calls = 0, stalled_calls = 0;
+  int calls = 0, stalled_calls = 0, alone_calls = 0;
   std::set<int> veus_run;  // the vEU counts of the Plans it ran
   std::vector<std::pair<int, double>> timed_batches;  // untraced calls: runs, one run's µs
   PlanRunner runner() {
-    return [this](const Program& p, int, int runs, bool trace) -> Result<PlanTiming> {
+    return [this](const Program& p, int, int runs, PlanRunWay way) -> Result<PlanTiming> {
       ++calls;
       veus_run.insert(p.plan->veus);
+      const bool trace = way == PlanRunWay::kTraced;
+      if (way == PlanRunWay::kAlone) {
+        ++alone_calls;
+        const std::vector<double> cost = analytic_task_costs(p);
+        double us = 0;
+        for (const TaskPlacement& pl : p.plan->placements) us += cost[static_cast<size_t>(pl.step)];
+        PlanTiming t;
+        t.run_us.assign(static_cast<size_t>(runs), us * task_factor * alone_factor);
+        timed_batches.emplace_back(runs, t.run_us[0]);
+        t.contended = contended;
+        return t;
+      }
       double s = slow.count(p.plan->veus) ? slow.at(p.plan->veus) : 1.0;
       const bool stalled = !trace && p.plan->veus > 1 && stalled_calls < stalls;
       if (stalled) {
@@ -182,21 +196,69 @@ TEST_F(PlanChoice, ChosenPlanKeepsEachOpWithItsRKernel) {
 }
 
 // "Never ship a Plan measured slower than the 1-vEU Plan": when the 1-vEU
-// Plan runs faster it is kept on a request for 2, and a cached 2-vEU
-// choice that stopped holding is measured again.
+// Plan runs faster (and the 2-vEU Plan's rTasks on one thread do not run
+// as fast) it is kept on a request for 2, and a cached 2-vEU choice that
+// stopped holding is measured again.
 TEST_F(PlanChoice, OneVeuWinsWhenFasterAndAStaleChoiceIsMeasuredAgain) {
   FakeRunner fake;
+  fake.alone_factor = 1.1;
   auto first = compile(fake);
   ASSERT_TRUE(first.ok());
   ASSERT_EQ((*first)->plan->veus, 2);
+  EXPECT_FALSE((*first)->plan->alone_first);
+  EXPECT_EQ(fake.alone_calls, 0) << "nothing runs alone where the 1-vEU Plan lost";
   fake.slow = {{2, 3.0}};  // the host changed: 2 vEUs run three times slower
   auto p = compile(fake);
   ASSERT_TRUE(p.ok());
   const Plan& plan = *(*p)->plan;
   EXPECT_EQ(plan.veus, 1);
   EXPECT_EQ(plan.requested_veus, 2);
+  EXPECT_FALSE(plan.alone_first);
+  EXPECT_GT(fake.alone_calls, 0) << "the 2-vEU Plan's rTasks were timed alone";
   EXPECT_EQ(plan.measured_us, measured_for(plan, 1));
   EXPECT_GT(measured_for(plan, 2), plan.measured_us);
+}
+
+// The host held 2 vEUs back (three times slower) while the candidates were
+// timed, so the 1-vEU Plan won; but the 2-vEU Plan's rTasks on one thread
+// ran as fast. That Plan is kept with its runs starting alone (measured_us
+// the median alone, a run alone predicted from the 1-vEU Plan's in-run
+// costs), and cached as such. Once the host lets both vEUs run at once,
+// the cached choice runs faster on its vEUs than the 1-vEU Plan: it no
+// longer holds, and the measured choice is the 2-vEU Plan from the start.
+TEST_F(PlanChoice, AWiderPlanAsFastAloneIsKeptStartingAlone) {
+  FakeRunner fake;
+  fake.slow = {{2, 3.0}};
+  auto p = compile(fake);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  const Plan& plan = *(*p)->plan;
+  EXPECT_EQ(plan.veus, 2);
+  EXPECT_EQ(plan.requested_veus, 2);
+  EXPECT_TRUE(plan.alone_first);
+  EXPECT_LE(plan.measured_us, 1.02 * measured_for(plan, 1)) << "alone, as fast as the 1-vEU Plan";
+  EXPECT_GT(measured_for(plan, 2), 1.2 * measured_for(plan, 1)) << "on its vEUs, held back";
+  EXPECT_NEAR(plan.alone_predicted_us, plan.measured_us, 0.02 * plan.measured_us);
+  EXPECT_NEAR(plan.predicted_us, measured_for(plan, 2), 0.3 * measured_for(plan, 2)) << "its timeline on 2 vEUs";
+
+  // Cached: rebuilt as it was, checked alone and on its vEUs against the
+  // 1-vEU Plan (a probe, two rounds of three).
+  const int first_calls = fake.calls, first_alone = fake.alone_calls;
+  auto again = compile(fake);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_TRUE((*again)->plan->alone_first);
+  EXPECT_EQ((*again)->plan->veus, 2);
+  EXPECT_EQ((*again)->plan->measured_us, plan.measured_us);
+  EXPECT_NEAR((*again)->plan->alone_predicted_us, plan.alone_predicted_us, 1e-6 * plan.alone_predicted_us);
+  EXPECT_EQ(fake.alone_calls - first_alone, 2);
+  EXPECT_GE(fake.calls - first_calls, 7);
+
+  // The host lets both vEUs run at once again.
+  fake.slow.clear();
+  auto freed = compile(fake);
+  ASSERT_TRUE(freed.ok()) << freed.status().to_string();
+  EXPECT_EQ((*freed)->plan->veus, 2);
+  EXPECT_FALSE((*freed)->plan->alone_first) << "measured again: the Plan runs on its vEUs from the start";
+  EXPECT_LT((*freed)->plan->measured_us, 0.9 * measured_for(*(*freed)->plan, 1));
 }
 
 // A chain of small ops: the Plan on 2 vEUs puts every rTask on one of
@@ -223,6 +285,7 @@ TEST_F(PlanChoice, PlanThatIdlesAVeuIsNoCandidate) {
 // noise: the 1-vEU Plan is kept; 5 % faster, the 2-vEU Plan.
 TEST_F(PlanChoice, TieWithinTwoPercentGoesToFewerVeus) {
   FakeRunner fake;
+  fake.alone_factor = 1.1;  // the 2-vEU Plan's rTasks on one thread: slower than the 1-vEU Plan
   auto first = compile(fake);
   ASSERT_TRUE(first.ok());
   const double one = measured_for(*(*first)->plan, 1), two = measured_for(*(*first)->plan, 2);
@@ -232,6 +295,7 @@ TEST_F(PlanChoice, TieWithinTwoPercentGoesToFewerVeus) {
     auto p = compile(fake);
     ASSERT_TRUE(p.ok());
     EXPECT_EQ((*p)->plan->veus, veus) << "2 vEUs at " << faster << " of the 1-vEU time";
+    EXPECT_FALSE((*p)->plan->alone_first);
   }
 }
 
@@ -306,7 +370,8 @@ TEST_F(PlanChoice, AWrongMapCannotKeepTheFastestPlanFromBeingTimed) {
 // three times slower while it was timed: it stalled, so every candidate
 // is timed again after a pause, and the 2-vEU Plan wins on its best
 // median. Where it stalls at every sitting, the 1-vEU Plan wins after two
-// more.
+// more (its rTasks alone slower than the 1-vEU Plan: three rounds more,
+// of the two).
 TEST_F(PlanChoice, AStalledMomentIsTimedAgain) {
   FakeRunner calm;
   auto base = compile(calm);
@@ -328,11 +393,12 @@ TEST_F(PlanChoice, AStalledMomentIsTimedAgain) {
   FakeRunner always;
   always.stalls = 1 << 20;
   always.stall_slow = 3;
+  always.alone_factor = 1.1;
   auto q = compile(always);
   ASSERT_TRUE(q.ok()) << q.status().to_string();
   EXPECT_EQ(q.value()->plan->veus, 1);
   const int candidates = static_cast<int>(q.value()->plan->candidates.size());
-  EXPECT_EQ(always.calls - calm_calls, 2 * 3 * candidates) << "two more sittings of three rounds, then no more";
+  EXPECT_EQ(always.calls - calm_calls, 2 * 3 * candidates + 3 * 2) << "two more sittings of three rounds, then no more";
 }
 
 // The cache is per host map digest: a map where crossing is dear is

@@ -165,6 +165,41 @@ TEST(SpareCore, A1VeuPlansListOnTheSparePuGivesItsBits) {
   }
 }
 
+// A Plan the measured choice runs alone first (Plan::alone_first): adapting,
+// its first kProbeBackoff runs go alone, then the Plan is probed; not
+// adapting, every run goes alone. Its bits are the Plan's either way.
+TEST(RunAlone, AnAloneFirstPlanRunsAloneFromItsFirstRun) {
+  CompileConfig co;
+  co.build_plan = true;
+  co.schedule.veus = 2;
+  co.schedule.policy = Policy::kCriticalPath;
+  std::map<std::string, Tensor> inputs;
+  auto placed_p = compile_zoo("nasnet_like", co, &inputs);
+  ASSERT_TRUE(placed_p.ok());
+  const std::vector<Tensor> placed = run_with(std::move(*placed_p), Way::kPlaced, inputs);
+  for (bool adapt : {true, false}) {
+    auto p = compile_zoo("nasnet_like", co, &inputs);
+    ASSERT_TRUE(p.ok());
+    (*p)->plan->alone_first = true;
+    EngineOptions o;
+    o.executor = Executor::kPlan;
+    o.adapt = adapt;
+    auto s = Engine::create(std::move(*p), o);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    std::string ways;
+    for (int run = 0; run < RunModeChooser::kProbeBackoff + 1; ++run) {
+      (*s)->poison_arena();
+      for (const Value* in : (*s)->inputs()) ASSERT_TRUE((*s)->set_input(in->name, inputs.at(in->name)).ok());
+      ASSERT_TRUE((*s)->run().wait().ok());
+      ways += (*s)->ran_alone() ? 'A' : 'P';
+      std::vector<Tensor> outs;
+      for (size_t i = 0; i < (*s)->outputs().size(); ++i) outs.push_back((*s)->output(i));
+      expect_bitwise(outs, placed, "nasnet_like alone first, run " + std::to_string(run));
+    }
+    EXPECT_EQ(ways, std::string(RunModeChooser::kProbeBackoff, 'A') + (adapt ? 'P' : 'A')) << "adapt " << adapt;
+  }
+}
+
 TEST(RunAlone, AWaitCycleHasNoOrder) {
   Plan p;
   p.veus = 2;
@@ -279,6 +314,32 @@ TEST(RunModeChooser, StaysOnThePlanWhereAloneIsSlowerAndBacksOff) {
     for (size_t i = 2; i < probes.size(); ++i) EXPECT_GT(probes[i] - probes[i - 1], probes[i - 1] - probes[i - 2]) << m;
     EXPECT_EQ(c.settled_alone_runs(), 0);
   }
+}
+
+// A Plan the measured choice runs alone first (Plan::alone_first): its
+// runs start alone; where the Plan runs faster, its first probe, after
+// kProbeBackoff runs, takes over for good; where it does not, the runs
+// stay alone, the probes coming less and less often.
+TEST(RunModeChooser, AnAloneFirstPlanStartsAloneAndTakesThePlanWhereFaster) {
+  RunModeChooser faster({10, 10}, 100, false, true);
+  const std::string m = feed(faster, 200, 60, 100, 0);
+  const std::string start = std::string(RunModeChooser::kProbeBackoff, 'A') + 'P';
+  EXPECT_EQ(m.substr(0, start.size()), start) << m;
+  EXPECT_EQ(m.find('A', start.size()), std::string::npos) << m;
+
+  RunModeChooser slower({10, 10}, 100, false, true);
+  const std::string s = feed(slower, 600, 130, 100, 0);
+  std::vector<size_t> probes;
+  for (size_t i = s.find('P'); i != std::string::npos; i = s.find('P', i + RunModeChooser::kPlanProbe))
+    probes.push_back(i);
+  ASSERT_GE(probes.size(), 3u) << s;
+  EXPECT_EQ(probes[0], static_cast<size_t>(RunModeChooser::kProbeBackoff)) << s;
+  for (size_t p : probes)
+    EXPECT_EQ(s.substr(p, RunModeChooser::kPlanProbe + 1), std::string(RunModeChooser::kPlanProbe, 'P') + "A") << s;
+  for (size_t i = 2; i < probes.size(); ++i) EXPECT_GT(probes[i] - probes[i - 1], probes[i - 1] - probes[i - 2]) << s;
+  EXPECT_GT(slower.settled_alone_runs(), 500);
+
+  EXPECT_FALSE(RunModeChooser({10, 10}, 100).alone()) << "other Plans start on their vEUs";
 }
 
 TEST(RunModeChooser, ComesBackToThePlanWhenTheHostDoes) {

@@ -120,13 +120,16 @@ class PlanExecutor : public StepExecutor {
       if (o.adapt) spare_.emplace();
       return;
     }
-    if (!(o.adapt || o.always_alone || o.always_exchanged) || veus < 2) return;
+    // A Plan the measured choice runs alone first runs alone for good
+    // where nothing adapts: as fast as its 1-vEU Plan when chosen.
+    const bool alone_first = p.plan->alone_first && !o.always_exchanged;
+    if (!(o.adapt || o.always_alone || o.always_exchanged || alone_first) || veus < 2) return;
     order_ = plan_one_thread_order(*p.plan);
     if (order_.empty()) return;
-    always_alone_ = o.always_alone;
+    always_alone_ = o.always_alone || (alone_first && !o.adapt);
     always_alone_veu_ = veus == 2 ? std::clamp(o.alone_veu, 0, 1) : 0;
     // Pinned on 2 vEUs, a run alone goes on whichever PU ran its list fastest.
-    chooser_.emplace(plan_predicted_waits_us(*p.plan), p.plan->predicted_us, o.pin && veus == 2);
+    chooser_.emplace(plan_predicted_waits_us(*p.plan), p.plan->predicted_us, o.pin && veus == 2, alone_first);
     // Exchanging lists moves them between PUs only where they are pinned.
     if (o.adapt && veus == 2 && o.pin) exchange_.emplace(plan_predicted_waits_us(*p.plan), p.plan->predicted_us);
     always_exchanged_ = o.always_exchanged && veus == 2;

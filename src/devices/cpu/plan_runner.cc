@@ -21,10 +21,13 @@ namespace {
 constexpr double kTracedPairsUs = 2000;
 constexpr int kMaxTracedPairs = 200;
 
-Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, bool pin, double expected_gflops,
-                            const std::vector<int>& slots) {
+Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, PlanRunWay way, bool pin,
+                            double expected_gflops, const std::vector<int>& slots) {
   if (!p.plan) return failed_precondition("the runner needs a Program with a Plan");
   const Plan& plan = *p.plan;
+  const bool trace = way == PlanRunWay::kTraced, alone = way == PlanRunWay::kAlone;
+  const std::vector<std::pair<int32_t, int64_t>> order = alone ? plan_one_thread_order(plan) : decltype(order){};
+  if (alone && order.empty()) return internal_error("the Plan's waits leave no order for one thread");
   void* arena = aligned_alloc64(std::max<size_t>(p.memory.arena_bytes, 64));
   std::memset(arena, 0, p.memory.arena_bytes);
   std::mt19937 rng(7);
@@ -50,7 +53,11 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, 
     // traced runs and the untraced ones they are checked against, as placed.
     PlanBalance balance = trace ? PlanBalance() : PlanBalance(plan);
     const int64_t w0 = now_ns();
-    for (int i = 0; i < warmup; ++i) device.run(plan, args.steps, false, &balance);
+    auto run_once = [&] {
+      if (alone) device.run_alone(order, args.steps);
+      else device.run(plan, args.steps, false, &balance);
+    };
+    for (int i = 0; i < warmup; ++i) run_once();
     const double warm_us = warmup > 0 ? static_cast<double>(now_ns() - w0) / 1e3 / warmup : 0;
     std::vector<std::pair<int64_t, int64_t>> spans(plan.placements.size());
     std::vector<std::vector<double>> samples(trace ? plan.placements.size() : 0);
@@ -58,7 +65,7 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, 
     std::vector<double> waits(static_cast<size_t>(plan.veus), 0);
     auto timed_run = [&] {
       const int64_t t0 = now_ns();
-      device.run(plan, args.steps, false, &balance);
+      run_once();
       return static_cast<double>(now_ns() - t0) / 1e3;
     };
     // Traced: each traced run is followed by an untraced one, which tells
@@ -73,7 +80,7 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, 
       const double us = timed_run();
       t.run_us.push_back(us);
       for (size_t u = 0; u < waits.size(); ++u) waits[u] = static_cast<double>(device.wait_ns()[u]) / 1e3;
-      if (!trace && run_stalled(predicted_waits, plan.predicted_us, us, waits)) ++t.stalled_runs;
+      if (!trace && !alone && run_stalled(predicted_waits, plan.predicted_us, us, waits)) ++t.stalled_runs;
       for (size_t k = 0; k < samples.size(); ++k)
         samples[k].push_back(static_cast<double>(spans[k].second - spans[k].first) / 1e3);
       if (trace) {
@@ -125,8 +132,8 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, bool trace, 
 }  // namespace
 
 PlanRunner cpu_plan_runner(bool pin, double expected_gflops, std::vector<int> slots) {
-  return [pin, expected_gflops, slots = std::move(slots)](const Program& p, int warmup, int runs, bool trace) {
-    return run_plan(p, warmup, runs, trace, pin, expected_gflops, slots);
+  return [pin, expected_gflops, slots = std::move(slots)](const Program& p, int warmup, int runs, PlanRunWay way) {
+    return run_plan(p, warmup, runs, way, pin, expected_gflops, slots);
   };
 }
 

@@ -181,10 +181,14 @@ class RunModeChooser {
   // `predicted_wait_us[u]`: how long vEU u waits within its list in the
   // predicted timeline; `predicted_us`: its makespan. `any_pu`: a run
   // alone may go on any vEU's PU (pinned vEUs), not only the caller's.
-  RunModeChooser(std::vector<double> predicted_wait_us, double predicted_us, bool any_pu = false)
+  // `alone_first`: runs start alone (Plan::alone_first), the Plan first
+  // probed after kProbeBackoff runs.
+  RunModeChooser(std::vector<double> predicted_wait_us, double predicted_us, bool any_pu = false,
+                 bool alone_first = false)
       : predicted_wait_us_(std::move(predicted_wait_us)), predicted_us_(predicted_us), any_pu_(any_pu),
         beyond_(predicted_wait_us_.size(), 0) {
-    w_.since_probe = kProbeBackoff;  // the first stalls may probe at once
+    if (alone_first) w_.kept = kAloneMode;
+    else w_.since_probe = kProbeBackoff;  // the first stalls may probe at once
   }
 
   // Whether the next run goes on one PU alone.
