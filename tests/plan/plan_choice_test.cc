@@ -261,6 +261,32 @@ TEST_F(PlanChoice, AWiderPlanAsFastAloneIsKeptStartingAlone) {
   EXPECT_LT((*freed)->plan->measured_us, 0.9 * measured_for(*(*freed)->plan, 1));
 }
 
+// A cached 1-vEU choice is checked against the 2-vEU Plan on its vEUs and
+// alone (a probe, two rounds of three); it holds while both run slower,
+// and is measured again once the 2-vEU Plan's rTasks run alone no slower
+// than it: the choice is then that Plan, starting alone.
+TEST_F(PlanChoice, ACachedOneVeuChoiceIsMeasuredAgainWhereTheWiderPlanRunsAsFastAlone) {
+  FakeRunner fake;
+  fake.slow = {{2, 3.0}};
+  fake.alone_factor = 1.1;
+  auto p = compile(fake);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  ASSERT_EQ((*p)->plan->veus, 1);
+  ASSERT_FALSE((*p)->plan->alone_first);
+  const int before = fake.calls, before_alone = fake.alone_calls;
+  auto held = compile(fake);
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  EXPECT_EQ((*held)->plan->veus, 1);
+  EXPECT_EQ(fake.calls - before, 1 + 2 * 3);
+  EXPECT_EQ(fake.alone_calls - before_alone, 2);
+
+  fake.alone_factor = 0.98;
+  auto now = compile(fake);
+  ASSERT_TRUE(now.ok()) << now.status().to_string();
+  EXPECT_EQ((*now)->plan->veus, 2);
+  EXPECT_TRUE((*now)->plan->alone_first);
+}
+
 // A chain of small ops: the Plan on 2 vEUs puts every rTask on one of
 // them, so it is no candidate (it would start a thread that only waits);
 // the 1-vEU Plan is chosen without a 2-vEU Plan ever running.
