@@ -342,6 +342,31 @@ TEST(RunModeChooser, AnAloneFirstPlanStartsAloneAndTakesThePlanWhereFaster) {
   EXPECT_FALSE(RunModeChooser({10, 10}, 100).alone()) << "other Plans start on their vEUs";
 }
 
+// The first Plan runs after runs alone wake the other vEUs' threads and
+// find their caches cold (here 200 µs against 70 after): a probe judged
+// on all its runs would keep losing to alone's 100 µs; judged without its
+// first kPlanProbeWarmup, the first probe takes the Plan.
+TEST(RunModeChooser, APlanProbeLeavesOutItsWarmingRuns) {
+  RunModeChooser c({10, 10}, 100, false, true);
+  std::string modes;
+  bool was_alone = true;
+  int since_alone = 0;
+  for (int i = 0; i < 60; ++i) {
+    const bool alone = c.alone();
+    modes += alone ? 'A' : 'P';
+    if (alone) {
+      c.record(100, {});
+    } else {
+      since_alone = was_alone ? 0 : since_alone + 1;
+      const double us = since_alone < RunModeChooser::kPlanProbeWarmup ? 200 : 70;
+      c.record(us, std::vector<double>{10, 10});
+    }
+    was_alone = alone;
+  }
+  const std::string start = std::string(RunModeChooser::kProbeBackoff, 'A');
+  EXPECT_EQ(modes, start + std::string(modes.size() - start.size(), 'P')) << modes;
+}
+
 TEST(RunModeChooser, ComesBackToThePlanWhenTheHostDoes) {
   RunModeChooser c = chooser();
   feed(c, 50, 100, 180, 2);

@@ -24,8 +24,10 @@
 //           waits twice as long (up to kMaxBackoff runs); a first run
 //           alone kHopeless slower than that mean ends the probe at once;
 //   alone   every backoff runs (doubling while alone keeps winning), the
-//           Plan runs kPlanProbe times and is kept if its mean beats the
-//           last kWindow alone runs' by 5 %.
+//           Plan runs kPlanProbe times and is kept if the mean of all but
+//           its first kPlanProbeWarmup (the other vEUs' threads waking from
+//           their park, their caches cold) beats the last kWindow alone
+//           runs' by 5 %.
 //
 // Means, not medians: a Plan whose vEU loses its core for a time slice
 // every few runs has a fast median and a slow mean. Probes cost at most a
@@ -169,6 +171,7 @@ class RunModeChooser {
   static constexpr int kStalledOf = 3;  // stalled runs among the last kWindow plan runs that start a probe
   static constexpr int kAloneProbe = 4;
   static constexpr int kPlanProbe = 8;
+  static constexpr int kPlanProbeWarmup = 2;
   static constexpr int kProbeBackoff = TwoWays::kProbeBackoff;
   static constexpr int kMaxBackoff = TwoWays::kMaxBackoff;
   // A mode must beat the other by this factor to take over.
@@ -231,7 +234,7 @@ class RunModeChooser {
       return;
     }
     if (++w_.probed < runs) return;
-    w_.end_probe(static_cast<size_t>(runs), kMargin);
+    w_.end_probe(static_cast<size_t>(ran == kAloneMode ? runs : runs - kPlanProbeWarmup), kMargin);
     stalled_ = 0;
   }
 
