@@ -342,6 +342,21 @@ TEST(RunModeChooser, AnAloneFirstPlanStartsAloneAndTakesThePlanWhereFaster) {
   EXPECT_FALSE(RunModeChooser({10, 10}, 100).alone()) << "other Plans start on their vEUs";
 }
 
+// A Plan chosen to start alone whose predicted timeline was traced while
+// the host held its vEUs back (here: 64 µs predicted): alone it runs 37,
+// the Plan 29 once the host lets the vEUs run at once, so the Plan takes
+// over; when the host holds them back again, the Plan runs 64 as predicted
+// (nothing stalls), and runs go alone again, the Plan probed now and then,
+// because its runs are slower than those alone were.
+TEST(RunModeChooser, APlanSlowerThanItsRunsAloneWereGoesAloneWithoutStalling) {
+  RunModeChooser c({10, 10}, 64, false, true);
+  const std::string free = feed(c, 40, 29, 37, 0);
+  ASSERT_EQ(free.substr(free.size() - 10), std::string(10, 'P')) << free;
+  const std::string held = feed(c, 200, 64, 37, 0);
+  const std::string late = held.substr(100);
+  EXPECT_GT(std::count(late.begin(), late.end(), 'A'), 80) << held;
+}
+
 // The first Plan runs after runs alone wake the other vEUs' threads and
 // find their caches cold (here 200 µs against 70 after): a probe judged
 // on all its runs would keep losing to alone's 100 µs; judged without its

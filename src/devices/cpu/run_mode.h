@@ -17,8 +17,13 @@
 //           predicted time: a host that runs the vEUs in turns on one
 //           core stretches every list's rTasks alike, and the waits show
 //           nothing; when kStalledOf of the
-//           last kWindow plan runs were (and kProbeBackoff runs have gone
-//           since the last probe), the next kAloneProbe runs go alone;
+//           last kWindow plan runs were, or their mean is above the mean
+//           of the last runs that went alone (a thread alone runs at its
+//           speed whatever the host does to the others; a Plan whose
+//           predicted timeline was traced while the host held its vEUs
+//           back, Plan::alone_first, stalls by nothing it predicts), and
+//           kProbeBackoff runs have gone since the last probe, the next
+//           kAloneProbe runs go alone;
 //   probe   if their mean beats the mean of the last kWindow plan runs by
 //           5 %, runs go alone; else back to the Plan, and the next probe
 //           waits twice as long (up to kMaxBackoff runs); a first run
@@ -214,7 +219,7 @@ class RunModeChooser {
       if (w_.kept == kAloneMode) ++alone_runs_;
       else stalled_ = (stalled_ << 1 | (stalled(run_us, wait_us) ? 1u : 0u)) & ((1u << kWindow) - 1);
       if (w_.kept == kPlanMode && any_pu_) note_waits(run_us, wait_us, exchanged);
-      const bool due = w_.kept == kAloneMode || std::popcount(stalled_) >= kStalledOf;
+      const bool due = w_.kept == kAloneMode || std::popcount(stalled_) >= kStalledOf || alone_ran_faster();
       if (due && w_.since_probe >= w_.backoff[w_.kept]) {
         if (w_.kept == kPlanMode && any_pu_)
           alone_veu_ = static_cast<int>(std::max_element(beyond_.begin(), beyond_.end()) - beyond_.begin());
@@ -243,6 +248,11 @@ class RunModeChooser {
 
  private:
   static constexpr int kPlanMode = 0, kAloneMode = 1;
+  // The last kWindow plan runs' mean above that of the last runs alone.
+  bool alone_ran_faster() const {
+    return w_.ring[kAloneMode].n > 0 && w_.ring[kPlanMode].n >= kWindow &&
+           w_.ring[kPlanMode].mean(kWindow) > w_.ring[kAloneMode].mean(kWindow);
+  }
   bool stalled(double run_us, std::span<const double> wait_us) const {
     return run_stalled(predicted_wait_us_, predicted_us_, run_us, wait_us) ||
            run_inflated(predicted_wait_us_, predicted_us_, run_us, wait_us);
