@@ -440,8 +440,9 @@ Result<std::vector<double>> time_interleaved(Planner& planner, Program& p, const
 // is checked against the 1-vEU Plan both ways: alone it must still run as
 // fast, and on its vEUs not faster (else it should run there from the
 // start). A 1-vEU choice is also timed against the Plan on all n alone:
-// where that runs no slower, the choice is measured again, and step 4b
-// of choose_measured keeps a wider Plan starting alone.
+// where that runs as fast (within kStaleChoice, 4b's margin), the choice
+// is measured again, and step 4b of choose_measured keeps a wider Plan
+// starting alone.
 struct Check {
   bool holds = false;    // the other end is not faster by more than kStaleChoice, and the host was not busy
   double median_us = 0;  // the choice's Plan's median in this check, on its vEUs
@@ -474,7 +475,9 @@ Result<Check> still_holds(Planner& planner, Program& p, const CompileConfig& o, 
   Check c;
   if (alone_first)  // m: on its vEUs, the 1-vEU Plan (which never idles a vEU), alone
     c.holds = !contended && m.size() == 3 && m[2] <= kStaleChoice * m[1] && kStaleChoice * m[0] >= m[1];
-  else c.holds = !contended && (m.size() == 1 || m[0] <= kStaleChoice * m[1]) && (m.size() < 3 || m[2] > m[0]);
+  else  // a 1-vEU choice, m[2]: the Plan on all n alone (as 4b times it)
+    c.holds = !contended && (m.size() == 1 || m[0] <= kStaleChoice * m[1]) &&
+              (m.size() < 3 || m[2] > kStaleChoice * m[0]);
   c.median_us = m[0];
   TESSERA_ASSIGN_OR_RETURN(c.predicted_us, planner.predict(chosen, timeline));
   return c;

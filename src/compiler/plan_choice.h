@@ -49,8 +49,8 @@
 // A choice that starts alone is timed alone and on its vEUs against the
 // 1-vEU Plan: it stands while alone it runs as fast and on its vEUs not
 // faster (then it should start there). A 1-vEU choice is timed against the
-// Plan on all vEUs alone too, and measured again where that runs no
-// slower (4b then keeps a wider Plan starting alone).
+// Plan on all vEUs alone too, and measured again where that runs as fast
+// (4b then keeps a wider Plan starting alone).
 // The Plan records it (Plan::requested_veus, measured_us, candidates), and
 // so does an Executable.
 //
