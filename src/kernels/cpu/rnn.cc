@@ -317,6 +317,13 @@ constexpr int64_t kNextTileCols = 32;
 // steps took 16-18 us, prefetched 12 (LSTM-TC traces; whole runs 4-9 %
 // faster, with 8 to 32 rows ahead alike).
 [[maybe_unused]] constexpr int64_t kNextTilePrefetchRows = 16;  // AVX-512 builds only
+// A step of the first carried block (steps 8-15, which read the next
+// layer's W from memory, each one panel) also pulls the panel the next
+// step reads into L2, a row's two lines per tile k-step: a whole step
+// ahead instead of 16 rows, the memory latency is covered (steps 9-15
+// of LSTM-TC: 10.5-11 us each -> 8.2-9.5). Later blocks find W in L3,
+// where the same requests cost their steps more than they saved.
+// Into L2 (T1): requested into L1, they saved little.
 static_assert(kNextTileCols * sizeof(float) == 128, "a tile row is two cache lines");
 
 // One tile: rows a[0..7] (the previous layer's h rows), columns `wcol`
@@ -335,12 +342,15 @@ inline void next_tile_part(const float* const* a, const float* wcol, int64_t ldw
 // The GEMVs of a group's 4 panels (r4: 4 panels of [k, 64]) into acc4
 // [4][64], with the group's whole tile interleaved: one tile k-step after
 // every 4 GEMV rows, so panel s carries reductions [s k/4, (s+1) k/4).
+// wnext (or null): the same columns of the panel the next step reads,
+// pulled into L2 as the tile goes (kNextTilePrefetchRows).
 // The tile, plus bias, is stored at tout (row stride ldt). Sums in the
 // order panel_gemv and next_tile_part take (bitwise the same).
 template <typename Tick, typename PanelDone>
 inline void group_gemv_with_tile(const float* __restrict r4, const float* __restrict h, int64_t k, float* acc4,
                                  const float* const* a, const float* wcol, int64_t ldw, const float* bias,
-                                 float* tout, int64_t ldt, Tick tick, PanelDone panel_done) {
+                                 float* tout, int64_t ldt, Tick tick, PanelDone panel_done,
+                                 const float* wnext) {
 #if defined(__AVX512F__)
   __m512 t[kNextTileRows][2];
   for (int64_t r = 0; r < kNextTileRows; ++r) t[r][0] = t[r][1] = _mm512_setzero_ps();
@@ -380,6 +390,11 @@ inline void group_gemv_with_tile(const float* __restrict r4, const float* __rest
       g2 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 224), g2);
       g3 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 240), g3);
       if (kk + kNextTilePrefetchRows < k) prefetch_w_row(kk + kNextTilePrefetchRows);
+      if (wnext != nullptr) {
+        const char* line = reinterpret_cast<const char*>(wnext + kk * ldw);
+        _mm_prefetch(line, _MM_HINT_T1);
+        _mm_prefetch(line + 64, _MM_HINT_T1);
+      }
       if (i % kGateTickRows == kGateTickRows - kNextGroupPanels) tick();
       const __m512 b0 = _mm512_loadu_ps(wcol + kk * ldw), b1 = _mm512_loadu_ps(wcol + kk * ldw + 16);
       const float* rows[kNextTileRows] = {a0, a1, a2, a3, a4, a5, a6, a7};
@@ -633,8 +648,11 @@ class RnnCellOp : public ROp {
         const int64_t quarter = H / kNextGroupPanels;
         count = tile && hb != nullptr && slot == 0 && first + kNextGroupPanels <= p1 ? kNextGroupPanels : 1;
         if (count > 1) {
+          // The first carried block's steps are steps 8-15 (lower_rnn.cc).
+          const bool first_block = step_ < 2 * kRnnBlockRows && next_slice_ + 1 < kCarrySlices;
           group_gemv_with_tile(rp + first * H * kW, hb, H, accs, arows, wcol, kW, bn, piece, kW, tick,
-                               [&](int64_t j) { take(first + j, accs + j * kW); });
+                               [&](int64_t j) { take(first + j, accs + j * kW); },
+                               first_block ? wcol + H * kW : nullptr);
         } else {
           if (hb != nullptr) panel_gemv<kW>(rp + first * H * kW, hb, H, accs, tick);
           else std::fill(accs, accs + kW, 0.f);
