@@ -34,11 +34,13 @@ Usage: /usr/bin/python3 bench/run_bench.py [--rounds N] [--batch-ms MS]
            [--runs build/bench/runs.json]
 """
 import argparse
+import atexit
 import datetime
 import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -331,6 +333,7 @@ def main():
     unfused = {}
     raw = {}
     tmp = tempfile.mkdtemp(prefix="tessera-bench-")
+    atexit.register(shutil.rmtree, tmp, True)
 
     def quiet(what):
         # Every round starts on a quiet host: a neighbour or hypervisor that

@@ -2,9 +2,11 @@
 leases and quotas, reclaim of a client killed or gone silent, hostile and
 forged requests, faults that survive a restart. Each test starts its own
 daemon on a socket in a temporary directory and stops it by its pid."""
+import atexit
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -18,7 +20,9 @@ import numpy as np
 import pytest
 
 # What the tests measure (the host map) stays out of the user's cache.
-os.environ.setdefault("TESSERA_CACHE", tempfile.mkdtemp(prefix="tesserad-test-cache-"))
+if "TESSERA_CACHE" not in os.environ:
+    os.environ["TESSERA_CACHE"] = tempfile.mkdtemp(prefix="tesserad-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["TESSERA_CACHE"], True)
 import tessera  # noqa: E402
 
 BUILD = os.environ.get("TESSERA_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
@@ -123,6 +127,7 @@ def daemon():
     yield start
     for dm in started:
         dm.stop()
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def zoo(name):

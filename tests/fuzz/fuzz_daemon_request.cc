@@ -26,8 +26,14 @@ using namespace tessera;
 daemon::Server* server() {
   static daemon::Server* s = [] {
     log_set_level(LogLevel::kQuiet);
-    const std::string dir = (std::filesystem::temp_directory_path() / ("tesserad-fuzz-" + std::to_string(::getpid()))).string();
+    static const std::string dir =
+        (std::filesystem::temp_directory_path() / ("tesserad-fuzz-" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(dir);
+    // The socket and state go with the process (libFuzzer ends by exit()).
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    });
     const std::string text = "[daemon]\nsocket = \"" + dir + "/d.sock\"\nstate_dir = \"" + dir +
                              "/state\"\n[[tenant]]\nname = \"a\"\ntoken_sha256 = \"" + sha256_hex("a") +
                              "\"\nmax_veus = 1\n[[tenant]]\nname = \"c\"\ntoken_sha256 = \"" + sha256_hex("c") +

@@ -56,7 +56,10 @@ def daemon_seeds(out, src):
     import struct
     import subprocess
     import tempfile
-    gen = tempfile.mkdtemp()
+    import atexit
+    import shutil
+    gen = tempfile.mkdtemp(prefix="tessera-seeds-")
+    atexit.register(shutil.rmtree, gen, True)
     subprocess.run(["protoc", f"--python_out={gen}", f"-I{src}", os.path.join(src, "daemon", "protocol.proto")], check=True)
     sys.path.insert(0, gen)
     from daemon import protocol_pb2 as pb
