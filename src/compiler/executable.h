@@ -27,7 +27,7 @@
 namespace tessera {
 
 inline constexpr char kExecutableMagic[8] = {'T', 'E', 'S', 'S', 'E', 'X', 'E', '\0'};
-inline constexpr uint32_t kExecutableVersion = 8;
+inline constexpr uint32_t kExecutableVersion = 9;
 // The device kind an Executable's rKernels and Plan are for.
 inline constexpr char kExecutableDevice[] = "cpu";
 inline constexpr uint32_t kExecutableHeaderBytes = 64;

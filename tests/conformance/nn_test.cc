@@ -676,12 +676,13 @@ TEST_F(Nn, RnnCellCarriesTheNextProjection) {
     n->attrs["panel_units"] = attr_i(kRnnPanelUnits);
     ASSERT_TRUE(op_infer(*n).ok());
   }
-  auto run = [&](Node* n, int64_t tasks, const std::vector<const void*>& in) {
+  const int64_t piece = panels / 8 * 8 * width;
+  auto run = [&](Node* n, int64_t tasks, const std::vector<const void*>& in, int64_t slices = 1) {
     auto op = cpu_kernel_find("TesseraLstmCell")->make(*n, KernelParams{tasks});
     EXPECT_TRUE(op.ok());
     std::vector<std::vector<float>> outs = {std::vector<float>(static_cast<size_t>(h), NAN),
                                             std::vector<float>(static_cast<size_t>(h), NAN),
-                                            std::vector<float>(static_cast<size_t>(panels / 8 * 8 * width), NAN)};
+                                            std::vector<float>(static_cast<size_t>(slices * piece), NAN)};
     void* out[] = {outs[0].data(), outs[1].data(), outs[2].data()};
     for (int64_t t = 0; t < (*op)->tasks(); ++t) (*op)->run(t, TaskArgs{in.data(), out, nullptr});
     return outs;
@@ -689,32 +690,47 @@ TEST_F(Nn, RnnCellCarriesTheNextProjection) {
   const std::vector<const void*> plain_in = {xp->constant->raw(), hp->constant->raw(), cp->constant->raw(),
                                              rp->constant->raw()};
   const auto want = run(plain, 1, plain_in);
-  for (int64_t j : {0, 5, 7}) {
-    Node* carry = g.add_node("TesseraLstmCell", str_cat("carry", j), ins, 3);
+  // One slice, or two (slices j and j + 1, as the last block's steps carry
+  // them), each piece after the other.
+  const std::pair<int64_t, int64_t> carried[] = {{0, 1}, {5, 1}, {7, 1}, {0, 2}, {4, 2}, {6, 2}};
+  for (auto [j, slices] : carried) {
+    Node* carry = g.add_node("TesseraLstmCell", str_cat("carry", j, "x", slices), ins, 3);
     carry->attrs["hidden_size"] = attr_i(h);
     carry->attrs["batch"] = attr_i(1);
     carry->attrs["step"] = attr_i(step);
     carry->attrs["next_slice"] = attr_i(j);
+    if (slices > 1) carry->attrs["next_slices"] = attr_i(slices);
     carry->attrs["panel_units"] = attr_i(kRnnPanelUnits);
     carry->attrs["block_rows"] = attr_i(kRnnBlockRows);
     const Status st = op_infer(*carry);
     ASSERT_TRUE(st.ok()) << st.to_string();
-    EXPECT_EQ(carry->outputs[2]->shape, (Shape{1, panels / 8, 8, width}));
+    EXPECT_EQ(carry->outputs[2]->shape, (Shape{slices, panels / 8, 8, width}));
     std::vector<const void*> in;
     for (Value* v : ins) in.push_back(v->constant->raw());
     for (int64_t tasks : {1, 2, 3, 4, 8, 16}) {
-      SCOPED_TRACE(str_cat("slice ", j, ", ", tasks, " rTasks"));
-      const auto got = run(carry, tasks, in);
+      SCOPED_TRACE(str_cat("slice ", j, " of ", slices, ", ", tasks, " rTasks"));
+      const auto got = run(carry, tasks, in, slices);
       EXPECT_EQ(got[0], want[0]);
       EXPECT_EQ(got[1], want[1]);
       int64_t bad = 0;
-      for (int64_t m = 0; m < panels / 8; ++m)
-        for (int64_t r = 0; r < 8; ++r)
-          for (int64_t c = 0; c < width; ++c)
-            bad += got[2][static_cast<size_t>((m * 8 + r) * width + c)] !=
-                   ref[static_cast<size_t>(r * cols + (m * 8 + j) * width + c)];
+      for (int64_t sl = 0; sl < slices; ++sl)
+        for (int64_t m = 0; m < panels / 8; ++m)
+          for (int64_t r = 0; r < 8; ++r)
+            for (int64_t c = 0; c < width; ++c)
+              bad += got[2][static_cast<size_t>(sl * piece + (m * 8 + r) * width + c)] !=
+                     ref[static_cast<size_t>(r * cols + (m * 8 + j + sl) * width + c)];
       EXPECT_EQ(bad, 0);
     }
+  }
+  // A step carries one or two slices, ending at slice 7 at most.
+  for (auto [j, slices] : {std::pair<int64_t, int64_t>{7, 2}, {0, 3}, {-1, 2}, {2, 0}}) {
+    Node* bad = g.add_node("TesseraLstmCell", str_cat("bad", j, "x", slices), ins, 3);
+    for (auto [key, v] : {std::pair<const char*, int64_t>{"hidden_size", h}, {"batch", 1}, {"step", step},
+                          {"next_slice", j}, {"next_slices", slices}, {"panel_units", kRnnPanelUnits},
+                          {"block_rows", kRnnBlockRows}})
+      bad->attrs[key] = attr_i(v);
+    const Status st = op_infer(*bad);
+    EXPECT_NE(st.message().find("next_slices"), std::string::npos) << j << " x " << slices << ": " << st.to_string();
   }
   // The blocked layout: pieces (row / 8) * 8 + p % 8 of [panels / 8, 8, width].
   auto blocked_at = [&](int64_t row, int64_t p) {

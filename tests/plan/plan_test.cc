@@ -704,8 +704,9 @@ TEST(LoweredLstm, MatchesPyTorchAndChainsLayers) {
       const bool carried = form.carry && form.chunk == 0;
       EXPECT_EQ(cells, 1000);
       // Carried: steps 8 .. 95 of layers 0 .. 8 carry rows 0 .. 87 of the
-      // layer above; one projection adds its rows 88 .. 99.
-      EXPECT_EQ(carrying, carried ? 9 * 88 : 0);
+      // layer above, one slice each, steps 96 .. 99 its rows 88 .. 95, two
+      // slices each; one projection adds its rows 96 .. 99.
+      EXPECT_EQ(carrying, carried ? 9 * (88 + 4) : 0);
       EXPECT_EQ(projections, form.chunk == 0 ? 10 : 1 + 9 * 7) << "100 steps in chunks of 16: 7 per stacked layer";
       EXPECT_LE(squeezes, 1) << "stacked layers read each other's h_t directly";
       auto outs = run_outputs(std::move(*p), Executor::kPlan, inputs);
@@ -719,7 +720,9 @@ TEST(LoweredLstm, MatchesPyTorchAndChainsLayers) {
 
 // Stacked LSTMs whose layers carry the next one's projection, on lengths
 // that leave a tail of rows for the separate projection (padded to a
-// block of 8) or none to carry at all, match the whole-sequence rKernel.
+// block of 8), that leave 4 steps or more after the last whole block (its
+// rows carried two slices a step), or none to carry at all, match the
+// whole-sequence rKernel.
 TEST(LoweredLstm, CarriedProjectionMatchesWholeSequence) {
   std::mt19937 gen(17);
   std::uniform_real_distribution<float> dist(-0.2f, 0.2f);
@@ -729,7 +732,7 @@ TEST(LoweredLstm, CarriedProjectionMatchesWholeSequence) {
     return t;
   };
   const int64_t h = 128;
-  for (int64_t seq : {15, 16, 21, 40}) {
+  for (int64_t seq : {11, 12, 15, 16, 21, 40}) {
     auto build = [&](std::map<std::string, Tensor>* inputs) {
       gen.seed(static_cast<unsigned>(seq));
       auto g = std::make_unique<Graph>();
@@ -767,8 +770,10 @@ TEST(LoweredLstm, CarriedProjectionMatchesWholeSequence) {
       ASSERT_TRUE(p.ok()) << p.status().to_string();
       int carrying = 0;
       for (const Step& s : (*p)->steps) carrying += s.node->attr_int("next_slice", -1) >= 0;
-      // Steps 8 .. 8 + 8 (seq / 8 - 1) - 1 of the two lower layers carry.
-      EXPECT_EQ(carrying, lower ? 2 * 8 * std::max<int64_t>(0, seq / 8 - 1) : 0);
+      // Steps 8 .. 8 + 8 (seq / 8 - 1) - 1 of the two lower layers carry,
+      // and where seq % 8 >= 4 the 4 steps after them.
+      const int64_t steps = 8 * std::max<int64_t>(0, seq / 8 - 1) + (seq >= 8 && seq % 8 >= 4 ? 4 : 0);
+      EXPECT_EQ(carrying, lower ? 2 * steps : 0);
       got[lower] = run_outputs(std::move(*p), Executor::kPlan, inputs);
       ASSERT_EQ(got[lower].size(), 1u);
     }

@@ -145,8 +145,11 @@ Status infer_gru(Node& n) {
 // step * batch .. step * batch + batch - 1. Rp is R packed in panels
 // [ceil(H / U), H, G * U] (the CPU's layout: kernels/cpu/rnn_cell.h).
 // Attributes: hidden_size H, batch, step, panel_units U; with next_slice
-// or xp_blocked, block_rows (rows per piece of the blocked projection).
-// Outputs: h [1, 1, batch, H] and, for the LSTM, c [batch, H].
+// or xp_blocked, block_rows (rows per piece of the blocked projection);
+// with next_slice, next_slices (default 1): the step carries slices
+// next_slice .. next_slice + next_slices - 1.
+// Outputs: h [1, 1, batch, H], for the LSTM c [batch, H], and with
+// next_slice the pieces [next_slices, H / (8 U), block_rows, G * U].
 Status infer_rnn_cell(Node& n) {
   const bool lstm = n.op_type == "TesseraLstmCell";
   const int64_t gates = lstm ? 4 : 3;
@@ -164,7 +167,10 @@ Status infer_rnn_cell(Node& n) {
     return invalid_argument(str_cat("panel_units ", units, " out of range [1, ", kMaxLayoutUnits, "]"));
   const int64_t panels = (h + units - 1) / units;
   const int64_t next = n.attr_int("next_slice", -1), blocked = n.attr_int("xp_blocked", 0);
-  const int64_t block_rows = n.attr_int("block_rows", 0);
+  const int64_t block_rows = n.attr_int("block_rows", 0), slices = n.attr_int("next_slices", 1);
+  if (n.has_attr("next_slices") && (next < 0 || slices < 1 || slices > 2 || next + slices > kCarrySlices))
+    return invalid_argument(str_cat("next_slices ", slices, " with next_slice ", next,
+                                    ": a step carries 1 or 2 slices, ending at slice ", kCarrySlices - 1, " at most"));
   if ((next != -1 || blocked != 0) &&
       (!lstm || b != 1 || h % (kCarrySlices * units) != 0 || next < -1 || next >= kCarrySlices || blocked > 1 ||
        blocked < 0 || block_rows < 1 || block_rows > kMaxLayoutUnits))
@@ -205,7 +211,7 @@ Status infer_rnn_cell(Node& n) {
       if (n.inputs[i]->shape.numel() != h)
         return invalid_argument(str_cat("row ", n.inputs[i]->name, " has shape ", n.inputs[i]->shape.to_string(),
                                         ", expected ", h, " values"));
-    set_output(n, 2, DType::kFloat32, Shape{1, panels / kCarrySlices, block_rows, kw});
+    set_output(n, 2, DType::kFloat32, Shape{slices, panels / kCarrySlices, block_rows, kw});
   } else if (n.inputs.size() > 4) {
     return invalid_argument(str_cat(n.inputs.size(), " inputs without next_slice, expected at most 4"));
   }
@@ -273,8 +279,9 @@ Status infer_rnn_proj(Node& n) {
 double flops_rnn_cell(const Node& n) {
   const Shape& rp = n.inputs[n.op_type == "TesseraLstmCell" ? 3 : 2]->shape;
   const double gemv = 2.0 * static_cast<double>(n.attr_int("batch", 1)) * static_cast<double>(rp.numel());
-  // With next_slice, 8 rows of the next layer's projection over 1/8 of its panels.
-  return n.attr_int("next_slice", -1) >= 0 ? gemv * 2 : gemv;
+  // With next_slice, 8 rows of the next layer's projection over 1/8 of its
+  // panels per slice.
+  return n.attr_int("next_slice", -1) >= 0 ? gemv * static_cast<double>(1 + n.attr_int("next_slices", 1)) : gemv;
 }
 
 double flops_rnn_proj(const Node& n) {

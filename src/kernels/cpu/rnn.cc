@@ -340,33 +340,45 @@ inline void next_tile_part(const float* const* a, const float* wcol, int64_t ldw
 }
 
 // The GEMVs of a group's 4 panels (r4: 4 panels of [k, 64]) into acc4
-// [4][64], with the group's whole tile interleaved: one tile k-step after
-// every 4 GEMV rows, so panel s carries reductions [s k/4, (s+1) k/4).
-// wnext (or null): the same columns of the panel the next step reads,
-// pulled into L2 as the tile goes (kNextTilePrefetchRows).
-// The tile, plus bias, is stored at tout (row stride ldt). Sums in the
-// order panel_gemv and next_tile_part take (bitwise the same).
-template <typename Tick, typename PanelDone>
-inline void group_gemv_with_tile(const float* __restrict r4, const float* __restrict h, int64_t k, float* acc4,
-                                 const float* const* a, const float* wcol, int64_t ldw, const float* bias,
-                                 float* tout, int64_t ldt, Tick tick, PanelDone panel_done,
-                                 const float* wnext) {
+// [4][64], with S tiles interleaved (S = 1 or 2 slices, next_slices):
+// tile s rides on panels s 4/S .. (s+1) 4/S - 1, S tile k-steps after
+// every 4 GEMV rows, so each of its panels carries an equal share of its
+// reductions in order. wcol[s], bias[s], tout[s]: tile s's W columns,
+// bias and output (row stride ldt). wnext (or null): the same columns of
+// the panel the next step reads, pulled into L2 as the tile goes
+// (kNextTilePrefetchRows; one slice only). Sums in the order panel_gemv
+// and next_tile_part take (bitwise the same).
+template <int S, typename Tick, typename PanelDone>
+inline void group_gemv_with_tiles(const float* __restrict r4, const float* __restrict h, int64_t k, float* acc4,
+                                  const float* const* a, const float* const* wcol, int64_t ldw,
+                                  const float* const* bias, float* const* tout, int64_t ldt, Tick tick,
+                                  PanelDone panel_done, const float* wnext) {
+  static_assert(S == 1 || S == 2, "a step carries one or two slices");
+  constexpr int64_t kPanelsPerTile = kNextGroupPanels / S;
 #if defined(__AVX512F__)
   __m512 t[kNextTileRows][2];
   for (int64_t r = 0; r < kNextTileRows; ++r) t[r][0] = t[r][1] = _mm512_setzero_ps();
   // The rows in named pointers: an array of them would stay in memory.
   const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5], *a6 = a[6], *a7 = a[7];
+  const float* w = wcol[0];
   const auto prefetch_w_row = [&](int64_t i) {
-    const char* line = reinterpret_cast<const char*>(wcol + i * ldw);
+    const char* line = reinterpret_cast<const char*>(w + i * ldw);
     _mm_prefetch(line, _MM_HINT_T0);
     _mm_prefetch(line + 64, _MM_HINT_T0);
   };
-  for (int64_t i = 0; i < std::min(k, kNextTilePrefetchRows); ++i) prefetch_w_row(i);
   int64_t kk = 0;
   for (int64_t p = 0; p < kNextGroupPanels; ++p) {
+    const int64_t tile = p / kPanelsPerTile;
+    if (p % kPanelsPerTile == 0) {
+      w = wcol[tile];
+      kk = 0;
+      if (p > 0)
+        for (int64_t r = 0; r < kNextTileRows; ++r) t[r][0] = t[r][1] = _mm512_setzero_ps();
+      for (int64_t i = 0; i < std::min(k, kNextTilePrefetchRows); ++i) prefetch_w_row(i);
+    }
     const float* panel = r4 + p * k * 64;
     __m512 g0 = _mm512_setzero_ps(), g1 = g0, g2 = g0, g3 = g0;
-    for (int64_t i = 0; i < k; i += kNextGroupPanels, ++kk) {
+    for (int64_t i = 0; i < k; i += kNextGroupPanels) {
       // Four GEMV rows, written out: GCC leaves a loop of them rolled.
       const float* row = panel + i * 64;
       __m512 s = _mm512_set1_ps(h[i]);
@@ -389,20 +401,23 @@ inline void group_gemv_with_tile(const float* __restrict r4, const float* __rest
       g1 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 208), g1);
       g2 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 224), g2);
       g3 = _mm512_fmadd_ps(s, _mm512_loadu_ps(row + 240), g3);
-      if (kk + kNextTilePrefetchRows < k) prefetch_w_row(kk + kNextTilePrefetchRows);
-      if (wnext != nullptr) {
-        const char* line = reinterpret_cast<const char*>(wnext + kk * ldw);
-        _mm_prefetch(line, _MM_HINT_T1);
-        _mm_prefetch(line + 64, _MM_HINT_T1);
-      }
       if (i % kGateTickRows == kGateTickRows - kNextGroupPanels) tick();
-      const __m512 b0 = _mm512_loadu_ps(wcol + kk * ldw), b1 = _mm512_loadu_ps(wcol + kk * ldw + 16);
-      const float* rows[kNextTileRows] = {a0, a1, a2, a3, a4, a5, a6, a7};
+#pragma GCC unroll 2
+      for (int step = 0; step < S; ++step, ++kk) {
+        if (kk + kNextTilePrefetchRows < k) prefetch_w_row(kk + kNextTilePrefetchRows);
+        if (wnext != nullptr) {
+          const char* line = reinterpret_cast<const char*>(wnext + kk * ldw);
+          _mm_prefetch(line, _MM_HINT_T1);
+          _mm_prefetch(line + 64, _MM_HINT_T1);
+        }
+        const __m512 b0 = _mm512_loadu_ps(w + kk * ldw), b1 = _mm512_loadu_ps(w + kk * ldw + 16);
+        const float* rows[kNextTileRows] = {a0, a1, a2, a3, a4, a5, a6, a7};
 #pragma GCC unroll 8
-      for (int64_t r = 0; r < kNextTileRows; ++r) {
-        const __m512 x = _mm512_set1_ps(rows[r][kk]);
-        t[r][0] = _mm512_fmadd_ps(x, b0, t[r][0]);
-        t[r][1] = _mm512_fmadd_ps(x, b1, t[r][1]);
+        for (int64_t r = 0; r < kNextTileRows; ++r) {
+          const __m512 x = _mm512_set1_ps(rows[r][kk]);
+          t[r][0] = _mm512_fmadd_ps(x, b0, t[r][0]);
+          t[r][1] = _mm512_fmadd_ps(x, b1, t[r][1]);
+        }
       }
     }
     float* acc = acc4 + p * 64;
@@ -411,21 +426,26 @@ inline void group_gemv_with_tile(const float* __restrict r4, const float* __rest
     _mm512_storeu_ps(acc + 32, g2);
     _mm512_storeu_ps(acc + 48, g3);
     panel_done(p);
-  }
-  const __m512 c0 = _mm512_loadu_ps(bias), c1 = _mm512_loadu_ps(bias + 16);
-  for (int64_t r = 0; r < kNextTileRows; ++r) {
-    _mm512_storeu_ps(tout + r * ldt, _mm512_add_ps(t[r][0], c0));
-    _mm512_storeu_ps(tout + r * ldt + 16, _mm512_add_ps(t[r][1], c1));
+    if (p % kPanelsPerTile == kPanelsPerTile - 1) {
+      const __m512 c0 = _mm512_loadu_ps(bias[tile]), c1 = _mm512_loadu_ps(bias[tile] + 16);
+      float* out = tout[tile];
+      for (int64_t r = 0; r < kNextTileRows; ++r) {
+        _mm512_storeu_ps(out + r * ldt, _mm512_add_ps(t[r][0], c0));
+        _mm512_storeu_ps(out + r * ldt + 16, _mm512_add_ps(t[r][1], c1));
+      }
+    }
   }
 #else
-  float tacc[kNextTileRows][kNextTileCols] = {};
   for (int64_t p = 0; p < kNextGroupPanels; ++p) {
     panel_gemv<64>(r4 + p * k * 64, h, k, acc4 + p * 64, tick);
     panel_done(p);
   }
-  next_tile_part(a, wcol, ldw, 0, k, tacc);
-  for (int64_t r = 0; r < kNextTileRows; ++r)
-    for (int64_t c = 0; c < kNextTileCols; ++c) tout[r * ldt + c] = tacc[r][c] + bias[c];
+  for (int tile = 0; tile < S; ++tile) {
+    float tacc[kNextTileRows][kNextTileCols] = {};
+    next_tile_part(a, wcol[tile], ldw, 0, k, tacc);
+    for (int64_t r = 0; r < kNextTileRows; ++r)
+      for (int64_t c = 0; c < kNextTileCols; ++c) tout[tile][r * ldt + c] = tacc[r][c] + bias[tile][c];
+  }
 #endif
 }
 
@@ -550,7 +570,7 @@ constexpr int64_t kCellGrainPanels = 8;
 class RnnCellOp : public ROp {
  public:
   RnnCellOp(bool lstm, int64_t batch, int64_t hidden, int64_t step, bool has_h, bool has_c, bool has_rb,
-            int64_t next_slice, bool xp_blocked, const KernelParams& p)
+            int64_t next_slice, int64_t next_slices, bool xp_blocked, const KernelParams& p)
       : lstm_(lstm),
         batch_(batch),
         h_(hidden),
@@ -559,6 +579,7 @@ class RnnCellOp : public ROp {
         has_c_(has_c),
         has_rb_(has_rb),
         next_slice_(next_slice),
+        next_slices_(next_slices),
         xp_blocked_(xp_blocked) {
     tasks_ = choose_tasks(rnn_panels(hidden), kCellGrainPanels, p);
     // What crosses vEUs: of xp, the step's row of this task's panels (not
@@ -594,7 +615,6 @@ class RnnCellOp : public ROp {
     for (int64_t b = 0; b < batch_; ++b) {
       const float* hb = hp != nullptr ? hp + b * H : nullptr;
       const float* xb = xp + (step_ * batch_ + b) * rnn_panels(H) * kW;
-      alignas(64) float tacc[kNextTileRows][kNextTileCols];
       // Odd steps walk their panels back to front: the panels the last step
       // read last are still in L2 and are read first (an rTask's part of R
       // is about its core's whole L2; front to back every step, each step
@@ -628,43 +648,45 @@ class RnnCellOp : public ROp {
 #endif
       for (int64_t i = 0, count = 1; i < p1 - p0; i += count) {
         const int64_t first = backward ? p1 - 1 - i : p0 + i;
-        // The next layer's tile of this panel's group, if this task holds
-        // the group's first panel: reductions [s H/4, (s+1) H/4) ride on
-        // slot s's GEMV; a whole group in one call, else panel by panel
-        // (the slots past p1 after the last).
+        // The next layer's tiles of this panel's group (one per slice), if
+        // this task holds the group's first panel: a whole group in one
+        // call, their reductions riding on its GEMVs; else panel by panel,
+        // the tiles computed whole at the group's first panel.
         const int64_t g = first / kNextGroupPanels, slot = first % kNextGroupPanels;
         const bool tile = G == 4 && next_slice_ >= 0 && g * kNextGroupPanels >= p0;
-        const float* wcol = nullptr;
+        const float* wcols[2] = {};
+        const float* bns[2] = {};
+        float* pieces[2] = {};
         const float* arows[kNextTileRows];
-        const float* bn = nullptr;
-        float* piece = nullptr;
         if (tile) {
-          const int64_t q = g / 2 * 8 + next_slice_, c0 = g % 2 * kNextTileCols;
-          wcol = static_cast<const float*>(args.in[4]) + q * H * kW + c0;
-          bn = static_cast<const float*>(args.in[5]) + q * kW + c0;
-          piece = static_cast<float*>(args.out[2]) + (g / 2 * kNextTileRows) * kW + c0;
+          const int64_t c0 = g % 2 * kNextTileCols, piece_floats = rnn_panels(H) / 8 * kNextTileRows * kW;
+          for (int64_t sl = 0; sl < next_slices_; ++sl) {
+            const int64_t q = g / 2 * 8 + next_slice_ + sl;
+            wcols[sl] = static_cast<const float*>(args.in[4]) + q * H * kW + c0;
+            bns[sl] = static_cast<const float*>(args.in[5]) + q * kW + c0;
+            pieces[sl] = static_cast<float*>(args.out[2]) + sl * piece_floats + (g / 2 * kNextTileRows) * kW + c0;
+          }
           for (int64_t r = 0; r < kNextTileRows; ++r) arows[r] = static_cast<const float*>(args.in[6 + r]);
         }
-        const int64_t quarter = H / kNextGroupPanels;
         count = tile && hb != nullptr && slot == 0 && first + kNextGroupPanels <= p1 ? kNextGroupPanels : 1;
         if (count > 1) {
+          const auto done = [&](int64_t j) { take(first + j, accs + j * kW); };
           // The first carried block's steps are steps 8-15 (lower_rnn.cc).
           const bool first_block = step_ < 2 * kRnnBlockRows && next_slice_ + 1 < kCarrySlices;
-          group_gemv_with_tile(rp + first * H * kW, hb, H, accs, arows, wcol, kW, bn, piece, kW, tick,
-                               [&](int64_t j) { take(first + j, accs + j * kW); },
-                               first_block ? wcol + H * kW : nullptr);
+          if (next_slices_ == 2)
+            group_gemv_with_tiles<2>(rp + first * H * kW, hb, H, accs, arows, wcols, kW, bns, pieces, kW, tick, done,
+                                     nullptr);
+          else
+            group_gemv_with_tiles<1>(rp + first * H * kW, hb, H, accs, arows, wcols, kW, bns, pieces, kW, tick, done,
+                                     first_block ? wcols[0] + H * kW : nullptr);
         } else {
           if (hb != nullptr) panel_gemv<kW>(rp + first * H * kW, hb, H, accs, tick);
           else std::fill(accs, accs + kW, 0.f);
-          if (tile) {
-            if (slot == 0) std::fill(&tacc[0][0], &tacc[0][0] + kNextTileRows * kNextTileCols, 0.f);
-            next_tile_part(arows, wcol, kW, slot * quarter, (slot + 1) * quarter, tacc);
-            if (slot == kNextGroupPanels - 1 || first + 1 == p1) {
-              for (int64_t rest = slot + 1; rest < kNextGroupPanels; ++rest)
-                next_tile_part(arows, wcol, kW, rest * quarter, (rest + 1) * quarter, tacc);
-              for (int64_t r = 0; r < kNextTileRows; ++r)
-                for (int64_t c = 0; c < kNextTileCols; ++c) piece[r * kW + c] = tacc[r][c] + bn[c];
-            }
+          for (int64_t sl = 0; tile && slot == 0 && sl < next_slices_; ++sl) {
+            float tacc[kNextTileRows][kNextTileCols] = {};
+            next_tile_part(arows, wcols[sl], kW, 0, H, tacc);
+            for (int64_t r = 0; r < kNextTileRows; ++r)
+              for (int64_t c = 0; c < kNextTileCols; ++c) pieces[sl][r * kW + c] = tacc[r][c] + bns[sl][c];
           }
         }
         if constexpr (kPiped) {
@@ -705,7 +727,8 @@ class RnnCellOp : public ROp {
   bool lstm_;
   int64_t batch_, h_, step_;
   bool has_h_, has_c_, has_rb_;
-  int64_t next_slice_;  // the next layer's projection slice this step computes (-1: none)
+  int64_t next_slice_;   // the next layer's projection slice this step computes (-1: none)
+  int64_t next_slices_;  // how many: slices next_slice_ .. + next_slices_ - 1
   bool xp_blocked_;     // xp in the blocked layout the previous layer's steps write (batch 1)
 };
 
@@ -728,8 +751,8 @@ Result<std::unique_ptr<ROp>> make_rnn_cell(const Node& n, const KernelParams& p)
   return std::unique_ptr<ROp>(new RnnCellOp(lstm, n.attr_int("batch", 1), n.attr_int("hidden_size", 1),
                                             n.attr_int("step", 0), n.input(1) != nullptr,
                                             lstm && n.input(2) != nullptr, !lstm && n.input(3) != nullptr,
-                                            n.attr_int("next_slice", -1), n.attr_int("xp_blocked", 0) != 0,
-                                            p));
+                                            n.attr_int("next_slice", -1), n.attr_int("next_slices", 1),
+                                            n.attr_int("xp_blocked", 0) != 0, p));
 }
 
 // The input projection of a run of steps: [rows, I] x Wp + bias, where
