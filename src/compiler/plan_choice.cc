@@ -353,7 +353,8 @@ class Planner {
   // The program's structure and the compile options that shape its Plan.
   std::string key(int requested) const {
     std::ostringstream k;
-    k << "v2|veus=" << requested << "|tasks=" << o_.tasks_per_op << "|variants=" << vary_
+    // v3: an alone-first record's timeline is the 1-vEU Plan's in-run ratios.
+    k << "v3|veus=" << requested << "|tasks=" << o_.tasks_per_op << "|variants=" << vary_
       << "|profiled=" << (prof_ != nullptr) << "|policy=" << policy_name(o_.schedule.policy);
     const auto preds = step_predecessors(p_);
     for (size_t s = 0; s < p_.steps.size(); ++s) {
@@ -447,6 +448,7 @@ struct Check {
   bool holds = false;    // the other end is not faster by more than kStaleChoice, and the host was not busy
   double median_us = 0;  // the choice's Plan's median in this check, on its vEUs
   double predicted_us = 0;  // with its cached in-run ratios
+  double alone_us = 0;      // an alone-first choice's median alone in this check
 };
 Result<Check> still_holds(Planner& planner, Program& p, const CompileConfig& o, Candidate& chosen,
                           const std::vector<double>& timeline, int n, bool alone_first) {
@@ -479,6 +481,7 @@ Result<Check> still_holds(Planner& planner, Program& p, const CompileConfig& o, 
     c.holds = !contended && (m.size() == 1 || m[0] <= kStaleChoice * m[1]) &&
               (m.size() < 3 || m[2] > kStaleChoice * m[0]);
   c.median_us = m[0];
+  if (alone_first && m.size() == 3) c.alone_us = m[2];
   TESSERA_ASSIGN_OR_RETURN(c.predicted_us, planner.predict(chosen, timeline));
   return c;
 }
@@ -507,10 +510,15 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
     if (record_parse(*text, p.steps.size(), &r) && r.veus <= n) {
       TESSERA_ASSIGN_OR_RETURN(
           Candidate c, planner.build(r.veus, r.policy, r.round == 2 ? &r.build : nullptr, true, r.round == 3));
+      // An alone-first choice's timeline is its rTasks as they ran on one
+      // thread (step 5): checked by its runs alone, which a host holding
+      // the vEUs back does not slow, never traced again on its vEUs.
       TESSERA_ASSIGN_OR_RETURN(Check check, still_holds(planner, p, o, c, r.timeline, n, r.alone_first));
       auto off = [&](double predicted) { return std::abs(predicted / check.median_us - 1); };
-      double error = off(check.predicted_us);
-      if (check.holds && error > kTimelineSlack) {
+      double error = r.alone_first && check.alone_us > 0
+                         ? std::abs(planner.alone_us(c, r.alone) / check.alone_us - 1)
+                         : off(check.predicted_us);
+      if (!r.alone_first && check.holds && error > kTimelineSlack) {
         // The same Plan on a host running faster or slower than when it
         // was chosen: its timeline traced again, kept where it predicts
         // this median better.
@@ -637,10 +645,15 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
     }
   }
   // 5. The winner's own in-run costs, for its predicted timeline; traced
-  // again if that prediction misses its median (on its vEUs).
+  // again if that prediction misses its median (on its vEUs). A Plan
+  // starting alone was timed while the host held its vEUs back: traced on
+  // them, it would predict that moment (char-LM: 0.051 ms, where it runs
+  // 0.029 once they run at once). Its timeline is its rTasks as they ran
+  // on one thread instead, placed as on its vEUs.
   Candidate& w = cands[chosen];
   const double plan_us = medians[chosen];
-  for (int attempt = 0;; ++attempt) {
+  if (r.alone_first) r.timeline = r.alone;
+  for (int attempt = 0; !r.alone_first; ++attempt) {
     TESSERA_ASSIGN_OR_RETURN(auto traced, trace_timeline(planner, p, o, w, &contended));
     r.timeline = std::move(traced.first);
     if (std::abs(traced.second / plan_us - 1) <= kPredictionSlack) break;
