@@ -78,9 +78,10 @@ AVX2_FLOORS = "docs/notes/2026-11-27-an-avx2-host.md, section \"Floors on this h
 FLOORS = {
     "lstm_tc": "docs/notes/2026-11-24-kernels-fusion-plans.md, section \"Lowering recurrent layers\", "
                "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\", " + AVX2_FLOORS + ", "
-               "docs/notes/2026-11-29-lstm-gates-and-turns.md, section \"Where a layer of LSTM-TC goes\", and "
+               "docs/notes/2026-11-29-lstm-gates-and-turns.md, section \"Where a layer of LSTM-TC goes\", "
                "docs/notes/2026-11-29-choices-that-outlive-their-moment.md, section \"LSTM-TC's carrying steps: "
-               "the floor\" (AVX-512, Zen 4)",
+               "the floor\", and docs/notes/2026-11-29-lstm-layer-boundaries.md, section \"Where a layer's "
+               "boundary goes\" (AVX-512, Zen 4)",
     "nasnet_like": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\" (AMD EPYC), "
                    "docs/notes/2026-11-26-an-intel-host.md, \"NASNet-like on this host\" (Intel Xeon), and "
                    "docs/notes/2026-11-28-packed-weights-and-slow-states.md, section \"Bench runs 23 and 24\" (AVX2)",
