@@ -320,8 +320,8 @@ constexpr int64_t kNextTileCols = 32;
 // A step of the first carried block (steps 8-15, which read the next
 // layer's W from memory, each one panel) also pulls the panel the next
 // step reads into L2, a row's two lines per tile k-step: a whole step
-// ahead instead of 16 rows, the memory latency is covered (steps 9-15
-// of LSTM-TC: 10.5-11 us each -> 8.2-9.5). Later blocks find W in L3,
+// ahead instead of 16 rows, the memory latency is covered (LSTM-TC's
+// steps 8-15: 10.0-11.6 us each -> 7.9-9.4). Later blocks find W in L3,
 // where the same requests cost their steps more than they saved.
 // Into L2 (T1): requested into L1, they saved little.
 static_assert(kNextTileCols * sizeof(float) == 128, "a tile row is two cache lines");
@@ -354,8 +354,8 @@ inline void group_gemv_with_tiles(const float* __restrict r4, const float* __res
                                   const float* const* bias, float* const* tout, int64_t ldt, Tick tick,
                                   PanelDone panel_done, const float* wnext) {
   static_assert(S == 1 || S == 2, "a step carries one or two slices");
-  constexpr int64_t kPanelsPerTile = kNextGroupPanels / S;
 #if defined(__AVX512F__)
+  constexpr int64_t kPanelsPerTile = kNextGroupPanels / S;
   __m512 t[kNextTileRows][2];
   for (int64_t r = 0; r < kNextTileRows; ++r) t[r][0] = t[r][1] = _mm512_setzero_ps();
   // The rows in named pointers: an array of them would stay in memory.
