@@ -398,10 +398,13 @@ int run_main(int argc, char** argv) {
     how = cat("plan (", policy_name(plan->policy), ", predicted ", std::round(plan->predicted_us) / 1000, " ms");
     if (plan->requested_veus > plan->veus)
       how += cat("; ", plan->veus, " of ", plan->requested_veus, " vEUs: fastest when the candidates were timed");
-    if (plan->alone_first)
+    if (plan->alone_first && so.adapt)
       how += cat("; runs start on one thread (predicted ", std::round(plan->alone_predicted_us) / 1000,
                  " ms), as fast as the 1-vEU Plan when the candidates were timed, and move to the ", plan->veus,
                  " vEUs once a probe finds them faster");
+    else if (plan->alone_first)
+      how += cat("; every run on one thread (predicted ", std::round(plan->alone_predicted_us) / 1000,
+                 " ms), as fast as the 1-vEU Plan when the candidates were timed (--no-adapt)");
     how += ")";
   }
   if (null_device)
@@ -410,8 +413,9 @@ int run_main(int argc, char** argv) {
   say("executor ", how, null_device ? " on the null device" : "", ", ", session.veus(), " thread(s); latency over ",
       *iters, " runs: median ", cat(std::round(lmed * 1000) / 1000), " ms (min ", cat(std::round(lmin * 1000) / 1000),
       ", p90 ", cat(std::round(lp90 * 1000) / 1000), ", max ", cat(std::round(lmax * 1000) / 1000), ")");
-  {
-    // How the runs adapted to the host (--no-adapt: none did).
+  if (so.adapt) {
+    // How the runs adapted to the host (--no-adapt: none did; a Plan that
+    // starts alone then runs alone, as `how` says).
     int64_t alone = 0, exchanged = 0, taken = 0, taking = 0;
     for (const RunBreakdown& r : runs) {
       alone += r.alone;
