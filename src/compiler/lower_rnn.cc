@@ -93,7 +93,7 @@ int64_t carried_rows(int64_t seq) { return (single_blocks(seq) + (double_block(s
 
 // Whether `below`'s steps can carry the projection of the LSTM layer
 // above it (hidden_size `hidden`, input `input`, batch `batch`): see
-// RnnCellOp in kernels/cpu/rnn.cc, next_slice.
+// RnnCellOp in kernels/cpu/rnn_cell.cc, next_slice.
 bool can_carry(const LoweredLayer& below, bool lstm, int64_t hidden, int64_t input, int64_t batch, int64_t seq) {
   return lstm && below.lstm && batch == 1 && below.batch == 1 && below.hidden == hidden && input == hidden &&
          hidden % kRnnCarryHidden == 0 && carried_rows(seq) > 0;
