@@ -41,9 +41,13 @@ std::vector<float> run_node(const Node& n, int64_t tasks, std::vector<const void
   auto op = k->make(n, KernelParams{tasks});
   EXPECT_TRUE(op.ok()) << op.status().to_string();
   std::vector<float> out(static_cast<size_t>(n.outputs[0]->shape.numel()), std::numeric_limits<float>::quiet_NaN());
-  std::vector<float> scratch((*op)->scratch_bytes() / sizeof(float) + 64);
+  // Scratch past what the op asked for holds a canary it must not touch.
+  const size_t asked = (*op)->scratch_bytes() / sizeof(float);
+  std::vector<float> scratch(asked + 64, -7.f);
   void* outs[] = {out.data()};
   for (int64_t t = 0; t < (*op)->tasks(); ++t) (*op)->run(t, TaskArgs{ins.data(), outs, scratch.data()});
+  for (size_t i = asked; i < scratch.size(); ++i)
+    EXPECT_EQ(scratch[i], -7.f) << k->name << " wrote past its scratch of " << asked << " floats";
   return out;
 }
 
@@ -164,16 +168,23 @@ TEST_F(Nn, BlockedConvMatchesNchw) {
     Tensor want_t(DType::kFloat32, nchw->outputs[0]->shape);
     std::memcpy(want_t.raw(), want.data(), want.size() * sizeof(float));
     const Tensor want_b = blocked_ref(want_t);
-    for (int64_t tasks : {1, 3, 7, 0}) {
-      const std::vector<float> got =
-          run_node(*blk, tasks, {xb.raw(), w.raw(), cs.bias ? b.raw() : nullptr, cs.residual ? rb.raw() : nullptr});
-      ASSERT_EQ(got.size(), static_cast<size_t>(want_b.numel()));
-      for (size_t i = 0; i < got.size(); ++i) {
-        const float e = want_b.data<float>()[i];
-        if (exact) ASSERT_EQ(got[i], e) << "NCHW path " << path << ", " << tasks << " rTasks, element " << i;
-        else ASSERT_NEAR(got[i], e, 1e-4f * (1.f + std::fabs(e))) << "NCHW path " << path << ", element " << i;
+    // Every rKernel that takes the node: conv.blocked, and for the
+    // depthwise convs conv.blocked_padded too, with the same bits.
+    const std::vector<const RKernel*> ks = kernels_for(cpu_kernels(), *blk);
+    ASSERT_EQ(ks.size(), group == cs.c && cs.m == cs.c && cs.k > 1 ? 2u : 1u);
+    for (const RKernel* kb : ks)
+      for (int64_t tasks : {1, 3, 7, 0}) {
+        const std::vector<float> got = run_node(
+            *blk, tasks, {xb.raw(), w.raw(), cs.bias ? b.raw() : nullptr, cs.residual ? rb.raw() : nullptr}, kb);
+        ASSERT_EQ(got.size(), static_cast<size_t>(want_b.numel()));
+        for (size_t i = 0; i < got.size(); ++i) {
+          const float e = want_b.data<float>()[i];
+          if (exact)
+            ASSERT_EQ(got[i], e) << kb->name << " against NCHW path " << path << ", " << tasks << " rTasks, element "
+                                 << i;
+          else ASSERT_NEAR(got[i], e, 1e-4f * (1.f + std::fabs(e))) << "NCHW path " << path << ", element " << i;
+        }
       }
-    }
   }
 }
 

@@ -387,6 +387,50 @@ class Depthwise8 {
     for (int64_t oy = r0; oy < r1; ++oy) row(x, row0, wq, bv, y + (oy - r0) * c_.ow * kB, oy);
   }
 
+  // The padded width and the padded rows of `out_rows` output rows.
+  int64_t padded_w() const { return (c_.ow - 1) * c_.sw + c_.kw; }
+  int64_t padded_h(int64_t out_rows) const { return (out_rows - 1) * c_.sh + c_.kh; }
+
+  // As rows(), x the whole input plane, through a zero-padded copy of the
+  // input rows [r0, r1) read, in `pad` (padded_h(r1 - r0) x padded_w()
+  // vectors): every output pixel then has every tap inside, and runs 8
+  // pixels at a time, row ends included (on a 7 x 7 plane, 4 columns of 7
+  // are within 2 of an edge: one pixel at a time, each a chain of
+  // dependent FMAs). The same FMAs in the same order: the same bits.
+  void padded_rows(const float* x, int64_t blk, const float* bias, float* y, int64_t r0, int64_t r1,
+                   float* pad) const {
+    const __m256 bv = bias != nullptr ? _mm256_loadu_ps(bias + blk * kB) : _mm256_setzero_ps();
+    const float* wq = wpack_.data() + blk * taps_ * kB;
+    const int64_t wp = padded_w(), hp = padded_h(r1 - r0), iy0 = r0 * c_.sh - c_.ph;
+    const int64_t cols = std::clamp<int64_t>(wp - c_.pw, 0, c_.iw);
+    for (int64_t r = 0; r < hp; ++r) {
+      float* d = pad + r * wp * kB;
+      const int64_t iy = iy0 + r;
+      if (iy < 0 || iy >= c_.ih || cols == 0) {
+        std::fill(d, d + wp * kB, 0.f);
+        continue;
+      }
+      std::fill(d, d + c_.pw * kB, 0.f);
+      std::memcpy(d + c_.pw * kB, x + iy * c_.iw * kB, static_cast<size_t>(cols * kB) * sizeof(float));
+      std::fill(d + (c_.pw + cols) * kB, d + wp * kB, 0.f);
+    }
+    const int64_t n = (r1 - r0) * c_.ow;
+    int64_t i = 0, oy = 0, ox = 0;  // the next pixel, its row (from r0) and column
+    const auto group = [&]<int T>() {
+      const float* base[T];
+      for (int t = 0; t < T; ++t) {
+        base[t] = pad + (oy * c_.sh * wp + ox * c_.sw) * kB;
+        if (++ox == c_.ow) ox = 0, ++oy;
+      }
+      gathered<T>(base, wp, wq, bv, y + i * kB);
+      i += T;
+    };
+    while (i + kTile <= n) group.template operator()<kTile>();
+    if (i + 4 <= n) group.template operator()<4>();
+    if (i + 2 <= n) group.template operator()<2>();
+    if (i < n) group.template operator()<1>();
+  }
+
  private:
   static constexpr int kTile = 8;  // output pixels in registers
 
@@ -457,6 +501,24 @@ class Depthwise8 {
     for (int i = 0; i < T; ++i) _mm256_storeu_ps(yr + (ox + i) * kB, fused_ ? clamp_(acc[i]) : acc[i]);
   }
 
+  // T output pixels, pixel t's window at base[t] in padded rows of wp
+  // vectors, into y (consecutive).
+  template <int T>
+  void gathered(const float* const* base, int64_t wp, const float* wq, __m256 bv, float* y) const {
+    __m256 acc[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) acc[t] = bv;
+    for (int64_t ky = 0; ky < c_.kh; ++ky)
+      for (int64_t kx = 0; kx < c_.kw; ++kx) {
+        const __m256 wv = _mm256_loadu_ps(wq + (ky * c_.kw + kx) * kB);
+        const int64_t off = (ky * wp + kx) * kB;
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(_mm256_loadu_ps(base[t] + off), wv, acc[t]);
+      }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * kB, fused_ ? clamp_(acc[t]) : acc[t]);
+  }
+
   // Output pixels [ox, ox + T) of row oy; kInside: every tap column lies
   // inside the row (rows are checked per tap row either way).
   template <int T, bool kInside>
@@ -494,8 +556,10 @@ class Depthwise8 {
 
 class BlockedDepthwiseOp : public ROp {
  public:
-  BlockedDepthwiseOp(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi, const KernelParams& p)
-      : c_(c), has_bias_(has_bias), epi_(epi), dw_(c, w, epi) {
+  // padded: through zero-padded rows in scratch (conv.blocked_padded).
+  BlockedDepthwiseOp(const Conv2d& c, const float* w, bool has_bias, const Epilogue& epi, bool padded,
+                     const KernelParams& p)
+      : c_(c), has_bias_(has_bias), epi_(epi), dw_(c, w, epi), padded_(padded) {
     cb_ = c.cout / kB;
     const int64_t planes = c.batch * cb_;
     const PlaneRows t =
@@ -503,8 +567,10 @@ class BlockedDepthwiseOp : public ROp {
     pl_ = t.planes, rb_ = t.rows;
     tasks_ = pl_ * rb_;
     set_access({t.access(), Access::kWhole, Access::kWhole, t.access()}, t.access());
+    if (padded_)
+      scratch_bytes_ = static_cast<size_t>(dw_.padded_h((c.oh + rb_ - 1) / rb_) * dw_.padded_w() * kB) * sizeof(float);
   }
-  std::string_view path() const override { return "blocked depthwise"; }
+  std::string_view path() const override { return padded_ ? "blocked depthwise padded" : "blocked depthwise"; }
   std::vector<std::span<const std::byte>> resident() const override { return {resident_bytes(dw_.weights())}; }
 
   void run(int64_t task, const TaskArgs& args) const override {
@@ -517,7 +583,11 @@ class BlockedDepthwiseOp : public ROp {
     float* y = static_cast<float*>(args.out[0]);
     const int64_t ipl = c_.ih * c_.iw * kB, opl = c_.oh * c_.ow * kB;
     for (int64_t q = q0; q < q1; ++q) {
-      dw_.rows(x + q * ipl, 0, q % cb_, bias, y + q * opl + r0 * c_.ow * kB, r0, r1);
+      if (padded_)
+        dw_.padded_rows(x + q * ipl, q % cb_, bias, y + q * opl + r0 * c_.ow * kB, r0, r1,
+                        static_cast<float*>(args.scratch));
+      else
+        dw_.rows(x + q * ipl, 0, q % cb_, bias, y + q * opl + r0 * c_.ow * kB, r0, r1);
       if (!epi_.empty() && !dw_.fused()) {
         const int64_t off = q * opl + r0 * c_.ow * kB;
         epi_.apply(y + off, epi_.residual ? static_cast<const float*>(args.in[3]) + off : nullptr,
@@ -531,6 +601,7 @@ class BlockedDepthwiseOp : public ROp {
   bool has_bias_;
   Epilogue epi_;
   Depthwise8 dw_;
+  bool padded_;              // through zero-padded rows in scratch (Depthwise8::padded_rows)
   int64_t cb_ = 1;
   int64_t pl_ = 1, rb_ = 1;  // rTasks: ranges of planes x ranges of rows
 };
@@ -712,24 +783,48 @@ Result<std::unique_ptr<ROp>> make_relayout(const Node& n, const KernelParams& p)
   return std::unique_ptr<ROp>(new RelayoutOp(to, s[0], s[1], s[2] * s[3], p));
 }
 
-Result<std::unique_ptr<ROp>> make_blocked_conv(const Node& n, const KernelParams& p) {
+// A blocked conv node's geometry (in NCHW terms).
+Result<Conv2d> blocked_conv2d(const Node& n) {
   const Shape& xb = n.inputs[0]->shape;
   const Shape& w = n.inputs[1]->shape;
   if (xb[4] != kB) return invalid_argument(str_cat(n.label(), ": the cpu rKernel takes blocks of ", kB, " channels"));
-  const Value* wv = n.inputs[1];
-  if (!wv->is_constant() || wv->dtype != DType::kFloat32)
-    return invalid_argument(str_cat(n.label(), ": the blocked conv takes constant float32 weights"));
   const Shape x{xb[0], xb[1] * kB, xb[2], xb[3]};
   TESSERA_ASSIGN_OR_RETURN(WindowGeometry g, window_geometry(n, x, {w[2], w[3]}));
   auto c = conv2d_from(g, x, w[0], n.attr_int("group", 1));
   if (!c.ok()) return c.status().with_context(n.label());
+  return *c;
+}
+bool is_depthwise(const Conv2d& c) { return c.group == c.cin && c.cout == c.cin && c.group > 1; }
+
+// A whole padded plane above this stays on the unpadded path: its scratch
+// would pass the L2, and a wide plane's edge columns are few.
+constexpr int64_t kMaxPaddedPlaneBytes = 256 << 10;
+
+bool fits_blocked_padded(const Node& n) {
+  const Result<Conv2d> c = blocked_conv2d(n);
+  if (!c.ok() || !is_depthwise(*c)) return false;
+  const int64_t wp = (c->ow - 1) * c->sw + c->kw, hp = (c->oh - 1) * c->sh + c->kh;
+  return wp * hp * kB * static_cast<int64_t>(sizeof(float)) <= kMaxPaddedPlaneBytes;
+}
+
+Result<std::unique_ptr<ROp>> make_blocked(const Node& n, const KernelParams& p, bool padded) {
+  TESSERA_ASSIGN_OR_RETURN(Conv2d c, blocked_conv2d(n));
+  const Value* wv = n.inputs[1];
+  if (!wv->is_constant() || wv->dtype != DType::kFloat32)
+    return invalid_argument(str_cat(n.label(), ": the blocked conv takes constant float32 weights"));
+  if (padded && !fits_blocked_padded(n))
+    return invalid_argument(str_cat(n.label(), ": conv.blocked_padded takes depthwise convs whose padded plane is ",
+                                    kMaxPaddedPlaneBytes >> 10, " KB or less"));
   TESSERA_ASSIGN_OR_RETURN(Epilogue epi, Epilogue::from_node(n));
   const float* wd = wv->constant->data<float>();
   const bool bias = n.input(2) != nullptr;
-  if (c->group == 1) return std::unique_ptr<ROp>(new BlockedPointwiseOp(*c, wd, bias, epi, p));
-  if (c->group == c->cin && c->cout == c->cin)
-    return std::unique_ptr<ROp>(new BlockedDepthwiseOp(*c, wd, bias, epi, p));
-  return std::unique_ptr<ROp>(new BlockedGroupedOp(*c, wd, bias, epi, p));
+  if (c.group == 1) return std::unique_ptr<ROp>(new BlockedPointwiseOp(c, wd, bias, epi, p));
+  if (is_depthwise(c)) return std::unique_ptr<ROp>(new BlockedDepthwiseOp(c, wd, bias, epi, padded, p));
+  return std::unique_ptr<ROp>(new BlockedGroupedOp(c, wd, bias, epi, p));
+}
+Result<std::unique_ptr<ROp>> make_blocked_conv(const Node& n, const KernelParams& p) { return make_blocked(n, p, false); }
+Result<std::unique_ptr<ROp>> make_blocked_padded(const Node& n, const KernelParams& p) {
+  return make_blocked(n, p, true);
 }
 
 const RKernel kKernels[] = {
@@ -739,6 +834,10 @@ const RKernel kKernels[] = {
      make_relayout},
     {"TesseraBlockedConv", "conv.blocked", "1x1, depthwise or grouped conv on blocks of 8 channels, its epilogue fused",
      make_blocked_conv},
+    // Chosen by measurement (compiler/variants.h) where it beats the above.
+    {"TesseraBlockedConv", "conv.blocked_padded",
+     "depthwise conv on blocks of 8 channels through zero-padded planes: 8 pixels at a time, edges included",
+     make_blocked_padded, fits_blocked_padded},
 };
 #endif  // TESSERA_BLOCKED
 
