@@ -611,21 +611,37 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
                              time_interleaved(planner, p, o, all, kTimingRounds, runs, &contended, &stalled));
     for (size_t i = 0; i < cands.size(); ++i) medians[i] = std::min(medians[i], again[i]);
   }
-  // 4b. The 1-vEU Plan won: the fastest wider Plan's rTasks on one thread
+  // 4b. The 1-vEU Plan won: a wider Plan's rTasks on one thread
   // are timed against it. Where they run as fast (within kStaleChoice),
   // the wider Plan is kept and its runs start alone: the run-mode chooser
   // tries its vEUs now and then, so a choice timed while the host held
   // them back (ran them in turns, or on one core) does not keep one vEU
   // for the rest of the process once the host lets them run at once.
+  // Which wider Plan: the one predicted fastest on its vEUs with its
+  // rTasks' costs as they ran on one thread (the timeline it is kept
+  // with), not the fastest while the host held them back: such a moment
+  // favours the Plan that waits least, which can run far slower once the
+  // vEUs run at once (a Transformer encoder: 67 us on its vEUs, where the
+  // Plan predicted fastest ran 45-53).
   ChoiceRecord r;
   r.measured_us = medians[best];
   size_t chosen = best;
   if (cands[best].veus == 1) {
+    // Its ratios for the 1-vEU Plan's in-run costs: a round-2 Plan's costs
+    // carry its own in-run ratios, taken out.
+    const auto alone_ratios = [&](const Candidate& c) {
+      std::vector<double> a = ratios[1];
+      if (c.round == 2)
+        for (size_t s = 0; s < a.size(); ++s) a[s] = std::clamp(a[s] / ratios[c.veus][s], kMinRatio, kMaxRatio);
+      return a;
+    };
     size_t wide = cands.size();
-    for (size_t i = 0; i < cands.size(); ++i)
-      if (cands[i].veus > 1 && !plan_one_thread_order(cands[i].plan).empty() &&
-          (wide == cands.size() || medians[i] < medians[wide]))
-        wide = i;
+    double wide_us = 0;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      if (cands[i].veus == 1 || plan_one_thread_order(cands[i].plan).empty()) continue;
+      TESSERA_ASSIGN_OR_RETURN(double us, planner.predict(cands[i], alone_ratios(cands[i])));
+      if (wide == cands.size() || us < wide_us) wide = i, wide_us = us;
+    }
     if (wide < cands.size()) {
       TESSERA_ASSIGN_OR_RETURN(
           std::vector<double> m,
@@ -637,10 +653,7 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
         r.measured_us = m[1];
         // Its scheduled costs carry the in-run ratios it was built with
         // (round 2): taken out, the 1-vEU Plan's put in.
-        r.alone = ratios[1];
-        if (cands[wide].round == 2)
-          for (size_t s = 0; s < r.alone.size(); ++s)
-            r.alone[s] = std::clamp(r.alone[s] / ratios[cands[wide].veus][s], kMinRatio, kMaxRatio);
+        r.alone = alone_ratios(cands[wide]);
       }
     }
   }

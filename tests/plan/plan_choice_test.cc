@@ -29,11 +29,17 @@ namespace fs = std::filesystem;
 // timeline; a run alone, its rTasks' costs added up, times `task_factor`
 // and `alone_factor`. The first `stalls` timed calls of Plans on more than
 // one vEU are stalled (every run), and `stall_slow` times slower: a host
-// that ran the vEUs in turns for a moment. Counts its calls.
+// that ran the vEUs in turns for a moment. Where `slow` holds a Plan's
+// vEUs, every third step (index % 3 == 0) also takes `uneven` times as
+// long, and a timed run `held_wait_us` more per wait of the Plan (vEUs
+// taking turns pay a slice at a wait): a moment that slows some ops more
+// than others, and Plans that wait more. Counts its calls.
 struct FakeRunner {
   double task_factor = 1;
   double alone_factor = 1;
   std::map<int, double> slow;
+  double uneven = 1;
+  double held_wait_us = 0;
   bool contended = false;
   int stalls = 0;
   double stall_slow = 1;
@@ -64,9 +70,12 @@ struct FakeRunner {
       }
       std::vector<double> cost = analytic_task_costs(p);
       for (double& c : cost) c *= task_factor * s;
+      if (slow.count(p.plan->veus))
+        for (size_t i = 0; i < cost.size(); i += 3) cost[i] *= uneven;
       Plan truth = *p.plan;
       TESSERA_RETURN_IF_ERROR(plan_repredict(p, cost, nullptr, &truth));
       PlanTiming t;
+      if (!trace && slow.count(p.plan->veus)) truth.predicted_us += held_wait_us * static_cast<double>(p.plan->waits);
       t.run_us.assign(static_cast<size_t>(runs), truth.predicted_us);
       if (!trace) timed_batches.emplace_back(runs, truth.predicted_us);
       if (trace)
@@ -263,6 +272,44 @@ TEST_F(PlanChoice, AWiderPlanAsFastAloneIsKeptStartingAlone) {
   EXPECT_EQ((*freed)->plan->veus, 2);
   EXPECT_FALSE((*freed)->plan->alone_first) << "measured again: the Plan runs on its vEUs from the start";
   EXPECT_LT((*freed)->plan->measured_us, 0.9 * measured_for(*(*freed)->plan, 1));
+}
+
+// The host held 2 vEUs back, slowed some ops more than others and made
+// every wait dear: the Plan built for that moment's in-run costs ran
+// fastest of the 2-vEU Plans then. The one kept to start alone is the 2-vEU Plan predicted
+// fastest with the rTasks' costs as they ran on one thread: the Plan built
+// from the profile alone, as without measuring.
+TEST_F(PlanChoice, TheWiderPlanKeptStartingAloneIsNotTheHeldBackMomentsFastest) {
+  FakeRunner fake;
+  fake.slow = {{2, 3.0}};
+  fake.uneven = 6;
+  fake.held_wait_us = 200;
+  auto p = compile(fake);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  const Plan& plan = *(*p)->plan;
+  ASSERT_TRUE(plan.alone_first);
+  // Two 2-vEU Plans were timed: the one the moment's in-run costs built
+  // ran faster held back.
+  double held_fastest = 1e300, held_slowest = 0;
+  int wide = 0;
+  for (const Plan::Candidate& c : plan.candidates)
+    if (c.veus == 2) {
+      ++wide;
+      held_fastest = std::min(held_fastest, c.measured_us);
+      held_slowest = std::max(held_slowest, c.measured_us);
+    }
+  ASSERT_EQ(wide, 2);
+  ASSERT_LT(held_fastest, 0.95 * held_slowest);
+  CompileConfig co;
+  co.build_plan = true;
+  co.schedule.veus = 2;
+  co.profile = false;
+  co.profile_options.cache_dir = dir_;
+  std::map<std::string, Tensor> inputs;
+  auto unmeasured = testing_util::compile_zoo("nasnet_like", co, &inputs);
+  ASSERT_TRUE(unmeasured.ok()) << unmeasured.status().to_string();
+  EXPECT_NEAR(plan.predicted_us, (*unmeasured)->plan->predicted_us, 1e-6 * plan.predicted_us)
+      << "kept: the Plan predicted fastest on its vEUs, not the one that ran fastest held back";
 }
 
 // A cached 1-vEU choice is checked against the 2-vEU Plan on its vEUs and
