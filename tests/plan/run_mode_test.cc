@@ -393,6 +393,41 @@ TEST(RunModeChooser, ComesBackToThePlanWhenTheHostDoes) {
   EXPECT_EQ(m.find('A', back), std::string::npos) << m;
 }
 
+// Alone kept, its probes of the Plan losing: the backoff grows to
+// hundreds of runs. Runs then come seconds apart (a process serving now
+// and then, or a benchmark running other systems in between): the next
+// probe comes kMaxProbeGapNs after the last, not hundreds of runs later,
+// and the Plan, faster again, takes over. Without run times the backoff is
+// counted in runs alone.
+TEST(RunModeChooser, ProbesAfterAWhileHoweverLongTheBackoff) {
+  for (const bool timed : {true, false}) {
+    RunModeChooser c({10, 10}, 100, false, true);  // starts alone
+    int64_t now = 1;
+    std::string m;
+    const auto run = [&](double plan_us, double alone_us, int64_t gap_ns) {
+      now += gap_ns;
+      const bool alone = c.alone();
+      m += alone ? 'A' : 'P';
+      if (alone) c.record(alone_us, {}, false, timed ? now : 0);
+      else c.record(plan_us, std::vector<double>{10, 10}, false, timed ? now : 0);
+    };
+    for (int i = 0; i < 2000; ++i) run(300, 100, 1000 * 1000);  // 1 ms apart, the Plan slower
+    const size_t last = m.rfind('P');
+    ASSERT_NE(last, std::string::npos) << m;
+    const size_t first = m.find('P');
+    ASSERT_GT(last - first, 1000u) << "probes backed off to long gaps: " << m;
+    m.clear();
+    for (int i = 0; i < 64; ++i) run(60, 100, 2 * RunModeChooser::kMaxProbeGapNs / 5);  // 2 s apart, the Plan faster
+    if (timed) {
+      EXPECT_NE(m.find('P'), std::string::npos) << m;
+      EXPECT_LE(m.find('P'), static_cast<size_t>(RunModeChooser::kProbeBackoff) + 1) << m;
+      EXPECT_EQ(m.substr(m.size() - 16), std::string(16, 'P')) << "the Plan took over: " << m;
+    } else {
+      EXPECT_EQ(m.find('P'), std::string::npos) << "counted in runs, the backoff has not passed: " << m;
+    }
+  }
+}
+
 // In `ways`, the probes (runs of `probe` `mark`s): at least `at_least` of
 // them, each gap between them longer than the one before until the gaps
 // reach `max_backoff`, and none longer than that plus a probe.

@@ -156,14 +156,15 @@ class PlanExecutor : public StepExecutor {
     const int64_t t0 = now_ns();
     if (alone_) device_.run_alone(order_, a.steps, always_alone_ ? always_alone_veu_ : chooser_->alone_veu());
     else device_.run(*p.plan, a.steps, exchanged_, &balance_);
-    const double us = static_cast<double>(now_ns() - t0) / 1e3;
+    const int64_t t1 = now_ns();
+    const double us = static_cast<double>(t1 - t0) / 1e3;
     if (alone_) {
-      chooser_->record(us, {});
+      chooser_->record(us, {}, false, t1);
       return;
     }
     const std::vector<int64_t>& w = device_.wait_ns();
     for (size_t u = 0; u < waits_us_.size(); ++u) waits_us_[u] = static_cast<double>(w[u]) / 1e3;
-    chooser_->record(us, waits_us_, exchanged_);
+    chooser_->record(us, waits_us_, exchanged_, t1);
     if (exchange_) exchange_->record(us, waits_us_);
   }
   CpuVDevice* vdevice() override { return &device_; }

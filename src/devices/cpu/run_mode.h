@@ -26,9 +26,11 @@
 //           kAloneProbe runs go alone;
 //   probe   if their mean beats the mean of the last kWindow plan runs by
 //           5 %, runs go alone; else back to the Plan, and the next probe
-//           waits twice as long (up to kMaxBackoff runs); a first run
+//           waits twice as long (up to kMaxBackoff runs, and at most
+//           kMaxProbeGapNs of time); a first run
 //           alone kHopeless slower than that mean ends the probe at once;
-//   alone   every backoff runs (doubling while alone keeps winning), the
+//   alone   every backoff runs (doubling while alone keeps winning, but
+//           never more than kMaxProbeGapNs apart), the
 //           Plan runs kPlanProbe times and is kept if the mean of all but
 //           its first kPlanProbeWarmup (the other vEUs' threads waking from
 //           their park, their caches cold) beats the last kWindow alone
@@ -185,6 +187,12 @@ class RunModeChooser {
   // ends it (margin for a first run that also brings the other list's
   // data into this core's caches).
   static constexpr double kHopeless = 1.3;
+  // However far the backoff has grown, the other mode is probed again
+  // once this long has passed since the last probe (and kProbeBackoff
+  // runs): a backoff counted in runs lasts minutes where runs are sparse,
+  // long after the host state it backed off from (a slow state lasts
+  // 10-40 s on the hosts measured).
+  static constexpr int64_t kMaxProbeGapNs = int64_t{5} * 1000 * 1000 * 1000;
 
   // `predicted_wait_us[u]`: how long vEU u waits within its list in the
   // predicted timeline; `predicted_us`: its makespan. `any_pu`: a run
@@ -208,9 +216,11 @@ class RunModeChooser {
 
   // A finished run: its time and each vEU's waits (a run alone: empty).
   // `exchanged`: a 2-vEU Plan's lists ran on each other's PUs (list u's
-  // waits at u, on PU 1 - u).
-  void record(double run_us, std::span<const double> wait_us, bool exchanged = false) {
+  // waits at u, on PU 1 - u). `end_ns`: when it ended (a steady clock;
+  // 0: unknown, the backoff counted in runs only).
+  void record(double run_us, std::span<const double> wait_us, bool exchanged = false, int64_t end_ns = 0) {
     ++w_.since_probe;
+    if (last_probe_ns_ == 0) last_probe_ns_ = end_ns;
     const int ran = w_.running();
     w_.ring[ran].push(run_us);
     if (!w_.probing) {
@@ -220,10 +230,14 @@ class RunModeChooser {
       else stalled_ = (stalled_ << 1 | (stalled(run_us, wait_us) ? 1u : 0u)) & ((1u << kWindow) - 1);
       if (w_.kept == kPlanMode && any_pu_) note_waits(run_us, wait_us, exchanged);
       const bool due = w_.kept == kAloneMode || std::popcount(stalled_) >= kStalledOf || alone_ran_faster();
-      if (due && w_.since_probe >= w_.backoff[w_.kept]) {
+      const bool waited = w_.since_probe >= w_.backoff[w_.kept] ||
+                          (end_ns > 0 && last_probe_ns_ > 0 && end_ns - last_probe_ns_ >= kMaxProbeGapNs &&
+                           w_.since_probe >= kProbeBackoff);
+      if (due && waited) {
         if (w_.kept == kPlanMode && any_pu_)
           alone_veu_ = static_cast<int>(std::max_element(beyond_.begin(), beyond_.end()) - beyond_.begin());
         w_.start_probe();
+        last_probe_ns_ = end_ns;
       }
       return;
     }
@@ -277,6 +291,7 @@ class RunModeChooser {
   TwoWays w_;             // way 0 the Plan, 1 alone
   unsigned stalled_ = 0;  // bit i: the plan run i runs ago was stalled
   int64_t alone_runs_ = 0;
+  int64_t last_probe_ns_ = 0;  // when the last probe started (or the first run ended)
 };
 
 // ListExchangeChooser: whether a 2-vEU Plan's next run goes with its two
