@@ -509,6 +509,31 @@ TEST(ListExchangeChooser, ProbesThatLoseBackOff) {
   expect_probes_back_off(w, 'X', ListExchangeChooser::kProbe, ListExchangeChooser::kMaxBackoff, 8);
 }
 
+// As RunModeChooser's: after probes that lost, runs seconds apart probe
+// again 5 s after the last probe, and the faster way takes over.
+TEST(ListExchangeChooser, ProbesAfterAWhileHoweverLongTheBackoff) {
+  ListExchangeChooser c = exchanger();
+  int64_t now = 1;
+  std::string w;
+  // List 1 waits a fifth of the run beyond its prediction, in the exchanged
+  // way too while `both_skewed` (both PUs slow alike: its probes lose).
+  const auto run = [&](double placed_us, double exchanged_us, int64_t gap_ns, bool both_skewed) {
+    now += gap_ns;
+    const bool x = c.exchanged();
+    w += x ? 'X' : 'P';
+    const double us = x ? exchanged_us : placed_us;
+    const bool skew = !x || both_skewed;
+    c.record(us, std::vector<double>{0, 0.4 * us + (skew ? 0.2 * us : 0)}, now);
+  };
+  for (int i = 0; i < 3000; ++i) run(100, 100, 1000 * 1000, true);  // 1 ms apart, both ways alike
+  ASSERT_EQ(c.switches(), 0) << w;
+  w.clear();
+  for (int i = 0; i < 64; ++i) run(100, 60, 2 * TwoWays::kMaxProbeGapNs / 5, false);  // 2 s apart, exchanged faster
+  EXPECT_LE(w.find('X'), static_cast<size_t>(ListExchangeChooser::kProbeBackoff) + 1) << w;
+  EXPECT_EQ(c.switches(), 1) << w;
+  EXPECT_EQ(w.substr(w.size() - 16), std::string(16, 'X')) << w;
+}
+
 // Feeds `n` runs the way the chooser asks: on the caller's PU they take
 // `caller_us`, on the spare `spare_us`; every tenth run lost a time slice
 // (50 times as long). Returns the PUs it asked for ('C' or 'S').
@@ -565,6 +590,29 @@ TEST(SpareCoreChooser, APuThatStraddlesTheThresholdsProbesRarely) {
   const auto spare_runs = std::count(w.begin(), w.end(), 'S');
   EXPECT_LE(spare_runs, 12 * SpareCoreChooser::kProbe) << w;  // 6400 runs: backoff 16, 32, ..., 1024, then 1024
   EXPECT_GT(spare_runs, 0) << w;
+}
+
+// As RunModeChooser's: after probes that lost, runs seconds apart probe
+// the other PU again 5 s after the last probe, and move there where it is
+// faster.
+TEST(SpareCoreChooser, ProbesAfterAWhileHoweverLongTheBackoff) {
+  SpareCoreChooser c;
+  int64_t now = 1;
+  std::string w;
+  const auto run = [&](double caller_us, double spare_us, int64_t gap_ns) {
+    now += gap_ns;
+    const bool spare = c.spare();
+    w += spare ? 'S' : 'C';
+    c.record(spare ? spare_us : caller_us, now);
+  };
+  for (int i = 0; i < 100; ++i) run(70, 70, 1000 * 1000);
+  for (int i = 0; i < 4000; ++i) run(100, 100, 1000 * 1000);  // both slow alike: probes lose
+  ASSERT_EQ(c.switches(), 0) << w;
+  w.clear();
+  for (int i = 0; i < 64; ++i) run(100, 70, 2 * TwoWays::kMaxProbeGapNs / 5);  // 2 s apart, the spare faster
+  EXPECT_LE(w.find('S'), static_cast<size_t>(SpareCoreChooser::kProbeBackoff) + 1) << w;
+  EXPECT_EQ(c.switches(), 1) << w;
+  EXPECT_EQ(w.substr(w.size() - 16), std::string(16, 'S')) << w;
 }
 
 TEST(SpareCoreChooser, ProbesThatLoseBackOff) {

@@ -147,7 +147,8 @@ class PlanExecutor : public StepExecutor {
       exchanged_ = spare_->spare();
       const int64_t t0 = now_ns();
       device_.run(*p.plan, a.steps, exchanged_);
-      spare_->record(static_cast<double>(now_ns() - t0) / 1e3);
+      const int64_t t1 = now_ns();
+      spare_->record(static_cast<double>(t1 - t0) / 1e3, t1);
       return;
     }
     if (!chooser_ || device_.tracing()) return device_.run(*p.plan, a.steps, false, &balance_);
@@ -165,7 +166,7 @@ class PlanExecutor : public StepExecutor {
     const std::vector<int64_t>& w = device_.wait_ns();
     for (size_t u = 0; u < waits_us_.size(); ++u) waits_us_[u] = static_cast<double>(w[u]) / 1e3;
     chooser_->record(us, waits_us_, exchanged_, t1);
-    if (exchange_) exchange_->record(us, waits_us_);
+    if (exchange_) exchange_->record(us, waits_us_, t1);
   }
   CpuVDevice* vdevice() override { return &device_; }
   bool ran_alone() const override { return alone_; }

@@ -131,24 +131,42 @@ struct RunRing {
 };
 
 // Two ways of running, one kept and the other probed now and then: the
-// state both choosers below share. Outside probes runs go the kept way;
+// state the choosers below share. Outside probes runs go the kept way;
 // a probe runs the other way a few times, then either takes over or, if
-// it lost, makes the kept way's next probe wait twice as long.
+// it lost, makes the kept way's next probe wait twice as long, in runs,
+// but never more than kMaxProbeGapNs of time: a backoff counted in runs
+// lasts minutes where runs are sparse (a process serving now and then, a
+// benchmark running other systems in between), long after the host state
+// it backed off from (a slow state lasts 10-40 s on the hosts measured).
 struct TwoWays {
   static constexpr int kProbeBackoff = 16;  // runs before the first probe, and after a switch
   static constexpr int kMaxBackoff = 1024;
+  static constexpr int64_t kMaxProbeGapNs = int64_t{5} * 1000 * 1000 * 1000;
   int kept = 0;
   bool probing = false;
   RunRing ring[2];  // recent runs, per way
   int backoff[2] = {kProbeBackoff, kProbeBackoff};  // per way: runs kept before it probes the other
   int probed = 0;
   int since_probe = 0;
+  int64_t last_probe_ns = 0;  // when the last probe started (or the first run ended); 0: unknown
 
   // The way this run goes: the other one while probing.
   int running() const { return probing ? 1 - kept : kept; }
-  void start_probe() {
+  // A run that ended at `end_ns` (a steady clock; 0: unknown).
+  void ran(int64_t end_ns) {
+    ++since_probe;
+    if (last_probe_ns == 0) last_probe_ns = end_ns;
+  }
+  // Whether the kept way has waited out its backoff by the run that ended
+  // at `end_ns`: backoff runs, or kMaxProbeGapNs and kProbeBackoff runs.
+  bool waited(int64_t end_ns) const {
+    return since_probe >= backoff[kept] || (end_ns > 0 && last_probe_ns > 0 &&
+                                            end_ns - last_probe_ns >= kMaxProbeGapNs && since_probe >= kProbeBackoff);
+  }
+  void start_probe(int64_t end_ns = 0) {
     probing = true;
     probed = 0;
+    last_probe_ns = end_ns;
   }
   // After a probe's last run: the probed way is kept if its mean over its
   // last `probe_runs` beats the kept way's recent mean by `margin`.
@@ -187,12 +205,7 @@ class RunModeChooser {
   // ends it (margin for a first run that also brings the other list's
   // data into this core's caches).
   static constexpr double kHopeless = 1.3;
-  // However far the backoff has grown, the other mode is probed again
-  // once this long has passed since the last probe (and kProbeBackoff
-  // runs): a backoff counted in runs lasts minutes where runs are sparse,
-  // long after the host state it backed off from (a slow state lasts
-  // 10-40 s on the hosts measured).
-  static constexpr int64_t kMaxProbeGapNs = int64_t{5} * 1000 * 1000 * 1000;
+  static constexpr int64_t kMaxProbeGapNs = TwoWays::kMaxProbeGapNs;
 
   // `predicted_wait_us[u]`: how long vEU u waits within its list in the
   // predicted timeline; `predicted_us`: its makespan. `any_pu`: a run
@@ -219,8 +232,7 @@ class RunModeChooser {
   // waits at u, on PU 1 - u). `end_ns`: when it ended (a steady clock;
   // 0: unknown, the backoff counted in runs only).
   void record(double run_us, std::span<const double> wait_us, bool exchanged = false, int64_t end_ns = 0) {
-    ++w_.since_probe;
-    if (last_probe_ns_ == 0) last_probe_ns_ = end_ns;
+    w_.ran(end_ns);
     const int ran = w_.running();
     w_.ring[ran].push(run_us);
     if (!w_.probing) {
@@ -230,14 +242,10 @@ class RunModeChooser {
       else stalled_ = (stalled_ << 1 | (stalled(run_us, wait_us) ? 1u : 0u)) & ((1u << kWindow) - 1);
       if (w_.kept == kPlanMode && any_pu_) note_waits(run_us, wait_us, exchanged);
       const bool due = w_.kept == kAloneMode || std::popcount(stalled_) >= kStalledOf || alone_ran_faster();
-      const bool waited = w_.since_probe >= w_.backoff[w_.kept] ||
-                          (end_ns > 0 && last_probe_ns_ > 0 && end_ns - last_probe_ns_ >= kMaxProbeGapNs &&
-                           w_.since_probe >= kProbeBackoff);
-      if (due && waited) {
+      if (due && w_.waited(end_ns)) {
         if (w_.kept == kPlanMode && any_pu_)
           alone_veu_ = static_cast<int>(std::max_element(beyond_.begin(), beyond_.end()) - beyond_.begin());
-        w_.start_probe();
-        last_probe_ns_ = end_ns;
+        w_.start_probe(end_ns);
       }
       return;
     }
@@ -291,7 +299,6 @@ class RunModeChooser {
   TwoWays w_;             // way 0 the Plan, 1 alone
   unsigned stalled_ = 0;  // bit i: the plan run i runs ago was stalled
   int64_t alone_runs_ = 0;
-  int64_t last_probe_ns_ = 0;  // when the last probe started (or the first run ended)
 };
 
 // ListExchangeChooser: whether a 2-vEU Plan's next run goes with its two
@@ -315,7 +322,8 @@ class RunModeChooser {
 //           moving to the other PUs' caches), beats the last kWindow
 //           runs' by kMargin, the other way it is, and its next probe
 //           comes after kProbeBackoff runs; else the next probe waits
-//           twice as long (up to kMaxBackoff runs).
+//           twice as long (up to kMaxBackoff runs, and
+//           at most TwoWays::kMaxProbeGapNs of time).
 //
 // Pure arithmetic on a few doubles, like RunModeChooser: no allocation,
 // lock or system call. Thread-safety: one per Session, used by its running
@@ -341,14 +349,15 @@ class ListExchangeChooser {
   bool exchanged() const { return w_.running() == 1; }
 
   // A finished run of the Plan (not one alone): its time and each list's
-  // waits (list u's at u, whichever PU ran it).
-  void record(double run_us, std::span<const double> wait_us) {
+  // waits (list u's at u, whichever PU ran it); `end_ns` as
+  // RunModeChooser::record's.
+  void record(double run_us, std::span<const double> wait_us, int64_t end_ns = 0) {
     w_.ring[w_.running()].push(run_us);
-    ++w_.since_probe;
+    w_.ran(end_ns);
     if (!w_.probing) {
       const bool skew = run_stalled(predicted_wait_us_, predicted_us_, run_us, wait_us, kSkewFraction);
       skewed_ = (skewed_ << 1 | (skew ? 1u : 0u)) & ((1u << kWindow) - 1);
-      if (std::popcount(skewed_) >= kSkewedOf && w_.since_probe >= w_.backoff[w_.kept]) w_.start_probe();
+      if (std::popcount(skewed_) >= kSkewedOf && w_.waited(end_ns)) w_.start_probe(end_ns);
       return;
     }
     if (++w_.probed < kProbe) return;
@@ -384,7 +393,8 @@ class ListExchangeChooser {
 //   switch  if the probe's median, less its first kProbeWarmup runs (the
 //           weights moving to the other core's caches), beats the last
 //           kWindow runs' by kMargin, the other PU it is; else the next
-//           probe waits twice as long (up to kMaxBackoff runs). A PU that
+//           probe waits twice as long (up to kMaxBackoff runs, and
+//           at most TwoWays::kMaxProbeGapNs of time). A PU that
 //           slows again after kRecoveredRuns near its best (within
 //           kRecovered) probes at once.
 //
@@ -409,11 +419,11 @@ class SpareCoreChooser {
   // Whether the next run goes on the spare PU.
   bool spare() const { return w_.running() == 1; }
 
-  // A finished run and its time.
-  void record(double run_us) {
+  // A finished run and its time; `end_ns` as RunModeChooser::record's.
+  void record(double run_us, int64_t end_ns = 0) {
     const int ran = w_.running();
     w_.ring[ran].push(run_us);
-    ++w_.since_probe;
+    w_.ran(end_ns);
     if (!w_.probing) {
       if (w_.ring[ran].n < kWindow) return;
       const double m = w_.ring[ran].median(kWindow);
@@ -428,7 +438,7 @@ class SpareCoreChooser {
       } else if (m > kSlow * best_) {
         if (recovered_ >= kRecoveredRuns) w_.backoff[w_.kept] = kProbeBackoff;
         recovered_ = 0;
-        if (w_.since_probe >= w_.backoff[w_.kept]) w_.start_probe();
+        if (w_.waited(end_ns)) w_.start_probe(end_ns);
       }
       return;
     }
