@@ -393,6 +393,13 @@ TEST(RunModeChooser, ComesBackToThePlanWhenTheHostDoes) {
   EXPECT_EQ(m.find('A', back), std::string::npos) << m;
 }
 
+// In `ways`, run by run after a long backoff with runs seconds apart: the
+// other way (`mark`) probed within kProbeBackoff runs and kept to the end.
+void expect_probed_and_kept(const std::string& ways, char mark) {
+  EXPECT_LE(ways.find(mark), static_cast<size_t>(TwoWays::kProbeBackoff) + 1) << ways;
+  EXPECT_EQ(ways.substr(ways.size() - 16), std::string(16, mark)) << "took over: " << ways;
+}
+
 // Alone kept, its probes of the Plan losing: the backoff grows to
 // hundreds of runs. Runs then come seconds apart (a process serving now
 // and then, or a benchmark running other systems in between): the next
@@ -419,9 +426,7 @@ TEST(RunModeChooser, ProbesAfterAWhileHoweverLongTheBackoff) {
     m.clear();
     for (int i = 0; i < 64; ++i) run(60, 100, 2 * RunModeChooser::kMaxProbeGapNs / 5);  // 2 s apart, the Plan faster
     if (timed) {
-      EXPECT_NE(m.find('P'), std::string::npos) << m;
-      EXPECT_LE(m.find('P'), static_cast<size_t>(RunModeChooser::kProbeBackoff) + 1) << m;
-      EXPECT_EQ(m.substr(m.size() - 16), std::string(16, 'P')) << "the Plan took over: " << m;
+      expect_probed_and_kept(m, 'P');
     } else {
       EXPECT_EQ(m.find('P'), std::string::npos) << "counted in runs, the backoff has not passed: " << m;
     }
@@ -529,9 +534,8 @@ TEST(ListExchangeChooser, ProbesAfterAWhileHoweverLongTheBackoff) {
   ASSERT_EQ(c.switches(), 0) << w;
   w.clear();
   for (int i = 0; i < 64; ++i) run(100, 60, 2 * TwoWays::kMaxProbeGapNs / 5, false);  // 2 s apart, exchanged faster
-  EXPECT_LE(w.find('X'), static_cast<size_t>(ListExchangeChooser::kProbeBackoff) + 1) << w;
+  expect_probed_and_kept(w, 'X');
   EXPECT_EQ(c.switches(), 1) << w;
-  EXPECT_EQ(w.substr(w.size() - 16), std::string(16, 'X')) << w;
 }
 
 // Feeds `n` runs the way the chooser asks: on the caller's PU they take
@@ -610,9 +614,8 @@ TEST(SpareCoreChooser, ProbesAfterAWhileHoweverLongTheBackoff) {
   ASSERT_EQ(c.switches(), 0) << w;
   w.clear();
   for (int i = 0; i < 64; ++i) run(100, 70, 2 * TwoWays::kMaxProbeGapNs / 5);  // 2 s apart, the spare faster
-  EXPECT_LE(w.find('S'), static_cast<size_t>(SpareCoreChooser::kProbeBackoff) + 1) << w;
+  expect_probed_and_kept(w, 'S');
   EXPECT_EQ(c.switches(), 1) << w;
-  EXPECT_EQ(w.substr(w.size() - 16), std::string(16, 'S')) << w;
 }
 
 TEST(SpareCoreChooser, ProbesThatLoseBackOff) {
