@@ -118,6 +118,12 @@ TEST_F(Nn, BlockedConvMatchesNchw) {
       {1, 48, 48, 13, 3, 2, 1, true, "Clip", false},     {2, 16, 16, 7, 5, 1, 2, true, "none", true},
       {1, 24, 24, 9, 5, 2, 2, false, "HardSwish", false}, {1, 8, 8, 3, 3, 1, 1, true, "Relu", false},
       {1, 16, 16, 6, 3, 1, 0, true, "Relu", true},
+      // AVX-512's 1x1 tiles of 4 blocks: four and a pair, a long
+      // reduction, a plane of whole 12-pixel tiles; on a small plane, rTasks
+      // of units of 4 blocks or, where there are more rTasks than units, of
+      // pairs (144: 18 blocks; 152: 19, a last one alone).
+      {1, 200, 48, 6, 1, 1, 0, true, "Relu", true},      {1, 32, 144, 7, 1, 1, 0, true, "Relu", true},
+      {1, 40, 152, 7, 1, 1, 0, true, "Clip", true},
       // 1x1s at stride 2 (RegNet's projections); grouped convs of 16 and 8
       // channels per group (two output blocks a tile, and one), strides 1
       // and 2, a residual.
