@@ -46,9 +46,7 @@ void unary_loop(Unary op, const T* x, T* y, int64_t n, const UnaryAttrs& a) {
       case Unary::kLog: for (int64_t i = 0; i < n; ++i) y[i] = std::log(x[i]); return;
       case Unary::kErf: erf_n(x, y, n); return;
       case Unary::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = fast_tanh(x[i]); return;
-      case Unary::kSigmoid:
-        for (int64_t i = 0; i < n; ++i) y[i] = fast_sigmoid(x[i]);
-        return;
+      case Unary::kSigmoid: sigmoid_n(x, y, n); return;
       case Unary::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= 0 ? x[i] : alpha * x[i]; return;
       case Unary::kElu:
         // expm1: exp(x) - 1 cancels to a few ulps for x just below 0.

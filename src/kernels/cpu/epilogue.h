@@ -81,7 +81,7 @@ struct Epilogue {
         for (int64_t i = 0; i < n; ++i) y[i] = y[i] < a ? a : (y[i] > b ? b : y[i]);
         return;
       case Act::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = y[i] >= 0 ? y[i] : a * y[i]; return;
-      case Act::kSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = fast_sigmoid(y[i]); return;
+      case Act::kSigmoid: sigmoid_n(y, y, n); return;
       case Act::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = fast_tanh(y[i]); return;
       case Act::kHardSigmoid:
         for (int64_t i = 0; i < n; ++i) y[i] = std::fmax(0.f, std::fmin(1.f, a * y[i] + b));

@@ -1,5 +1,7 @@
 #include "kernels/cpu/fast_math.h"
 
+#include "kernels/cpu/row_math.h"
+
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
@@ -207,6 +209,21 @@ void erf_n(const float* x, float* y, int64_t n) {
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, erf8(_mm256_loadu_ps(x + i), tables));
 #endif
   for (; i < n; ++i) y[i] = fast_erf(x[i]);
+}
+
+void sigmoid_n(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, row_math_detail::sigmoid16(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, row_math_detail::sigmoid16(_mm512_maskz_loadu_ps(m, x + i)));
+    return;
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, row_math_detail::sigmoid8(_mm256_loadu_ps(x + i)));
+#endif
+  for (; i < n; ++i) y[i] = fast_sigmoid(x[i]);
 }
 
 }  // namespace tessera

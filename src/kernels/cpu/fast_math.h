@@ -141,6 +141,11 @@ inline constexpr float kErfCoef[kErfTerms][4] = {
 // interval index (a gather would cost more than the whole polynomial).
 void erf_n(const float* x, float* y, int64_t n);
 
+// y[0, n) = sigmoid(x[0, n)), equal to fast_sigmoid element by element (y
+// may be x); with AVX-512 and AVX2 its steps on whole vectors (what the
+// compiler made of the scalar loop ran 1.7x slower).
+void sigmoid_n(const float* x, float* y, int64_t n);
+
 // y[0, n) = ((y * (erf(y / a) + 1)) * b), PyTorch's exact GELU as it
 // exports it (Div, Erf, Add, Mul, Mul), each step rounded to float as its
 // op stores it, in one pass.

@@ -291,15 +291,8 @@ __attribute__((noinline)) void gru_gates(const float* __restrict sums, const flo
 }
 
 #if defined(__AVX512F__)
-// fast_sigmoid and fast_tanh (fast_math.h) on 16 lanes.
-inline __m512 sigmoid16(__m512 x) {
-  using row_math_detail::kAll;
-  const __m512 one = _mm512_set1_ps(1.f);
-  const __m512 e = row_math_detail::exp16(_mm512_castsi512_ps(
-      _mm512_maskz_xor_epi32(kAll, _mm512_castps_si512(x), _mm512_set1_epi32(static_cast<int>(0x80000000u)))));
-  const __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, e));
-  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(exp_consts::kLow), _CMP_NLT_UQ), s);
-}
+// fast_tanh (fast_math.h) on 16 lanes.
+using row_math_detail::sigmoid16;
 
 inline __m512 tanh16(__m512 x) {
   using namespace tanh_consts;
