@@ -3,7 +3,7 @@
 // Epilogues: Conv, Gemm, MatMul, MaxPool or AveragePool (then, for MatMul,
 // optionally an Add of a constant bias per output column), then optionally
 // an Add of a same-shape tensor (a residual), then optionally an activation
-// (one op, or GELU's five as PyTorch exports them), then, for MatMul,
+// (one op, GELU's five as PyTorch exports them, or SiLU's Sigmoid and Mul), then, for MatMul,
 // optionally a LayerNormalization over the last axis or a Split of the last
 // axis (each output written in place), become one TesseraFusedConv /
 // TesseraFusedGemm / TesseraFusedMatMul / TesseraFusedPool whose rTasks
@@ -130,6 +130,32 @@ bool gelu(const Graph& g, const Value* y, std::vector<Node*>* nodes, float* c, f
   *nodes = {div, erf, add, mul, last};
   *c = *divisor;
   *h = *half;
+  return true;
+}
+
+// SiLU as exported, reading `y`: Sigmoid(y) and Mul of y and it (either
+// order), y read by those two only and the Sigmoid's result by the Mul
+// only. On a match fills the two nodes (in order).
+bool silu(const Graph& g, const Value* y, std::vector<Node*>* nodes) {
+  if (y->is_output) return false;
+  std::vector<Node*> readers;
+  for (auto& np : g.nodes()) {
+    if (np->dead) continue;
+    for (const Value* in : np->inputs)
+      if (in == y) readers.push_back(np.get());
+  }
+  if (readers.size() != 2) return false;
+  Node* sig = readers[0]->op_type == "Sigmoid" ? readers[0] : readers[1];
+  Node* mul = sig == readers[0] ? readers[1] : readers[0];
+  if (sig->op_type != "Sigmoid" || sig->inputs.size() != 1 || sig->outputs.size() != 1) return false;
+  const Value* s = sig->outputs[0];
+  if (s->is_output || sole_consumer(g, s) != mul || mul->op_type != "Mul" || mul->inputs.size() != 2 ||
+      mul->outputs.size() != 1)
+    return false;
+  if (!((mul->inputs[0] == y && mul->inputs[1] == s) || (mul->inputs[1] == y && mul->inputs[0] == s))) return false;
+  for (const Node* n : {sig, mul})
+    if (n->outputs[0]->dtype != DType::kFloat32 || !(n->outputs[0]->shape == y->shape)) return false;
+  *nodes = {sig, mul};
   return true;
 }
 
@@ -270,14 +296,18 @@ Result<int> fuse_epilogues(Graph& g) {
     }
     std::string act = "none";
     float alpha = 0, beta = 0;
-    std::vector<Node*> gelu_nodes;
+    std::vector<Node*> act_nodes;
     if (c != nullptr && activation(*c, y, &act, &alpha, &beta)) {
       absorbed.push_back(c);
       y = c->outputs[0];
-    } else if (c == nullptr && gelu(g, y, &gelu_nodes, &alpha, &beta)) {
+    } else if (c == nullptr && gelu(g, y, &act_nodes, &alpha, &beta)) {
       act = "Gelu";
-      absorbed.insert(absorbed.end(), gelu_nodes.begin(), gelu_nodes.end());
-      y = gelu_nodes.back()->outputs[0];
+      absorbed.insert(absorbed.end(), act_nodes.begin(), act_nodes.end());
+      y = act_nodes.back()->outputs[0];
+    } else if (c == nullptr && silu(g, y, &act_nodes)) {
+      act = "Silu";
+      absorbed.insert(absorbed.end(), act_nodes.begin(), act_nodes.end());
+      y = act_nodes.back()->outputs[0];
     }
     // MatMul: last, a LayerNormalization of its rows (the tiles keep whole
     // rows; the unfused kernel's row function).

@@ -1,5 +1,5 @@
 // The fusion passes (src/compiler/fuse.cc) against the unfused graph:
-// epilogues (residual, every activation, GELU, LayerNorm, Split) after
+// epilogues (residual, every activation, GELU, SiLU, LayerNorm, Split) after
 // Conv, Gemm and MatMul, elementwise chains, activations moved before a
 // Concat, and attention, bitwise equal where the arithmetic is unchanged,
 // and each fusion taken only in the forms it handles.
@@ -66,7 +66,8 @@ TEST(Fusion, BitwiseEqualToUnfusedOnTheZoo) {
                     (st.node->attr_int("heads", 0) > 0 ? 8 : 0);  // a Reshape and a Transpose per Q, K, V, Y
       else if (st.node->op_type.rfind("TesseraFused", 0) == 0)
         absorbed += (st.node->input(3) != nullptr) +
-                    (st.node->attr_string("activation", "none") == "Gelu" ? 5  // Div, Erf, Add, Mul, Mul
+                    (st.node->attr_string("activation", "none") == "Gelu"   ? 5  // Div, Erf, Add, Mul, Mul
+                     : st.node->attr_string("activation", "none") == "Silu" ? 2  // Sigmoid, Mul
                      : st.node->attr_string("activation", "none") != "none") +
                     (st.node->op_type == "TesseraFusedMatMul" && st.node->input(2) != nullptr) +  // its bias Add
                     (st.node->input(4) != nullptr) +  // a LayerNormalization
@@ -116,7 +117,7 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
     a.f = v;
     return a;
   };
-  for (const char* act : {"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu"}) {
+  for (const char* act : {"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu", "Silu"}) {
     // conv (im2col), conv + residual (8 channels: Winograd), gemm +
     // residual, matmul + bias + residual, and depthwise convs wide enough
     // for the by-rows path (stride 1 and 2), and a 3-channel stride-2 conv
@@ -196,6 +197,12 @@ TEST(Fusion, EveryActivationBitwiseEqual) {
           g->mark_output(h->outputs[0]);
           return g;
         }
+        if (std::string(act) == "Silu") {  // as PyTorch exports it: y * Sigmoid(y), the Mul's operands either way
+          Value* s = g->add_node("Sigmoid", "sigmoid", {y}, 1)->outputs[0];
+          Node* m = g->add_node("Mul", "mul", variant % 2 == 0 ? std::vector<Value*>{y, s} : std::vector<Value*>{s, y}, 1);
+          g->mark_output(m->outputs[0]);
+          return g;
+        }
         std::vector<Value*> ins = {y};
         if (std::string(act) == "Clip") {
           ins.push_back(g->add_constant("lo", Tensor::from_floats({-0.5f}, Shape{})));
@@ -253,6 +260,41 @@ TEST(Fusion, GeluEpilogueOnlyInItsExactForm) {
     int gelu = 0;
     for (const Step& st : (*fused)->steps) gelu += st.node->attr_string("activation", "none") == "Gelu";
     EXPECT_EQ(gelu, form == 0 ? 1 : 0) << "form " << form;
+    if (form == 0) {
+      EXPECT_EQ((*fused)->steps.size(), 1u);
+    }
+    expect_bitwise(run_outputs(std::move(*fused), Executor::kSequential, inputs),
+                   run_outputs(std::move(*plain), Executor::kSequential, inputs), "form " + std::to_string(form));
+  }
+}
+
+// SiLU goes into the epilogue only as Sigmoid(y) and Mul(y, .): not when
+// the Sigmoid's result or y is read elsewhere too, nor when the Mul takes
+// something else. Either way the result equals the unfused graph's.
+TEST(Fusion, SiluEpilogueOnlyInItsExactForm) {
+  std::mt19937 rng(13);
+  // 0: exact; 1: the Sigmoid's result also an output; 2: y also an output;
+  // 3: Mul(Sigmoid(y), x)
+  for (int form = 0; form < 4; ++form) {
+    auto build = [&] {
+      rng.seed(5);
+      auto g = std::make_unique<Graph>();
+      Value* x = g->add_input("x", DType::kFloat32, Shape{6, 40});
+      Value* y = g->add_node("MatMul", "mm", {x, g->add_constant("w", uniform_tensor(rng, -1, 1, Shape{40, 40}))}, 1)
+                     ->outputs[0];
+      Value* s = g->add_node("Sigmoid", "sigmoid", {y}, 1)->outputs[0];
+      Node* m = g->add_node("Mul", "mul", {s, form == 3 ? x : y}, 1);
+      g->mark_output(m->outputs[0]);
+      if (form == 1) g->mark_output(s);
+      if (form == 2) g->mark_output(y);
+      return g;
+    };
+    std::map<std::string, Tensor> inputs = {{"x", uniform_tensor(rng, -3, 3, Shape{6, 40})}};
+    auto [plain, fused] = compile_unfused_and_fused(build);
+    ASSERT_TRUE(plain.ok() && fused.ok());
+    int silu = 0;
+    for (const Step& st : (*fused)->steps) silu += st.node->attr_string("activation", "none") == "Silu";
+    EXPECT_EQ(silu, form == 0 ? 1 : 0) << "form " << form;
     if (form == 0) {
       EXPECT_EQ((*fused)->steps.size(), 1u);
     }

@@ -322,7 +322,8 @@ double flops_rnn(const Node& n) {
 // by the compiler's fusion pass: y = act(op(x, w, b) + residual). Inputs
 // 0-2 are the op's own; input 3, when present, is the residual (same shape
 // and dtype as the output). Attributes: the op's own plus "activation"
-// (none, Relu, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Gelu)
+// (none, Relu, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Gelu,
+// Silu)
 // and "activation_alpha" / "activation_beta" (kernels/cpu/epilogue.h).
 Status check_fused_epilogue(Node& n) {
   if (Value* r = n.input(3)) {
@@ -332,7 +333,7 @@ Status check_fused_epilogue(Node& n) {
                                       y->shape.to_string()));
   }
   static const char* kActs[] = {"none", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
-                                "Gelu"};
+                                "Gelu", "Silu"};
   std::string act = n.attr_string("activation", "none");
   for (const char* a : kActs)
     if (act == a) return Status();

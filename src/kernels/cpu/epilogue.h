@@ -20,7 +20,7 @@
 namespace tessera {
 
 struct Epilogue {
-  enum class Act : uint8_t { kNone, kRelu, kClip, kLeakyRelu, kSigmoid, kTanh, kHardSigmoid, kHardSwish, kGelu };
+  enum class Act : uint8_t { kNone, kRelu, kClip, kLeakyRelu, kSigmoid, kTanh, kHardSigmoid, kHardSwish, kGelu, kSilu };
   Act act = Act::kNone;
   // Clip: min, max; LeakyRelu: alpha; HardSigmoid: alpha, beta; Gelu: the
   // divisor and the final factor of ((y * (erf(y / alpha) + 1)) * beta).
@@ -46,6 +46,7 @@ struct Epilogue {
     else if (a == "HardSigmoid") e.act = Act::kHardSigmoid;
     else if (a == "HardSwish") e.act = Act::kHardSwish;
     else if (a == "Gelu") e.act = Act::kGelu;
+    else if (a == "Silu") e.act = Act::kSilu;
     else return invalid_argument(n.label() + ": unknown fused activation '" + a + "'");
     return e;
   }
@@ -95,6 +96,7 @@ struct Epilogue {
         // contracts into the next).
         gelu_n(y, n, a, b);
         return;
+      case Act::kSilu: silu_n(y, n); return;  // y * Sigmoid(y), as exported (either order: the same bits)
     }
   }
 };

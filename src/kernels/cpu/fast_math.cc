@@ -226,4 +226,29 @@ void sigmoid_n(const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = fast_sigmoid(x[i]);
 }
 
+void silu_n(float* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(y + i);
+    _mm512_storeu_ps(y + i, _mm512_mul_ps(v, row_math_detail::sigmoid16(v)));
+  }
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(m, y + i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(v, row_math_detail::sigmoid16(v)));
+    return;
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(y + i);
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(v, row_math_detail::sigmoid8(v)));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float s = fast_sigmoid(y[i]);
+    y[i] = y[i] * s;
+  }
+}
+
 }  // namespace tessera

@@ -58,8 +58,11 @@ inline constexpr float kPoly[7] = {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f
 }
 
 // 0 below exp's clamp, as exp: 1 / (1 + e^-x) is subnormal from there down.
+// A NaN x is returned as it is (through -x its sign would flip, and x *
+// sigmoid(x), SiLU, would then give either NaN by the order of the Mul's
+// operands).
 [[gnu::always_inline]] inline float fast_sigmoid(float x) {
-  return x < exp_consts::kLow ? 0.f : 1.f / (1.f + fast_exp(-x));
+  return x != x ? x : x < exp_consts::kLow ? 0.f : 1.f / (1.f + fast_exp(-x));
 }
 
 // HardSwish as PyTorch computes it, x * clamp(x + 3, 0, 6) / 6: near x =
@@ -145,6 +148,10 @@ void erf_n(const float* x, float* y, int64_t n);
 // may be x); with AVX-512 and AVX2 its steps on whole vectors (what the
 // compiler made of the scalar loop ran 1.7x slower).
 void sigmoid_n(const float* x, float* y, int64_t n);
+
+// y[0, n) = y * sigmoid(y): SiLU as PyTorch exports it (Sigmoid, Mul), the
+// sigmoid rounded to float as its op stores it.
+void silu_n(float* y, int64_t n);
 
 // y[0, n) = ((y * (erf(y / a) + 1)) * b), PyTorch's exact GELU as it
 // exports it (Div, Erf, Add, Mul, Mul), each step rounded to float as its

@@ -201,7 +201,8 @@ inline __m512 sigmoid16(__m512 x) {
   const __m512 e = exp16(_mm512_castsi512_ps(
       _mm512_maskz_xor_epi32(kAll, _mm512_castps_si512(x), _mm512_set1_epi32(static_cast<int>(0x80000000u)))));
   const __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, e));
-  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(exp_consts::kLow), _CMP_NLT_UQ), s);
+  const __m512 z = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(exp_consts::kLow), _CMP_NLT_UQ), s);
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), z, x);
 }
 
 template <int R>
@@ -323,7 +324,8 @@ inline __m256 sigmoid8(__m256 x) {
   const __m256 one = _mm256_set1_ps(1.f);
   const __m256 e = exp8(_mm256_xor_ps(x, _mm256_set1_ps(-0.f)));
   const __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, e));
-  return _mm256_and_ps(s, _mm256_cmp_ps(x, _mm256_set1_ps(exp_consts::kLow), _CMP_NLT_UQ));
+  const __m256 z = _mm256_and_ps(s, _mm256_cmp_ps(x, _mm256_set1_ps(exp_consts::kLow), _CMP_NLT_UQ));
+  return _mm256_blendv_ps(z, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
 // layer_norm_group on 8-lane vectors (the AVX-512 one's steps): R rows at once, each row's
