@@ -185,7 +185,7 @@ class Pointwise8 {
     // registers; 3 x 4 tiles spilled and ran at two thirds the speed), a
     // last block alone x 12 pixels where the count is odd. AVX-512: blocks
     // in fours, a pair's 16 channels one 512-bit vector, a tile of 4 x 12
-    // pixels in 24 of the 32 registers (half the broadcasts per FMA of
+    // pixels in 24 of the 32 registers (half the broadcasts per multiply-add of
     // 2 x 6); then a pair, then one block, as AVX2 runs them. At a stride
     // the pixels' 12 offsets would not stay in registers: pairs.
     // The groups are formed in run(), from the pairs asked for. The
