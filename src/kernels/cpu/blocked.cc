@@ -188,6 +188,7 @@ class Pointwise8 {
     // pixels in 24 of the 32 registers (half the broadcasts per multiply-add of
     // 2 x 6); then a pair, then one block, as AVX2 runs them. At a stride
     // the pixels' 12 offsets would not stay in registers: pairs.
+    //
     // The groups are formed in run(), from the pairs asked for. The
     // weights in units of the widest group, [unit][k][8 x its blocks]; a
     // pair [k][16] where 2 or 3 blocks are left, then a block alone
