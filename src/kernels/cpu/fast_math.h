@@ -59,7 +59,8 @@ inline constexpr float kPoly[7] = {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f
   float n = __builtin_floorf(madd(xc, kLog2e, 0.5f));
   float r = madd(-n, kLn2Lo, madd(-n, kLn2Hi, xc));
   float p = kPoly[0];
-  for (int i = 1; i < 7; ++i) p = madd(p, r, kPoly[i]);
+#pragma GCC unroll 8
+  for (int i = 1; i < 7; ++i) p = madd(p, r, kPoly[i]);  // unrolled: the callers' loops then vectorize
   int32_t e = static_cast<int32_t>(n) + 127;
   e = e < 1 ? 1 : (e > 254 ? 254 : e);
   uint32_t bits = static_cast<uint32_t>(e) << 23;
@@ -100,6 +101,7 @@ inline constexpr float kPoly[5] = {-0.00570499199f, 0.0206390936f, -0.0537397191
   using namespace tanh_consts;
   const float a = __builtin_fabsf(x), x2 = x * x;
   float p = kPoly[0];
+#pragma GCC unroll 8
   for (int i = 1; i < 5; ++i) p = madd(p, x2, kPoly[i]);
   const float small = madd(a * x2, p, a);
   const float large = 1.f - 2.f / (fast_exp(2.f * a) + 1.f);
