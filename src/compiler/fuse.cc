@@ -92,18 +92,24 @@ const float* scalar_constant(const Value* v) {
   return v->constant->data<float>();
 }
 
-// PyTorch's exact GELU as exported, reading `y`: Div(y, c) -> Erf ->
-// Add(., 1) -> Mul(y, .) -> Mul(., h) with c and h scalar constants, y read
-// by the Div and the first Mul only and each other result only by the next
-// op. On a match fills the five nodes (in order), c and h.
-bool gelu(const Graph& g, const Value* y, std::vector<Node*>* nodes, float* c, float* h) {
-  if (y->is_output) return false;
+// The live nodes reading `y`, a node once per input that names it.
+std::vector<Node*> live_readers(const Graph& g, const Value* y) {
   std::vector<Node*> readers;
   for (auto& np : g.nodes()) {
     if (np->dead) continue;
     for (const Value* in : np->inputs)
       if (in == y) readers.push_back(np.get());
   }
+  return readers;
+}
+
+// PyTorch's exact GELU as exported, reading `y`: Div(y, c) -> Erf ->
+// Add(., 1) -> Mul(y, .) -> Mul(., h) with c and h scalar constants, y read
+// by the Div and the first Mul only and each other result only by the next
+// op. On a match fills the five nodes (in order), c and h.
+bool gelu(const Graph& g, const Value* y, std::vector<Node*>* nodes, float* c, float* h) {
+  if (y->is_output) return false;
+  const std::vector<Node*> readers = live_readers(g, y);
   if (readers.size() != 2) return false;
   Node* div = readers[0]->op_type == "Div" ? readers[0] : readers[1];
   Node* mul = div == readers[0] ? readers[1] : readers[0];
@@ -138,12 +144,7 @@ bool gelu(const Graph& g, const Value* y, std::vector<Node*>* nodes, float* c, f
 // only. On a match fills the two nodes (in order).
 bool silu(const Graph& g, const Value* y, std::vector<Node*>* nodes) {
   if (y->is_output) return false;
-  std::vector<Node*> readers;
-  for (auto& np : g.nodes()) {
-    if (np->dead) continue;
-    for (const Value* in : np->inputs)
-      if (in == y) readers.push_back(np.get());
-  }
+  const std::vector<Node*> readers = live_readers(g, y);
   if (readers.size() != 2) return false;
   Node* sig = readers[0]->op_type == "Sigmoid" ? readers[0] : readers[1];
   Node* mul = sig == readers[0] ? readers[1] : readers[0];
