@@ -8,7 +8,10 @@ Tessera's two-layer executor, ONNX Runtime 1.20 (npm onnxruntime-node, 2
 intra-op threads, all graph optimizations) and PyTorch (Debian, 2
 threads). Each system is a process kept alive for the whole workload
 (Tessera through its Python module, bench/tessera_server.py; ONNX Runtime
-in node, bench/models/ort_run.js; PyTorch in this process). Each round
+in node, bench/models/ort_run.js; PyTorch in this process); the Plan, the
+1-vEU Plan and ONNX Runtime run in --processes processes each (default 2)
+that take the system's batches in turn, so that no one process's memory
+layout decides its figures. Each round
 runs every system, in an order that rotates from round to round, for a
 batch of about --batch-ms after a warm-up, with a pause after each batch
 for spinning threads to park. The host moves between states that last
@@ -30,7 +33,7 @@ run times in ms per round, and for Tessera's Plans how each run went: P
 as placed, A alone, X exchanged), for looking at tails round by round.
 
 Usage: /usr/bin/python3 bench/run_bench.py [--rounds N] [--batch-ms MS]
-           [--only W,...] [--unseen] [--quick] [--out bench/RESULTS.md]
+           [--processes N] [--only W,...] [--unseen] [--quick] [--out bench/RESULTS.md]
            [--runs build/bench/runs.json]
 """
 import argparse
@@ -207,6 +210,40 @@ class Server:
         self.err.close()
 
 
+class Processes:
+    """One system in several processes that take its batches in turn. A
+    process's memory layout (where its heap, stack and the kernels' packed
+    weights lie, modulo a page) makes its small ops a few percent faster
+    or slower for its whole life (processes of one 1-vEU Plan of a small
+    model differed by up to 5 %), so a system measured in one process
+    carries that process's luck; its runs pooled over several carry less
+    of it. `per_process[i]` holds process i's run times."""
+
+    def __init__(self, make, n):
+        self.servers = []
+        try:
+            for _ in range(n):
+                self.servers.append(make())
+        except BaseException:
+            self.kill()
+            raise
+        self.hello = self.servers[0].hello
+        self.per_process = [[] for _ in self.servers]
+        self.turn = 0
+
+    def times(self, warmup, iters):
+        i = self.turn % len(self.servers)
+        self.turn += 1
+        ms = self.servers[i].times(warmup, iters)
+        self.ways = getattr(self.servers[i], "ways", None)
+        self.per_process[i].extend(ms)
+        return ms
+
+    def kill(self):
+        for s in self.servers:
+            s.kill()
+
+
 def tessera_server(build, model, npz, veus, executor="plan", fuse=True):
     return Server(f"tessera ({executor}, {veus} vEUs{'' if fuse else ', unfused'})",
                   [sys.executable, os.path.join(HERE, "tessera_server.py"), "--build", build, model, npz,
@@ -300,6 +337,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--batch-ms", type=float, default=100, help="timed length of each system's batch in a round")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--processes", type=int, default=2,
+                    help="processes each for Tessera's Plan, its 1-vEU Plan and ONNX Runtime, taking batches in turn")
     ap.add_argument("--only", default="")
     ap.add_argument("--unseen", action="store_true", help="also the unseen-kind models (geometric mean)")
     ap.add_argument("--quick", action="store_true", help="2 rounds of 20 ms batches: a smoke test, not a measurement")
@@ -308,7 +347,10 @@ def main():
                     help="where every timed run goes, per workload, system and round (JSON)")
     a = ap.parse_args()
     if a.quick:
-        a.rounds, a.batch_ms = 2, 20
+        a.rounds, a.batch_ms, a.processes = 2, 20, 1
+    if a.processes < 1:
+        print("bench: --processes must be 1 or more", file=sys.stderr)
+        return 2
     tessera = os.path.join(a.build, "bin", "tessera")
     if not os.path.isdir(os.path.join(a.node_dir, "node_modules", "onnxruntime-node")):
         print(f"bench: onnxruntime-node is not installed under {a.node_dir}: run `make bench-deps` "
@@ -333,6 +375,7 @@ def main():
     batch_iters = {}
     unfused = {}
     raw = {}
+    process_medians = {}  # per workload and system: each process's median
     tmp = tempfile.mkdtemp(prefix="tessera-bench-")
     atexit.register(shutil.rmtree, tmp, True)
 
@@ -359,9 +402,11 @@ def main():
         try:
             # One at a time: the Plan's session times its candidates when it
             # opens (policy auto), and must not share the cores while it does.
-            systems["tessera-plan"] = tessera_server(a.build, model, npz, a.threads)
-            systems["onnxruntime"] = ort_server(a.node_dir, model, in_dir, a.threads)
-            systems["tessera-1veu"] = tessera_server(a.build, model, npz, 1)
+            # The three systems whose ratios have targets, each in
+            # --processes processes.
+            systems["tessera-plan"] = Processes(lambda: tessera_server(a.build, model, npz, a.threads), a.processes)
+            systems["onnxruntime"] = Processes(lambda: ort_server(a.node_dir, model, in_dir, a.threads), a.processes)
+            systems["tessera-1veu"] = Processes(lambda: tessera_server(a.build, model, npz, 1), a.processes)
             systems["tessera-two-layer"] = tessera_server(a.build, model, npz, a.threads, "two-layer")
             systems["pytorch"] = Torch(w, a.threads).bind(arrays)
             if w in SCHEDULING:  # the same chains with fusion off: scheduling alone
@@ -373,9 +418,14 @@ def main():
             return 1
         finally:
             for sys_ in systems.values():
-                if isinstance(sys_, Server):
+                if isinstance(sys_, (Server, Processes)):
                     sys_.kill()
         plans[w] = systems["tessera-plan"].hello["plan"]
+        # Each process compiled and chose its own Plan.
+        plans[w]["veus_per_process"] = [s.hello["plan"]["veus"] for s in systems["tessera-plan"].servers]
+        process_medians[w] = {name: [statistics.median(v) for v in systems[name].per_process if v]
+                              for name in systems if isinstance(systems[name], Processes)}
+        raw[w]["process_medians"] = process_medians[w]
         batch_iters[w] = iters
         if "unfused" in batches:
             unfused[w] = [x for b in batches.pop("unfused") for x in b]
@@ -396,7 +446,8 @@ def main():
         results[w]["predicted_vs"] = statistics.median(versus)
         spread[w] = {name: p90(v) / statistics.median(v) for name, v in times.items()}
     maps.append(host_map(tessera))
-    table, summary = report(results, spread, plans, unfused, overhead(tessera, tmp, a.threads, 5, 20))
+    table, summary = report(results, spread, plans, unfused, overhead(tessera, tmp, a.threads, 5, 20),
+                            process_medians)
     went_alone = {w: s for w, s in alone_share.items() if s >= 0.05}
     if went_alone:
         summary += ("\nThe Plan's timed runs that its session ran on one thread (the host held the vEUs back, or a "
@@ -432,7 +483,7 @@ def verdicts(w, r, sp):
     return missed
 
 
-def report(results, spread, plans, unfused, ov):
+def report(results, spread, plans, unfused, ov, process_medians):
     cols = ["plan ms (p90)", "vEUs", "1-vEU ms", "two-layer ms", "ORT ms (p90)", "PyTorch ms", "plan / ORT",
             "plan / 1-vEU", "predicted / measured", "p90/med plan", "p90/med ORT", "target"]
     lines = ["| workload | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 1)]
@@ -446,7 +497,10 @@ def report(results, spread, plans, unfused, ov):
         target = f"≤ {TARGETS[w]}" if w in TARGETS else ""
         verdict = (target + " " if target else "") + ("MISSED: " + "; ".join(missed_by[w]) if missed_by[w] else "met")
         plan = plans[w]
-        veus = f"{plan['veus']} of {plan['requested_veus']}" + (", alone first" if plan.get("alone_first") else "")
+        each = plan.get("veus_per_process", [plan["veus"]])
+        veus = (f"{plan['veus']} of {plan['requested_veus']}" if len(set(each)) == 1 else
+                f"{' / '.join(str(v) for v in each)} of {plan['requested_veus']} (by process)")
+        veus += ", alone first" if plan.get("alone_first") else ""
         lines.append(
             f"| {w} | {r['tessera-plan']:.3f} ({r['tessera-plan'] * sp['tessera-plan']:.3f}) | {veus} | "
             f"{r['tessera-1veu']:.3f} | {r['tessera-two-layer']:.3f} | "
@@ -476,6 +530,16 @@ def report(results, spread, plans, unfused, ov):
                     ", ".join(f"{w} {statistics.median(v):.3f} ms, plan/ORT "
                               f"{statistics.median(v) / results[w]['onnxruntime']:.3f}" for w, v in unfused.items()) +
                     ".\n")
+    apart = {}  # per system: the workload whose processes differed most, and by how much
+    for w, per in process_medians.items():
+        for name, meds in per.items():
+            if len(meds) > 1 and max(meds) / min(meds) - 1 > apart.get(name, ("", 0))[1]:
+                apart[name] = (w, max(meds) / min(meds) - 1)
+    if apart:
+        summary += ("\nEach of " + ", ".join(process_medians[next(iter(process_medians))]) +
+                    f" ran in {max(len(m) for per in process_medians.values() for m in per.values())} processes "
+                    "taking its batches in turn (the medians above pool them); their medians differed by at most " +
+                    ", ".join(f"{d:.1%} ({name}, {w})" for name, (w, d) in apart.items()) + ".\n")
     summary += (f"\nPer-rTask overhead on a chain of 10 000 trivial rTasks (one Add of one float each): "
                 f"plan executor {ov['plan']:.1f} ns, two-layer {ov['two-layer']:.1f} ns (target ≤ 50 ns).\n")
     return "\n".join(lines), summary

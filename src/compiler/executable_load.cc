@@ -651,7 +651,7 @@ Result<std::unique_ptr<Program>> Loader::run() {
 Result<std::unique_ptr<Program>> load_executable_bytes(const void* data, size_t size, const std::string& name,
                                                        std::shared_ptr<void> owner, const LoadOptions& options) {
   if (reinterpret_cast<uintptr_t>(data) % 64 != 0) {
-    void* copy = aligned_alloc64(std::max<size_t>(size, 1));
+    void* copy = aligned_alloc_pages(size);  // as a mapped file: the weights section starts a page
     if (size > 0) std::memcpy(copy, data, size);
     owner = std::shared_ptr<void>(copy, aligned_free64);
     data = copy;

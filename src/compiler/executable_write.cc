@@ -81,14 +81,17 @@ Status write_executable(const Program& p, const std::string& path) {
     values.push_back(v.get());
   }
   // Weights: each constant at a 64-byte aligned offset of the weights
-  // section.
+  // section, which starts a page: first the small ones in the order of
+  // the values, as a compiled Program holds them (pack_constants), then
+  // the others.
   std::vector<uint64_t> weight_offset(values.size(), 0);
   uint64_t weights_bytes = 0;
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (!values[i]->is_constant()) continue;
-    weight_offset[i] = weights_bytes;
-    weights_bytes += (values[i]->constant->nbytes() + 63) / 64 * 64;
-  }
+  for (bool small : {true, false})
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (!values[i]->is_constant() || (values[i]->constant->nbytes() < kPackedConstantMax) != small) continue;
+      weight_offset[i] = weights_bytes;
+      weights_bytes += (values[i]->constant->nbytes() + 63) / 64 * 64;
+    }
   Writer w;
   w.str(str_cat("tessera ", PROJECT_VERSION_STRING));
   w.str(kExecutableDevice);
@@ -172,7 +175,8 @@ Status write_executable(const Program& p, const std::string& path) {
   w.f64(plan.alone_predicted_us);
   const std::string& meta = w.bytes;
   const uint64_t meta_offset = kExecutableHeaderBytes;
-  const uint64_t weights_offset = (meta_offset + meta.size() + 63) / 64 * 64;
+  constexpr uint64_t kPage = 4096;  // the mapping starts a page, and so does the section in it
+  const uint64_t weights_offset = (meta_offset + meta.size() + kPage - 1) / kPage * kPage;
   const uint64_t file_bytes = weights_offset + weights_bytes;
 
   std::string weights(weights_bytes, '\0');

@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <set>
 
+#include "base/check.h"
 #include "base/clock.h"
 #include "base/strings.h"
 #include "compiler/plan_choice.h"
@@ -57,6 +61,35 @@ Result<Shape> parse_dims(const std::string& text) {
     dims.push_back(d);
   }
   return Shape(dims);
+}
+
+// Moves the graph's constants of under kPackedConstantMax bytes into one
+// page-aligned block, each at a 64-byte aligned offset, in the order of
+// the graph's values: where a loaded Executable finds them in its mapped
+// weights section (executable_write.cc lays the small ones out so). Left
+// where the heap put them, small constants lie at offsets (to each other,
+// to the arena, modulo a page) that differ from process to process, and so
+// do the times of small ops that read them. Larger constants keep their
+// own allocations (a whole block would hold every weight twice while it is
+// filled).
+void pack_constants(Graph& g) {
+  auto packed = [](const Value& v) { return v.is_constant() && v.constant->nbytes() < kPackedConstantMax; };
+  size_t bytes = 0;
+  for (const auto& v : g.values())
+    if (packed(*v)) bytes += (v->constant->nbytes() + 63) / 64 * 64;
+  if (bytes == 0) return;
+  void* block = aligned_alloc_pages(bytes);
+  std::shared_ptr<void> owner(block, aligned_free64);
+  char* at = static_cast<char*>(block);
+  for (const auto& v : g.values()) {
+    if (!packed(*v)) continue;
+    const Tensor old = *v->constant;  // its storage lives until the view replaces it
+    const size_t n = old.nbytes();
+    if (n > 0) std::memcpy(at, old.raw(), n);
+    std::memset(at + n, 0, (n + 63) / 64 * 64 - n);
+    v->constant = Tensor::view(old.dtype(), old.shape(), at, owner);
+    at += (n + 63) / 64 * 64;
+  }
 }
 
 // Assigns slots: constants point at their tensors, runtime values at arena
@@ -127,6 +160,7 @@ Result<std::unique_ptr<Program>> compile_graph(std::unique_ptr<Graph> g, const C
   if (options.concat_in_place) p->stats.concats_in_place = place_concats_in_place(*g);
   p->stats.convs_by_planes = mark_out_planes(*g);
   TESSERA_RETURN_IF_ERROR(verify_graph(*g));
+  pack_constants(*g);
   TESSERA_ASSIGN_OR_RETURN(p->aliases, value_aliases(*g));
   for (auto& n : g->nodes()) {
     Step s;

@@ -264,6 +264,11 @@ class PlanLifetimes {
 // output.
 MemoryPlan plan_memory_parallel(const Program& p, const Plan& plan);
 
+// Constants under this many bytes lie together, in one page-aligned block
+// in the order of the graph's values, in a compiled Program (compile_graph)
+// and at the start of an Executable's weights section alike.
+inline constexpr size_t kPackedConstantMax = size_t{1} << 20;
+
 // Points every Step's inputs and outputs at Slots: constants at their
 // tensors, runtime values at p.memory's arena offsets.
 void assign_slots(Program& p);

@@ -1,5 +1,6 @@
 #include "ir/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,6 +12,14 @@ void* aligned_alloc64(size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;
   if (rounded == 0) rounded = 64;
   void* p = std::aligned_alloc(64, rounded);
+  TESSERA_CHECK_MSG(p != nullptr, "out of memory allocating %zu bytes", rounded);
+  return p;
+}
+
+void* aligned_alloc_pages(size_t bytes) {
+  constexpr size_t kPage = 4096;
+  const size_t rounded = std::max<size_t>(1, (bytes + kPage - 1) / kPage) * kPage;
+  void* p = std::aligned_alloc(kPage, rounded);
   TESSERA_CHECK_MSG(p != nullptr, "out of memory allocating %zu bytes", rounded);
   return p;
 }

@@ -11,8 +11,12 @@
 
 namespace tessera {
 
-// Allocates `bytes` (rounded up) aligned to 64; frees with aligned_free.
+// Allocates `bytes` (rounded up) aligned to 64; frees with aligned_free64.
 void* aligned_alloc64(size_t bytes);
+// Allocates `bytes` (rounded up to whole pages) at the start of a page, so
+// that what lies inside is at the same offsets modulo a page in every
+// process; frees with aligned_free64.
+void* aligned_alloc_pages(size_t bytes);
 void aligned_free64(void* p);
 
 }  // namespace tessera

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 
 #include "base/strings.h"
 #include "compiler/executable.h"
@@ -85,6 +86,54 @@ TEST_P(ExecutableZoo, WrittenAndLoadedRunsBitwiseLikeTheCompiledProgram) {
     auto got = run_outputs(std::move(*loaded), Executor::kPlan, inputs);
     expect_bitwise(got, want, model + " veus=" + std::to_string(veus));
   }
+}
+
+// The small constants lie together, in the order of the values, from the
+// start of a page, in a compiled Program and in a loaded Executable alike;
+// the large ones keep their own places.
+TEST_P(ExecutableZoo, SmallConstantsLieTogetherFromAPageAsWhenLoaded) {
+  const std::string model = GetParam();
+  TempDir tmp;
+  std::map<std::string, Tensor> inputs;
+  auto p = compile_zoo(model, plan_options(2, Policy::kAuto), &inputs);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  const std::string path = tmp.file(model + ".tsx");
+  ASSERT_TRUE(write_executable(**p, path).ok());
+  auto loaded = load_executable(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  // Each small constant's offset from the first, by name; checks the
+  // block's layout on the way.
+  auto small_offsets = [&](const Program& prog, const char* what) {
+    std::map<std::string, ptrdiff_t> at;
+    const char* first = nullptr;
+    const char* next = nullptr;
+    int large = 0;
+    for (const auto& v : prog.graph->values()) {
+      if (!v->is_constant()) continue;
+      const char* d = static_cast<const char*>(v->constant->raw());
+      const size_t n = v->constant->nbytes();
+      if (n >= kPackedConstantMax) {
+        ++large;
+        if (first != nullptr) {
+          EXPECT_FALSE(d >= first && d < next) << what << ": " << v->name << " inside the block";
+        }
+        continue;
+      }
+      if (first == nullptr) {
+        first = next = d;
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(d) % 4096, 0u) << what << ": " << v->name;
+      }
+      EXPECT_EQ(d, next) << what << ": " << v->name << " is not where the block's previous constant ends";
+      at[v->name] = d - first;
+      next = d + (n + 63) / 64 * 64;
+    }
+    return std::pair{at, large};
+  };
+  auto [compiled, large] = small_offsets(**p, "compiled");
+  auto [mapped, large_loaded] = small_offsets(**loaded, "loaded");
+  EXPECT_FALSE(compiled.empty());
+  EXPECT_EQ(mapped, compiled);
+  EXPECT_EQ(large_loaded, large);
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, ExecutableZoo, ::testing::ValuesIn(kModels),

@@ -246,7 +246,10 @@ Result<std::unique_ptr<LoadedProgram>> Engine::load(std::unique_ptr<Program> pro
 
 Engine::Engine(std::unique_ptr<Program> program, const EngineOptions& options, int threads)
     : program_(std::move(program)), options_(options), threads_(threads) {
-  arena_ = aligned_alloc64(program_->memory.arena_bytes);
+  // At the start of a page: the arena's offsets to the packed constants
+  // (pack_constants, program.cc), modulo a page, are the same in every
+  // process.
+  arena_ = aligned_alloc_pages(program_->memory.arena_bytes);
   args_ = resolve_args(*program_, arena_);
   arena_args_ = resolve_args(*program_, arena_);
   bound_out_.assign(program_->output_slots.size(), nullptr);
