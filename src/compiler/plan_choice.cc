@@ -62,6 +62,14 @@ constexpr double kStaleChoice = 1.02;
 constexpr double kStalledShare = 3.0 / 8;
 constexpr int kMoreSittings = 2;
 constexpr int kSittingPauseMs = 200;
+// Step 4b's margin where the 1-vEU Plan won while the host held the vEUs
+// back (a wider Plan still stalled after the sittings, or the host never
+// was quiet): the win is the moment's, which lasts seconds, while the
+// process keeps its Plan for life. A wider Plan within this alone loses at
+// most that while the moment lasts, where the 1-vEU Plan would lose the
+// vEUs' speed after it; and timed alone in such a moment, two Plans that
+// run within 1 % of each other quietly come out a few percent apart.
+constexpr double kHeldBackAlone = 1.05;
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -612,8 +620,9 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
     for (size_t i = 0; i < cands.size(); ++i) medians[i] = std::min(medians[i], again[i]);
   }
   // 4b. The 1-vEU Plan won: a wider Plan's rTasks on one thread
-  // are timed against it. Where they run as fast (within kStaleChoice),
-  // the wider Plan is kept and its runs start alone: the run-mode chooser
+  // are timed against it. Where they run as fast (within kStaleChoice;
+  // kHeldBackAlone where the host held the vEUs back while the candidates
+  // were timed), the wider Plan is kept and its runs start alone: the run-mode chooser
   // tries its vEUs now and then, so a choice timed while the host held
   // them back (ran them in turns, or on one core) does not keep one vEU
   // for the rest of the process once the host lets them run at once.
@@ -626,6 +635,9 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
   ChoiceRecord r;
   r.measured_us = medians[best];
   size_t chosen = best;
+  bool held_back = contended;
+  for (size_t i = 0; i < cands.size(); ++i)
+    if (cands[i].veus > 1 && stalled[i] >= kStalledShare) held_back = true;
   if (cands[best].veus == 1) {
     // Its ratios for the 1-vEU Plan's in-run costs: a round-2 Plan's costs
     // carry its own in-run ratios, taken out.
@@ -647,7 +659,7 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
           std::vector<double> m,
           time_interleaved(planner, p, o, {&cands[best], &cands[wide]}, kTimingRounds, runs, &contended, nullptr,
                            {PlanRunWay::kPlan, PlanRunWay::kAlone}));
-      if (m[1] <= kStaleChoice * m[0]) {
+      if (m[1] <= (held_back ? kHeldBackAlone : kStaleChoice) * m[0]) {
         chosen = wide;
         r.alone_first = true;
         r.measured_us = m[1];

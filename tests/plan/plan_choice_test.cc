@@ -478,6 +478,34 @@ TEST_F(PlanChoice, AStalledMomentIsTimedAgain) {
   EXPECT_EQ(always.calls - calm_calls, 2 * 3 * candidates + 3 * 2) << "two more sittings of three rounds, then no more";
 }
 
+// The 1-vEU Plan won while the host held the vEUs back (every timed call of
+// a 2-vEU Plan stalled): the 2-vEU Plan's rTasks, 4 % slower alone, are
+// close enough for a choice about a moment; the Plan is kept starting
+// alone. Where the 2-vEU Plan ran slower without stalling (the host as it
+// is, not a moment), the same 4 % keeps the 1-vEU Plan.
+TEST_F(PlanChoice, AChoiceHeldBackByTheHostKeepsAWiderPlanAlmostAsFastAlone) {
+  FakeRunner held;
+  held.stalls = 1 << 20;
+  held.stall_slow = 3;
+  held.alone_factor = 1.04;
+  auto p = compile(held);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  const Plan& plan = *(*p)->plan;
+  EXPECT_EQ(plan.veus, 2);
+  EXPECT_TRUE(plan.alone_first);
+  EXPECT_GT(plan.measured_us, 1.03 * measured_for(plan, 1)) << "alone, 4 % slower than the 1-vEU Plan";
+  fs::remove_all(dir_);
+
+  FakeRunner slower;
+  slower.slow = {{2, 3.0}};
+  slower.alone_factor = 1.04;
+  auto q = compile(slower);
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  EXPECT_EQ((*q)->plan->veus, 1);
+  EXPECT_FALSE((*q)->plan->alone_first);
+  EXPECT_GT(slower.alone_calls, 0) << "the 2-vEU Plan's rTasks were timed alone";
+}
+
 // The cache is per host map digest: a map where crossing is dear is
 // another host, measured anew; a file of choices the planner cannot parse
 // is ignored.
