@@ -211,13 +211,14 @@ class Server:
 
 
 class Processes:
-    """One system in several processes that take its batches in turn. A
-    process's memory layout (where its heap, stack and the kernels' packed
-    weights lie, modulo a page) makes its small ops a few percent faster
-    or slower for its whole life (processes of one 1-vEU Plan of a small
-    model differed by up to 5 %), so a system measured in one process
-    carries that process's luck; its runs pooled over several carry less
-    of it. `per_process[i]` holds process i's run times."""
+    """One system in several processes, each running a share of every
+    batch in turn (a pause between them, as between batches). A process's
+    memory layout (where its heap, stack and the kernels' packed weights
+    lie, modulo a page) makes its small ops a few percent faster or slower
+    for its whole life, so a system measured in one process carries that
+    process's luck; its runs pooled over several carry less of it.
+    `rounds` holds, per batch, each process's median: met in the same host
+    state, their ratio is the process's luck."""
 
     def __init__(self, make, n):
         self.servers = []
@@ -228,16 +229,27 @@ class Processes:
             self.kill()
             raise
         self.hello = self.servers[0].hello
-        self.per_process = [[] for _ in self.servers]
-        self.turn = 0
+        self.rounds = []
 
     def times(self, warmup, iters):
-        i = self.turn % len(self.servers)
-        self.turn += 1
-        ms = self.servers[i].times(warmup, iters)
-        self.ways = getattr(self.servers[i], "ways", None)
-        self.per_process[i].extend(ms)
+        ms, ways, medians = [], "", []
+        share = max(1, math.ceil(iters / len(self.servers)))
+        for i, s in enumerate(self.servers):
+            if i > 0:
+                time.sleep(GAP_S)
+            got = s.times(max(2, warmup // len(self.servers)), share)
+            ms.extend(got)
+            ways += getattr(s, "ways", None) or ""
+            medians.append(statistics.median(got))
+        self.ways = ways or None
+        self.rounds.append(medians)
         return ms
+
+    def luck(self):
+        """The median over batches of the slowest process's median over the
+        fastest's (1: no difference), or None with one process."""
+        spans = [max(m) / min(m) for m in self.rounds if len(m) > 1 and min(m) > 0]
+        return statistics.median(spans) if spans else None
 
     def kill(self):
         for s in self.servers:
@@ -338,7 +350,7 @@ def main():
     ap.add_argument("--batch-ms", type=float, default=100, help="timed length of each system's batch in a round")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--processes", type=int, default=2,
-                    help="processes each for Tessera's Plan, its 1-vEU Plan and ONNX Runtime, taking batches in turn")
+                    help="processes each for Tessera's Plan, its 1-vEU Plan and ONNX Runtime, each running a share of every batch")
     ap.add_argument("--only", default="")
     ap.add_argument("--unseen", action="store_true", help="also the unseen-kind models (geometric mean)")
     ap.add_argument("--quick", action="store_true", help="2 rounds of 20 ms batches: a smoke test, not a measurement")
@@ -375,7 +387,7 @@ def main():
     batch_iters = {}
     unfused = {}
     raw = {}
-    process_medians = {}  # per workload and system: each process's median
+    luck = {}  # per workload and system: Processes.luck
     tmp = tempfile.mkdtemp(prefix="tessera-bench-")
     atexit.register(shutil.rmtree, tmp, True)
 
@@ -423,9 +435,9 @@ def main():
         plans[w] = systems["tessera-plan"].hello["plan"]
         # Each process compiled and chose its own Plan.
         plans[w]["veus_per_process"] = [s.hello["plan"]["veus"] for s in systems["tessera-plan"].servers]
-        process_medians[w] = {name: [statistics.median(v) for v in systems[name].per_process if v]
-                              for name in systems if isinstance(systems[name], Processes)}
-        raw[w]["process_medians"] = process_medians[w]
+        luck[w] = {name: systems[name].luck() for name in systems if isinstance(systems[name], Processes)}
+        raw[w]["process_medians"] = {name: systems[name].rounds for name in systems
+                                     if isinstance(systems[name], Processes)}
         batch_iters[w] = iters
         if "unfused" in batches:
             unfused[w] = [x for b in batches.pop("unfused") for x in b]
@@ -446,8 +458,7 @@ def main():
         results[w]["predicted_vs"] = statistics.median(versus)
         spread[w] = {name: p90(v) / statistics.median(v) for name, v in times.items()}
     maps.append(host_map(tessera))
-    table, summary = report(results, spread, plans, unfused, overhead(tessera, tmp, a.threads, 5, 20),
-                            process_medians)
+    table, summary = report(results, spread, plans, unfused, overhead(tessera, tmp, a.threads, 5, 20), luck)
     went_alone = {w: s for w, s in alone_share.items() if s >= 0.05}
     if went_alone:
         summary += ("\nThe Plan's timed runs that its session ran on one thread (the host held the vEUs back, or a "
@@ -483,7 +494,7 @@ def verdicts(w, r, sp):
     return missed
 
 
-def report(results, spread, plans, unfused, ov, process_medians):
+def report(results, spread, plans, unfused, ov, luck):
     cols = ["plan ms (p90)", "vEUs", "1-vEU ms", "two-layer ms", "ORT ms (p90)", "PyTorch ms", "plan / ORT",
             "plan / 1-vEU", "predicted / measured", "p90/med plan", "p90/med ORT", "target"]
     lines = ["| workload | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 1)]
@@ -530,16 +541,16 @@ def report(results, spread, plans, unfused, ov, process_medians):
                     ", ".join(f"{w} {statistics.median(v):.3f} ms, plan/ORT "
                               f"{statistics.median(v) / results[w]['onnxruntime']:.3f}" for w, v in unfused.items()) +
                     ".\n")
-    apart = {}  # per system: the workload whose processes differed most, and by how much
-    for w, per in process_medians.items():
-        for name, meds in per.items():
-            if len(meds) > 1 and max(meds) / min(meds) - 1 > apart.get(name, ("", 0))[1]:
-                apart[name] = (w, max(meds) / min(meds) - 1)
-    if apart:
-        summary += ("\nEach of " + ", ".join(process_medians[next(iter(process_medians))]) +
-                    f" ran in {max(len(m) for per in process_medians.values() for m in per.values())} processes "
-                    "taking its batches in turn (the medians above pool them); their medians differed by at most " +
-                    ", ".join(f"{d:.1%} ({name}, {w})" for name, (w, d) in apart.items()) + ".\n")
+    worst = {}  # per system: the workload whose processes differed most, and by how much
+    for w, per in luck.items():
+        for name, x in per.items():
+            if x is not None and x - 1 >= worst.get(name, ("", 0))[1]:
+                worst[name] = (w, x - 1)
+    if worst:
+        summary += ("\nEach of " + ", ".join(worst) + " ran in several processes, each running a share of every "
+                    "batch (the medians above pool them); within a batch, the slowest process's median over the "
+                    "fastest's was, as a median over batches, at most " +
+                    ", ".join(f"{d:.1%} ({name}, {w})" for name, (w, d) in worst.items()) + ".\n")
     summary += (f"\nPer-rTask overhead on a chain of 10 000 trivial rTasks (one Add of one float each): "
                 f"plan executor {ov['plan']:.1f} ns, two-layer {ov['two-layer']:.1f} ns (target ≤ 50 ns).\n")
     return "\n".join(lines), summary
