@@ -454,6 +454,7 @@ Result<std::vector<double>> time_interleaved(Planner& planner, Program& p, const
 // starting alone.
 struct Check {
   bool holds = false;    // the other end is not faster by more than kStaleChoice, and the host was not busy
+  bool contended = false;  // the host was not as its map describes throughout some timed batch
   double median_us = 0;  // the choice's Plan's median in this check, on its vEUs
   double predicted_us = 0;  // with its cached in-run ratios
   double alone_us = 0;      // an alone-first choice's median alone in this check
@@ -488,6 +489,7 @@ Result<Check> still_holds(Planner& planner, Program& p, const CompileConfig& o, 
   else  // a 1-vEU choice, m[2]: the Plan on all n alone (as 4b times it)
     c.holds = !contended && (m.size() == 1 || m[0] <= kStaleChoice * m[1]) &&
               (m.size() < 3 || m[2] > kStaleChoice * m[0]);
+  c.contended = contended;
   c.median_us = m[0];
   if (alone_first && m.size() == 3) c.alone_us = m[2];
   TESSERA_ASSIGN_OR_RETURN(c.predicted_us, planner.predict(chosen, timeline));
@@ -522,6 +524,16 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
       // thread (step 5): checked by its runs alone, which a host holding
       // the vEUs back does not slow, never traced again on its vEUs.
       TESSERA_ASSIGN_OR_RETURN(Check check, still_holds(planner, p, o, c, r.timeline, n, r.alone_first));
+      // Checked while the host was not as its map describes (busy, or
+      // delaying hand-offs): the check tells about that moment, not about
+      // the choice, which was made and cached while the host was (a choice
+      // made in such a moment is not cached). Kept as cached: measured
+      // again now, a process would keep that moment's Plan for life.
+      if (check.contended) {
+        log_info("the host was not as its map describes while the cached plan choice (", r.veus, " of ", n,
+                 " vEUs) was checked: kept as cached");
+        return planner.finish(c, r.timeline, n, r.measured_us, r.candidates, r.alone_first ? &r.alone : nullptr);
+      }
       auto off = [&](double predicted) { return std::abs(predicted / check.median_us - 1); };
       double error = r.alone_first && check.alone_us > 0
                          ? std::abs(planner.alone_us(c, r.alone) / check.alone_us - 1)

@@ -665,7 +665,8 @@ HostFingerprint host_fingerprint(const CpuTopology& t) {
   return f;
 }
 
-bool host_quiet(const CpuTopology& t, const std::vector<int>& slots, double expected_gflops) {
+bool host_quiet(const CpuTopology& t, const std::vector<int>& slots, double expected_gflops,
+                double expected_handoff_ns) {
   std::vector<unsigned> all;
   for (int s : slots)
     if (s >= 0 && s < t.pus) all.push_back(t.pu_order[static_cast<size_t>(s)]);
@@ -681,7 +682,16 @@ bool host_quiet(const CpuTopology& t, const std::vector<int>& slots, double expe
   const double flops = fma_flops(iters);
   if (expected_gflops > 0 && flops / alone < kQuietRatio * expected_gflops) return false;
   if (all.size() == 1) return true;
-  return alone / fma_span_ns(all, iters) >= kQuietRatio;
+  if (alone / fma_span_ns(all, iters) < kQuietRatio) return false;
+  // The first two of `slots` in their order (the map's pair), not sorted.
+  if (expected_handoff_ns > 0) {
+    auto slot = [&](size_t i) {
+      return slots.size() > i && slots[i] >= 0 && slots[i] < t.pus ? slots[i] : static_cast<int>(i);
+    };
+    const unsigned a = t.pu_order[static_cast<size_t>(slot(0))], b = t.pu_order[static_cast<size_t>(slot(1))];
+    if (a != b && lower_quartile(handoff_samples(a, b, 200, 2)) > kHandoffSlack * expected_handoff_ns) return false;
+  }
+  return true;
 }
 
 HostGauge host_gauge(const HostMap& m) {
@@ -689,8 +699,7 @@ HostGauge host_gauge(const HostMap& m) {
   if (!host_quiet(t, {}, m.pus.empty() ? 0 : m.pus[0].fma_gflops))
     return {false, "busy: the host is taking a share of this process's PUs"};
   const HostFingerprint f = host_fingerprint(t);
-  constexpr double kGaugeSlack = 1.5;
-  if (f.pair && m.size() > 1 && f.handoff_ns > kGaugeSlack * m.handoff_ns[1])
+  if (f.pair && m.size() > 1 && f.handoff_ns > kHandoffSlack * m.handoff_ns[1])
     return {false, str_cat("moved: a hand-off between the first two PUs takes ", str_fixed(f.handoff_ns, 0),
                            " ns, the map says ", str_fixed(m.handoff_ns[1], 0))};
   return {true, "quiet: every PU runs at full speed at once, hand-offs as mapped"};

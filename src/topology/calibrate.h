@@ -89,11 +89,17 @@ bool host_map_matches(const HostMap& m, const HostFingerprint& f, std::string* w
 // run at full speed at once right now (no neighbour or hypervisor taking a
 // share of them): the same FMA work, started on all of them together, must
 // all be done within 1 / kQuietRatio of the time the first alone takes (two
-// vCPUs run in turns on one physical thread take twice as long), and the
+// vCPUs run in turns on one physical thread take twice as long), the
 // first alone must reach kQuietRatio of `expected_gflops` (its rate in the
-// host map; 0: not checked). Takes about 4 ms.
+// host map; 0: not checked), and a hand-off between the first two must
+// take at most kHandoffSlack times `expected_handoff_ns` (the map's for
+// that pair; 0: not checked): a host can run both at full speed while it
+// delays what passes between them (hand-offs four times the map's, for
+// seconds), and a Plan timed then runs as if on one. Takes about 4 ms.
 inline constexpr double kQuietRatio = 0.8;
-bool host_quiet(const CpuTopology& t, const std::vector<int>& slots, double expected_gflops);
+inline constexpr double kHandoffSlack = 1.5;
+bool host_quiet(const CpuTopology& t, const std::vector<int>& slots, double expected_gflops,
+                double expected_handoff_ns = 0);
 
 // The instruction set of the measuring loops (the build's): "avx512",
 // "avx2" or "portable".

@@ -49,6 +49,17 @@ TEST(Topology, PinningMovesTheThread) {
   }
 }
 
+// A hand-off slower than the map's (here: any, against a map that says a
+// thousandth of a ns) makes the host not quiet, whatever else holds; the
+// same PUs with the hand-off unchecked may be quiet or not (the host's
+// state), so only the refusal is asserted.
+TEST(Topology, QuietRefusesHandOffsSlowerThanTheMaps) {
+  const CpuTopology& t = cpu_topology();
+  if (t.pus < 2) GTEST_SKIP() << "one PU: no hand-off";
+  EXPECT_FALSE(host_quiet(t, {0, 1}, 0, 1e-3));
+  EXPECT_FALSE(host_quiet(t, {}, 0, 1e-3));
+}
+
 TEST(Topology, ShapeNamesEveryPuAndItsGroups) {
   const CpuTopology& t = cpu_topology();
   ASSERT_EQ(t.pu_info.size(), t.pu_order.size());

@@ -418,6 +418,34 @@ TEST_F(PlanChoice, BusyHostChoiceIsUsedButNotCached) {
   EXPECT_EQ(fake.calls, 2 * first) << "nothing was cached, so everything was measured again";
 }
 
+// A cached choice checked while the host is not as its map describes (and
+// runs 2 vEUs three times slower then) is kept as cached: the check
+// tells about the moment, and measured again the process would keep the
+// moment's 1-vEU Plan. Once the host is as mapped, the check counts again.
+TEST_F(PlanChoice, ACachedChoiceCheckedOnABusyHostIsKept) {
+  FakeRunner calm;
+  auto first = compile(calm);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  ASSERT_EQ((*first)->plan->veus, 2);
+  FakeRunner busy;
+  busy.contended = true;
+  busy.slow = {{2, 3.0}};
+  auto kept = compile(busy);
+  ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+  EXPECT_EQ((*kept)->plan->veus, 2);
+  EXPECT_FALSE((*kept)->plan->alone_first);
+  EXPECT_EQ((*kept)->plan->measured_us, (*first)->plan->measured_us);
+  EXPECT_NEAR((*kept)->plan->predicted_us, (*first)->plan->predicted_us, 1e-6 * (*first)->plan->predicted_us)
+      << "its timeline as cached, not traced again in the moment";
+  EXPECT_LT(busy.calls, calm.calls) << "only the check ran";
+  FakeRunner changed;  // as mapped, and 2 vEUs three times slower: measured again
+  changed.slow = {{2, 3.0}};
+  auto again = compile(changed);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ((*again)->plan->veus, 2);
+  EXPECT_TRUE((*again)->plan->alone_first) << "the 2-vEU Plan, as fast alone, starts alone";
+}
+
 // A map that makes crossing dear on a host where it is free (the fake
 // runner's timings charge nothing for it) cannot keep the Plan it rules
 // out from being timed: a candidate scheduled as if crossing were free

@@ -44,9 +44,11 @@ class CpuDevice : public Device {
   }
   PlanRunner plan_runner(const HostMap* map, const std::vector<int>& slots, bool pin) const override {
     // A map from a file describes another host: its rates are no gauge here.
-    const double rate =
-        map && (map->origin == "measured" || map->origin == "cache") && !map->pus.empty() ? map->pus[0].fma_gflops : 0;
-    return cpu_plan_runner(pin, rate, slots);
+    const bool here = map && (map->origin == "measured" || map->origin == "cache") && !map->pus.empty();
+    const double rate = here ? map->pus[0].fma_gflops : 0;
+    const int a = slots.size() > 0 ? slots[0] : 0, b = slots.size() > 1 ? slots[1] : 1;
+    const double handoff = here && a < map->size() && b < map->size() && a != b ? 1e3 * map->handoff_us(a, b) : 0;
+    return cpu_plan_runner(pin, rate, slots, handoff);
   }
   Result<std::unique_ptr<LoadedProgram>> load(std::unique_ptr<Program> p, const PlaceOptions& o) override {
     return Engine::load(std::move(p), o, false);

@@ -22,7 +22,7 @@ constexpr double kTracedPairsUs = 2000;
 constexpr int kMaxTracedPairs = 200;
 
 Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, PlanRunWay way, bool pin,
-                            double expected_gflops, const std::vector<int>& slots) {
+                            double expected_gflops, const std::vector<int>& slots, double expected_handoff_ns) {
   if (!p.plan) return failed_precondition("the runner needs a Program with a Plan");
   const Plan& plan = *p.plan;
   const bool trace = way == PlanRunWay::kTraced, alone = way == PlanRunWay::kAlone;
@@ -43,7 +43,8 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, PlanRunWay w
   constexpr int kQuietTries = 10;
   int tries = 0;
   const std::vector<int> used = veu_slots(slots, plan.veus);
-  while (!host_quiet(cpu_topology(), used, expected_gflops) && ++tries < kQuietTries)
+  while (!host_quiet(cpu_topology(), used, expected_gflops, plan.veus > 1 ? expected_handoff_ns : 0) &&
+         ++tries < kQuietTries)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   t.contended = tries == kQuietTries;
   {
@@ -131,9 +132,10 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, PlanRunWay w
 
 }  // namespace
 
-PlanRunner cpu_plan_runner(bool pin, double expected_gflops, std::vector<int> slots) {
-  return [pin, expected_gflops, slots = std::move(slots)](const Program& p, int warmup, int runs, PlanRunWay way) {
-    return run_plan(p, warmup, runs, way, pin, expected_gflops, slots);
+PlanRunner cpu_plan_runner(bool pin, double expected_gflops, std::vector<int> slots, double expected_handoff_ns) {
+  return [pin, expected_gflops, slots = std::move(slots), expected_handoff_ns](const Program& p, int warmup, int runs,
+                                                                              PlanRunWay way) {
+    return run_plan(p, warmup, runs, way, pin, expected_gflops, slots, expected_handoff_ns);
   };
 }
 

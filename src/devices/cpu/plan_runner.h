@@ -20,9 +20,12 @@ namespace tessera {
 
 // `pin`: as EngineOptions::pin. `expected_gflops`: the first PU's FMA
 // rate in the host map (0: not checked), below which the host counts as
-// busy.
+// busy; `expected_handoff_ns`: the map's hand-off between the first two
+// vEUs' PUs (0: not checked), above which (host_quiet) it counts as busy
+// too.
 // `slots`: the PU slots (topology order) vEU u runs on, slots[u]; empty:
 // 0, 1, ...
-PlanRunner cpu_plan_runner(bool pin = true, double expected_gflops = 0, std::vector<int> slots = {});
+PlanRunner cpu_plan_runner(bool pin = true, double expected_gflops = 0, std::vector<int> slots = {},
+                           double expected_handoff_ns = 0);
 
 }  // namespace tessera
