@@ -43,6 +43,9 @@ struct FakeRunner {
   bool contended = false;
   int stalls = 0;
   double stall_slow = 1;
+  int slow_traces = 0;  // the first traced calls' rTasks take trace_slow times as long
+  double trace_slow = 1;
+  int traced_calls = 0;
   int calls = 0, stalled_calls = 0, alone_calls = 0;
   std::set<int> veus_run;  // the vEU counts of the Plans it ran
   std::vector<std::pair<int, double>> timed_batches;  // untraced calls: runs, one run's µs
@@ -78,8 +81,10 @@ struct FakeRunner {
       if (!trace && slow.count(p.plan->veus)) truth.predicted_us += held_wait_us * static_cast<double>(p.plan->waits);
       t.run_us.assign(static_cast<size_t>(runs), truth.predicted_us);
       if (!trace) timed_batches.emplace_back(runs, truth.predicted_us);
-      if (trace)
-        for (const TaskPlacement& pl : truth.placements) t.task_us.push_back(pl.end_us - pl.start_us);
+      if (trace) {
+        const double f = traced_calls++ < slow_traces ? trace_slow : 1.0;
+        for (const TaskPlacement& pl : truth.placements) t.task_us.push_back(f * (pl.end_us - pl.start_us));
+      }
       t.contended = contended;
       t.stalled_runs = stalled ? runs : 0;
       return t;
@@ -416,6 +421,34 @@ TEST_F(PlanChoice, BusyHostChoiceIsUsedButNotCached) {
   const int first = fake.calls;
   ASSERT_TRUE(compile(fake).ok());
   EXPECT_EQ(fake.calls, 2 * first) << "nothing was cached, so everything was measured again";
+}
+
+// The winner's first trace met a moment that made its rTasks 25 % slower:
+// its timeline is traced again and the one that predicts the median kept.
+// Where every trace is so (within kPredictionSlack of the median, but not
+// kTimelineSlack), the best of three is kept, and cached.
+TEST_F(PlanChoice, AWinnersTimelineOffByMoreThanATenthIsTracedAgain) {
+  FakeRunner calm;
+  auto base = compile(calm);
+  ASSERT_TRUE(base.ok()) << base.status().to_string();
+  fs::remove_all(dir_);
+  FakeRunner once;
+  once.slow_traces = calm.traced_calls;  // every trace of step 1 and the winner's first
+  once.trace_slow = 1.25;
+  auto p = compile(once);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(once.traced_calls, calm.traced_calls + 1);
+  EXPECT_NEAR((*p)->plan->predicted_us, (*base)->plan->predicted_us, 0.02 * (*base)->plan->predicted_us);
+  fs::remove_all(dir_);
+  FakeRunner always;
+  always.slow_traces = 1 << 20;
+  always.trace_slow = 1.25;
+  auto q = compile(always);
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  EXPECT_EQ(always.traced_calls, calm.traced_calls + 2) << "three traces of the winner";
+  const int calls = always.calls;
+  ASSERT_TRUE(compile(always).ok());
+  EXPECT_LT(always.calls - calls, calls / 2) << "cached: only checked";
 }
 
 // A cached choice checked while the host is not as its map describes (and
