@@ -28,7 +28,7 @@ Result<PlanTiming> run_plan(const Program& p, int warmup, int runs, PlanRunWay w
   const bool trace = way == PlanRunWay::kTraced, alone = way == PlanRunWay::kAlone;
   const std::vector<std::pair<int32_t, int64_t>> order = alone ? plan_one_thread_order(plan) : decltype(order){};
   if (alone && order.empty()) return internal_error("the Plan's waits leave no order for one thread");
-  void* arena = aligned_alloc64(std::max<size_t>(p.memory.arena_bytes, 64));
+  void* arena = aligned_alloc_pages(p.memory.arena_bytes);  // as the Engine's (engine.cc)
   std::memset(arena, 0, p.memory.arena_bytes);
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uniform(-1.f, 1.f);
