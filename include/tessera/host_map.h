@@ -154,8 +154,10 @@ struct HostMapOptions {
 
 // The map for this host: from the file named by the options or the
 // environment; else from the cache, unless three fingerprints in a row
-// disagree with it (then measured again, with a note saying why); else
-// measured and cached.
+// disagree with it (then measured again, with a note saying why), except
+// where the host only looks as in a moment (a slower hand-off, PUs now
+// sharing a core): then the cached map is used, with a note, until three
+// processes over ten minutes have found it so; else measured and cached.
 Result<HostMap> host_map_obtain(const HostMapOptions& o);
 
 // Whether this host is, right now, as `m` describes it: every PU running at

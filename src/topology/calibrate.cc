@@ -705,7 +705,8 @@ HostGauge host_gauge(const HostMap& m) {
   return {true, "quiet: every PU runs at full speed at once, hand-offs as mapped"};
 }
 
-bool host_map_matches(const HostMap& m, const HostFingerprint& f, std::string* why) {
+bool host_map_matches(const HostMap& m, const HostFingerprint& f, std::string* why, bool* moment) {
+  if (moment != nullptr) *moment = false;
   if (!f.valid) return true;
   const double rate = m.pus[0].fma_gflops;
   if (rate > 0 && (f.fma_gflops > rate * kFmaSlack || f.fma_gflops * kFmaSlack < rate)) {
@@ -718,6 +719,7 @@ bool host_map_matches(const HostMap& m, const HostFingerprint& f, std::string* w
   if (h > 0 && (f.handoff_ns > h * kFingerprintSlack || f.handoff_ns * kFingerprintSlack < h)) {
     *why = str_cat("the hand-off between the first two PUs now takes ", str_fixed(f.handoff_ns, 0), " ns, the map says ",
                    str_fixed(h, 0), " ns");
+    if (moment != nullptr) *moment = f.handoff_ns > h;
     return false;
   }
   const bool core_now = f.fma_together < kCoreShareRatio;
@@ -725,6 +727,7 @@ bool host_map_matches(const HostMap& m, const HostFingerprint& f, std::string* w
   if (core_now != core_then) {
     *why = str_cat("the first two PUs ", core_now ? "now share" : "no longer share", " a core (FMA rate together ",
                    str_fixed(f.fma_together, 2), " of alone, the map says ", str_fixed(m.fma_together[1], 2), ")");
+    if (moment != nullptr) *moment = core_now;
     return false;
   }
   return true;

@@ -83,7 +83,12 @@ HostFingerprint host_fingerprint(const CpuTopology& t);
 // to "do they share a core". Otherwise false, with the reason in *why.
 inline constexpr double kFmaSlack = 1.25;
 inline constexpr double kFingerprintSlack = 3.0;
-bool host_map_matches(const HostMap& m, const HostFingerprint& f, std::string* why);
+// `*moment` (when given) says whether the difference is of the kind a
+// moment of this host makes, which passes: a slower hand-off, or PUs that
+// now share a core. Another FMA rate (another machine), a faster hand-off
+// or PUs that no longer share a core (the map was measured in a moment)
+// are not.
+bool host_map_matches(const HostMap& m, const HostFingerprint& f, std::string* why, bool* moment = nullptr);
 
 // Whether the PUs at `slots` (indexes into t.pu_order; empty: all) can all
 // run at full speed at once right now (no neighbour or hypervisor taking a

@@ -531,13 +531,28 @@ namespace {
 // fingerprints in a row disagree with it.
 constexpr int kFingerprintTries = 3;
 
-bool fingerprint_agrees(const HostMap& m, const CpuTopology& t, std::string* why) {
+// `*moment`: the last disagreement's (host_map_matches).
+bool fingerprint_agrees(const HostMap& m, const CpuTopology& t, std::string* why, bool* moment) {
   for (int k = 0; k < kFingerprintTries; ++k)
-    if (host_map_matches(m, host_fingerprint(t), why)) return true;
+    if (host_map_matches(m, host_fingerprint(t), why, moment)) return true;
   return false;
 }
 
+MapDoubt read_doubt(const std::string& path) {
+  MapDoubt d;
+  std::ifstream in(path);
+  if (!(in >> d.first_s >> d.last_s >> d.count) || d.count < 0 || d.first_s > d.last_s) d = MapDoubt();
+  return d;
+}
+
 }  // namespace
+
+bool map_doubt_settles(MapDoubt* d, int64_t now_s) {
+  if (d->count <= 0 || now_s < d->last_s || now_s - d->last_s > kDoubtGapS) *d = {now_s, now_s, 0};
+  d->last_s = now_s;
+  ++d->count;
+  return d->count >= kDoubtProcesses && now_s - d->first_s >= kDoubtSpanS;
+}
 
 Result<HostMap> host_map_obtain(const HostMapOptions& o) {
   std::string file = o.file;
@@ -550,7 +565,9 @@ Result<HostMap> host_map_obtain(const HostMapOptions& o) {
   }
   const CpuTopology& t = cpu_topology();
   const std::string path = host_map_cache_path(o.cache_dir);
+  const std::string doubt_path = path + ".doubt";
   std::string stale;
+  bool moment = false;
   if (!o.refresh && fs::exists(path)) {
     Result<HostMap> cached = host_map_read(path);
     if (!cached.ok()) {
@@ -559,10 +576,31 @@ Result<HostMap> host_map_obtain(const HostMapOptions& o) {
       stale = "it describes another host shape";
     } else if (cached->measured_at > 0 && cached->llc_held_kb == 0) {
       stale = "it predates measuring what the caches keep between runs";
-    } else if (!o.verify || fingerprint_agrees(*cached, t, &stale)) {
+    } else if (!o.verify || fingerprint_agrees(*cached, t, &stale, &moment)) {
+      std::error_code ec;
+      if (o.verify) fs::remove(doubt_path, ec);  // agreeing, it ends a streak of doubts
       cached->origin = "cache";
       if (cached->llc_kb == 0) cached->llc_kb = t.llc_kb;  // a map written before the field
       return cached;
+    } else if (moment) {
+      // A slower hand-off, or PUs now sharing a core, may be a moment of
+      // this host: the map holds until the disagreement lasts (MapDoubt).
+      // The other way round, the map was measured in a moment.
+      MapDoubt d = read_doubt(doubt_path);
+      const int64_t now = static_cast<int64_t>(std::time(nullptr));
+      if (!map_doubt_settles(&d, now)) {
+        write_file_atomic(doubt_path, str_cat(d.first_s, " ", d.last_s, " ", d.count, "\n"));
+        cached->origin = "cache";
+        if (cached->llc_kb == 0) cached->llc_kb = t.llc_kb;
+        cached->notes.push_back(str_cat("the host is not as this map describes right now (", stale,
+                                        "): used as cached, and measured again once ", kDoubtProcesses,
+                                        " processes over ", kDoubtSpanS / 60, " minutes find it so (",
+                                        d.count, " so far)"));
+        return cached;
+      }
+      std::error_code ec;
+      fs::remove(doubt_path, ec);
+      stale += str_cat(", in ", d.count, " processes over ", (now - d.first_s) / 60, " minutes");
     }
   }
   MeasureOptions mo;

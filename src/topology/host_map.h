@@ -59,4 +59,23 @@ Status host_map_write(const std::string& path, const HostMap& m);
 // Where the cache keeps this host's map.
 std::string host_map_cache_path(const std::string& cache_dir);
 
+// A cached map's disagreements with the host in a row, across processes
+// (kept in a file beside the map; a process whose fingerprint agrees ends
+// the streak): when the first and the last were seen (unix seconds), and
+// by how many processes. Hosts have moments that last seconds to a minute
+// (hand-offs four times the map's, two vCPUs run as one core's siblings);
+// measured in one, the map would describe the moment, with another digest,
+// and every cached plan choice would be made again in it.
+struct MapDoubt {
+  int64_t first_s = 0, last_s = 0;
+  int count = 0;
+};
+inline constexpr int kDoubtProcesses = 3;
+inline constexpr int64_t kDoubtSpanS = 600;   // a streak this long is no moment
+inline constexpr int64_t kDoubtGapS = 1800;   // a disagreement this long after the last begins a new streak
+// Records a disagreement at now_s in `d`; whether the streak has lasted
+// long enough (kDoubtProcesses disagreements over kDoubtSpanS) for the map
+// to be measured again.
+bool map_doubt_settles(MapDoubt* d, int64_t now_s);
+
 }  // namespace tessera

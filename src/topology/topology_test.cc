@@ -259,14 +259,22 @@ TEST(HostMap, FingerprintInvalidatesAStaleMap) {
   f.fma_gflops = 200;  // moved to a machine with twice the FMA width
   EXPECT_FALSE(host_map_matches(m, f, &why));
   EXPECT_NE(why.find("GFLOP/s"), std::string::npos) << why;
+  bool moment = true;
+  EXPECT_FALSE(host_map_matches(m, f, &why, &moment));
+  EXPECT_FALSE(moment) << "another machine";
   f.fma_gflops = 118;
   f.handoff_ns = 700;  // 3.5x the map's
-  EXPECT_FALSE(host_map_matches(m, f, &why));
+  EXPECT_FALSE(host_map_matches(m, f, &why, &moment));
   EXPECT_NE(why.find("hand-off"), std::string::npos) << why;
+  EXPECT_TRUE(moment) << "slower: as in a moment of the host";
+  f.handoff_ns = 50;  // a quarter of the map's
+  EXPECT_FALSE(host_map_matches(m, f, &why, &moment));
+  EXPECT_FALSE(moment) << "faster: the map was measured in a moment";
   f.handoff_ns = 200;
   f.fma_together = 0.5;  // the two PUs now share a core
-  EXPECT_FALSE(host_map_matches(m, f, &why));
+  EXPECT_FALSE(host_map_matches(m, f, &why, &moment));
   EXPECT_NE(why.find("now share"), std::string::npos) << why;
+  EXPECT_TRUE(moment);
   f.pair = false;  // one PU: no pair to compare
   EXPECT_TRUE(host_map_matches(m, f, &why));
 }
@@ -356,6 +364,68 @@ TEST(HostMap, ObtainMeasuresCachesAndHonoursGivenFiles) {
   EXPECT_EQ(from_env->origin, "file " + given);
   o.file = dir.path + "/missing.json";
   EXPECT_EQ(host_map_obtain(o).status().code(), StatusCode::kNotFound);
+}
+
+// A cached map that disagrees with the host in its hand-off or core
+// sharing is measured again only once the disagreement has lasted: seen by
+// kDoubtProcesses processes over kDoubtSpanS, none more than kDoubtGapS
+// after the one before.
+TEST(HostMap, ADisagreementIsAMomentUntilItLasts) {
+  MapDoubt d;
+  EXPECT_FALSE(map_doubt_settles(&d, 1000));
+  EXPECT_EQ(d.count, 1);
+  EXPECT_FALSE(map_doubt_settles(&d, 1100));
+  EXPECT_FALSE(map_doubt_settles(&d, 1200)) << "three processes, but within two minutes";
+  EXPECT_TRUE(map_doubt_settles(&d, 1000 + kDoubtSpanS));
+  MapDoubt gap;
+  EXPECT_FALSE(map_doubt_settles(&gap, 0));
+  EXPECT_FALSE(map_doubt_settles(&gap, 300));
+  EXPECT_FALSE(map_doubt_settles(&gap, 300 + kDoubtGapS + 1)) << "a new streak";
+  EXPECT_EQ(gap.count, 1);
+  EXPECT_EQ(gap.first_s, 300 + kDoubtGapS + 1);
+  MapDoubt back{5000, 5000, 2};
+  EXPECT_FALSE(map_doubt_settles(&back, 4000)) << "a clock gone back begins a new streak";
+  EXPECT_EQ(back.count, 1);
+}
+
+// Obtained with a cached map whose hand-off is a thousandth of this
+// host's (the host now looks as in a moment): used as cached, with a note,
+// and the doubt recorded beside it. With one a thousand times this host's
+// (the map was measured in a moment): measured again at once. Where the
+// host ran FMAs at another rate just then (busy), either is measured again
+// as another machine.
+TEST(HostMap, ObtainKeepsAMapThatDisagreesForAMoment) {
+  if (cpu_topology().pus < 2) GTEST_SKIP() << "one PU: no hand-off";
+  TempDir dir;
+  HostMapOptions o;
+  o.cache_dir = dir.path;
+  o.reps = 3;
+  o.verify = false;
+  auto first = host_map_obtain(o);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  const std::string path = host_map_cache_path(dir.path);
+  for (double factor : {1e-3, 1e3}) {
+    HostMap m = *first;
+    for (double& h : m.handoff_ns) h *= factor;
+    ASSERT_TRUE(host_map_write(path, m).ok());
+    fs::remove(path + ".doubt");
+    o.verify = true;
+    auto got = host_map_obtain(o);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_FALSE(got->notes.empty());
+    const std::string& note = got->notes.back();
+    if (got->origin == "measured" && note.find("GFLOP/s") != std::string::npos) continue;  // busy just then
+    if (factor < 1) {
+      EXPECT_EQ(got->origin, "cache") << note;
+      EXPECT_NEAR(got->handoff_ns[1], m.handoff_ns[1], 0.01 * m.handoff_ns[1]) << "the cached map's";
+      EXPECT_NE(note.find("not as this map describes right now"), std::string::npos) << note;
+      EXPECT_TRUE(fs::exists(path + ".doubt"));
+    } else {
+      EXPECT_EQ(got->origin, "measured") << note;
+      EXPECT_NE(note.find("hand-off"), std::string::npos) << note;
+      EXPECT_FALSE(fs::exists(path + ".doubt"));
+    }
+  }
 }
 
 }  // namespace
