@@ -529,8 +529,9 @@ def report(results, spread, plans, unfused, ov, luck):
                     "on a host that stops vCPUs or slows one: docs/notes/2026-11-25-changing-hosts.md, \"Why 2-vEU "
                     "Plans lose\", item 4, docs/notes/2026-11-26-stalled-moments-and-tails.md, "
                     "docs/notes/2026-11-29-depthwise-edges-and-held-back-choices.md, \"One Plan per host state\", "
-                    "and docs/notes/2026-11-29-one-thread-kernels-and-silu.md, \"Both systems fall to one thread in "
-                    "the slow state\".\n")
+                    "docs/notes/2026-11-29-one-thread-kernels-and-silu.md, \"Both systems fall to one thread in "
+                    "the slow state\", and docs/notes/2026-11-29-process-layout-and-moments.md, \"Bench runs "
+                    "61–64\" (a session that goes alone at a batch's start).\n")
     if geo:
         gm = float(np.exp(np.mean(np.log(geo))))
         summary += (f"\nUnseen models: geometric mean of plan/ORT {gm:.3f} (target ≤ 0.8), worst {max(geo):.3f} "
