@@ -715,19 +715,21 @@ bool host_map_matches(const HostMap& m, const HostFingerprint& f, std::string* w
     return false;
   }
   if (!f.pair || m.size() < 2) return true;
-  const double h = m.handoff_ns[1];  // pair (0, 1)
-  if (h > 0 && (f.handoff_ns > h * kFingerprintSlack || f.handoff_ns * kFingerprintSlack < h)) {
-    *why = str_cat("the hand-off between the first two PUs now takes ", str_fixed(f.handoff_ns, 0), " ns, the map says ",
-                   str_fixed(h, 0), " ns");
-    if (moment != nullptr) *moment = f.handoff_ns > h;
-    return false;
-  }
+  // Sharing first: PUs run as siblings of one core for a moment also hand
+  // off faster.
   const bool core_now = f.fma_together < kCoreShareRatio;
   const bool core_then = m.fma_together[1] < kCoreShareRatio;
   if (core_now != core_then) {
     *why = str_cat("the first two PUs ", core_now ? "now share" : "no longer share", " a core (FMA rate together ",
                    str_fixed(f.fma_together, 2), " of alone, the map says ", str_fixed(m.fma_together[1], 2), ")");
     if (moment != nullptr) *moment = core_now;
+    return false;
+  }
+  const double h = m.handoff_ns[1];  // pair (0, 1)
+  if (h > 0 && (f.handoff_ns > h * kFingerprintSlack || f.handoff_ns * kFingerprintSlack < h)) {
+    *why = str_cat("the hand-off between the first two PUs now takes ", str_fixed(f.handoff_ns, 0), " ns, the map says ",
+                   str_fixed(h, 0), " ns");
+    if (moment != nullptr) *moment = f.handoff_ns > h;
     return false;
   }
   return true;

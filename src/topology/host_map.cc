@@ -526,9 +526,9 @@ std::string host_map_cache_path(const std::string& dir) {
 
 namespace {
 
-// Hosts have moments (a hypervisor running both vCPUs on one physical
-// thread for a while): a map is stale only when kFingerprintTries
-// fingerprints in a row disagree with it.
+// A map disagrees with the host only when kFingerprintTries fingerprints
+// in a row do (and one that disagrees as a moment would is stale only
+// once the disagreement lasts: MapDoubt).
 constexpr int kFingerprintTries = 3;
 
 // `*moment`: the last disagreement's (host_map_matches).
@@ -566,6 +566,11 @@ Result<HostMap> host_map_obtain(const HostMapOptions& o) {
   const CpuTopology& t = cpu_topology();
   const std::string path = host_map_cache_path(o.cache_dir);
   const std::string doubt_path = path + ".doubt";
+  auto as_cached = [&](HostMap m) {
+    m.origin = "cache";
+    if (m.llc_kb == 0) m.llc_kb = t.llc_kb;  // a map written before the field
+    return m;
+  };
   std::string stale;
   bool moment = false;
   if (!o.refresh && fs::exists(path)) {
@@ -579,9 +584,7 @@ Result<HostMap> host_map_obtain(const HostMapOptions& o) {
     } else if (!o.verify || fingerprint_agrees(*cached, t, &stale, &moment)) {
       std::error_code ec;
       if (o.verify) fs::remove(doubt_path, ec);  // agreeing, it ends a streak of doubts
-      cached->origin = "cache";
-      if (cached->llc_kb == 0) cached->llc_kb = t.llc_kb;  // a map written before the field
-      return cached;
+      return as_cached(std::move(*cached));
     } else if (moment) {
       // A slower hand-off, or PUs now sharing a core, may be a moment of
       // this host: the map holds until the disagreement lasts (MapDoubt).
@@ -590,13 +593,11 @@ Result<HostMap> host_map_obtain(const HostMapOptions& o) {
       const int64_t now = static_cast<int64_t>(std::time(nullptr));
       if (!map_doubt_settles(&d, now)) {
         write_file_atomic(doubt_path, str_cat(d.first_s, " ", d.last_s, " ", d.count, "\n"));
-        cached->origin = "cache";
-        if (cached->llc_kb == 0) cached->llc_kb = t.llc_kb;
         cached->notes.push_back(str_cat("the host is not as this map describes right now (", stale,
                                         "): used as cached, and measured again once ", kDoubtProcesses,
                                         " processes over ", kDoubtSpanS / 60, " minutes find it so (",
                                         d.count, " so far)"));
-        return cached;
+        return as_cached(std::move(*cached));
       }
       std::error_code ec;
       fs::remove(doubt_path, ec);
