@@ -166,7 +166,7 @@ TEST(SpareCore, A1VeuPlansListOnTheSparePuGivesItsBits) {
 }
 
 // A Plan the measured choice runs alone first (Plan::alone_first): adapting,
-// its first kProbeBackoff runs go alone, then the Plan is probed; not
+// its first kAloneBackoff runs go alone, then the Plan is probed; not
 // adapting, every run goes alone. Its bits are the Plan's either way.
 TEST(RunAlone, AnAloneFirstPlanRunsAloneFromItsFirstRun) {
   CompileConfig co;
@@ -187,7 +187,7 @@ TEST(RunAlone, AnAloneFirstPlanRunsAloneFromItsFirstRun) {
     auto s = Engine::create(std::move(*p), o);
     ASSERT_TRUE(s.ok()) << s.status().to_string();
     std::string ways;
-    for (int run = 0; run < RunModeChooser::kProbeBackoff + 1; ++run) {
+    for (int run = 0; run < RunModeChooser::kAloneBackoff + 1; ++run) {
       (*s)->poison_arena();
       for (const Value* in : (*s)->inputs()) ASSERT_TRUE((*s)->set_input(in->name, inputs.at(in->name)).ok());
       ASSERT_TRUE((*s)->run().wait().ok());
@@ -196,7 +196,7 @@ TEST(RunAlone, AnAloneFirstPlanRunsAloneFromItsFirstRun) {
       for (size_t i = 0; i < (*s)->outputs().size(); ++i) outs.push_back((*s)->output(i));
       expect_bitwise(outs, placed, "nasnet_like alone first, run " + std::to_string(run));
     }
-    EXPECT_EQ(ways, std::string(RunModeChooser::kProbeBackoff, 'A') + (adapt ? 'P' : 'A')) << "adapt " << adapt;
+    EXPECT_EQ(ways, std::string(RunModeChooser::kAloneBackoff, 'A') + (adapt ? 'P' : 'A')) << "adapt " << adapt;
   }
 }
 
@@ -246,7 +246,8 @@ TEST(RunModeChooser, GoesAloneWhereThatIsFasterOnAverage) {
   RunModeChooser c = chooser();
   const std::string m = feed(c, 200, 100, 180, 2);
   ASSERT_GE(m.find('A'), 4u);
-  const size_t settled = m.find("AAAAAAAAAAAAAAAA");
+  // The probe, then kAloneBackoff runs alone before the Plan's first probe.
+  const size_t settled = m.find(std::string(RunModeChooser::kAloneProbe + RunModeChooser::kAloneBackoff, 'A'));
   ASSERT_NE(settled, std::string::npos) << m;
   EXPECT_LT(settled, 12u) << m;
   EXPECT_GT(c.settled_alone_runs(), 100) << m;
@@ -318,12 +319,12 @@ TEST(RunModeChooser, StaysOnThePlanWhereAloneIsSlowerAndBacksOff) {
 
 // A Plan the measured choice runs alone first (Plan::alone_first): its
 // runs start alone; where the Plan runs faster, its first probe, after
-// kProbeBackoff runs, takes over for good; where it does not, the runs
+// kAloneBackoff runs, takes over for good; where it does not, the runs
 // stay alone, the probes coming less and less often.
 TEST(RunModeChooser, AnAloneFirstPlanStartsAloneAndTakesThePlanWhereFaster) {
   RunModeChooser faster({10, 10}, 100, false, true);
   const std::string m = feed(faster, 200, 60, 100, 0);
-  const std::string start = std::string(RunModeChooser::kProbeBackoff, 'A') + 'P';
+  const std::string start = std::string(RunModeChooser::kAloneBackoff, 'A') + 'P';
   EXPECT_EQ(m.substr(0, start.size()), start) << m;
   EXPECT_EQ(m.find('A', start.size()), std::string::npos) << m;
 
@@ -333,7 +334,7 @@ TEST(RunModeChooser, AnAloneFirstPlanStartsAloneAndTakesThePlanWhereFaster) {
   for (size_t i = s.find('P'); i != std::string::npos; i = s.find('P', i + RunModeChooser::kPlanProbe))
     probes.push_back(i);
   ASSERT_GE(probes.size(), 3u) << s;
-  EXPECT_EQ(probes[0], static_cast<size_t>(RunModeChooser::kProbeBackoff)) << s;
+  EXPECT_EQ(probes[0], static_cast<size_t>(RunModeChooser::kAloneBackoff)) << s;
   for (size_t p : probes)
     EXPECT_EQ(s.substr(p, RunModeChooser::kPlanProbe + 1), std::string(RunModeChooser::kPlanProbe, 'P') + "A") << s;
   for (size_t i = 2; i < probes.size(); ++i) EXPECT_GT(probes[i] - probes[i - 1], probes[i - 1] - probes[i - 2]) << s;
@@ -378,7 +379,7 @@ TEST(RunModeChooser, APlanProbeLeavesOutItsWarmingRuns) {
     }
     was_alone = alone;
   }
-  const std::string start = std::string(RunModeChooser::kProbeBackoff, 'A');
+  const std::string start = std::string(RunModeChooser::kAloneBackoff, 'A');
   EXPECT_EQ(modes, start + std::string(modes.size() - start.size(), 'P')) << modes;
 }
 
@@ -391,6 +392,72 @@ TEST(RunModeChooser, ComesBackToThePlanWhenTheHostDoes) {
   const size_t back = m.find("PPPPPPPPP");
   ASSERT_NE(back, std::string::npos) << m;
   EXPECT_EQ(m.find('A', back), std::string::npos) << m;
+}
+
+// Feeds `n` runs of the mode the chooser asks for, on a host that either
+// lets the vEUs run at once (plan runs take `plan_us`, waiting as
+// predicted) or holds vEU 1 back (`held`: every plan run takes `held_us`,
+// vEU 0 waiting the difference); alone runs take `alone_us`. Returns the
+// modes it asked for ('P' or 'A').
+std::string feed_host(RunModeChooser& c, int n, bool held, double plan_us, double held_us, double alone_us) {
+  std::string modes;
+  for (int i = 0; i < n; ++i) {
+    if (c.alone()) {
+      modes += 'A';
+      c.record(alone_us, {});
+      continue;
+    }
+    modes += 'P';
+    const double run = held ? held_us : plan_us;
+    c.record(run, std::vector<double>{10 + run - plan_us, 10});
+  }
+  return modes;
+}
+
+// The host begins to hold a vEU back after a long quiet stretch: every
+// plan run now takes 250 µs against 220 alone. A probe alone judged on
+// the last kWindow plan runs (five of them quiet, 100 µs: a mean of 156)
+// would lose, and the Plan would stall on every run; judged on the plan
+// runs since the first stall, it goes alone and stays.
+TEST(RunModeChooser, AProbeAloneIsJudgedOnThePlanRunsSinceItStalled) {
+  RunModeChooser c = chooser();
+  ASSERT_EQ(feed_host(c, 40, false, 100, 250, 220), std::string(40, 'P'));
+  const std::string m = feed_host(c, 400, true, 100, 250, 220);
+  EXPECT_EQ(m.substr(0, RunModeChooser::kStalledOf + RunModeChooser::kAloneProbe),
+            std::string(RunModeChooser::kStalledOf, 'P') + std::string(RunModeChooser::kAloneProbe, 'A'))
+      << m;
+  EXPECT_GT(std::count(m.begin(), m.end(), 'A'), 300) << m;  // the Plan's probes backing off
+}
+
+// Alone kept while the host still holds the vEUs back (the Plan 300 µs,
+// alone 100): each probe of the Plan ends at its first timed run, after
+// the kPlanProbeWarmup runs that wake the other vEUs, and the probes come
+// less and less often.
+TEST(RunModeChooser, APlanProbeOnAHostStillHeldEndsAtItsFirstTimedRun) {
+  RunModeChooser c({10, 10}, 100, false, true);
+  const std::string m = feed_host(c, 600, true, 100, 300, 100);
+  const int length = RunModeChooser::kPlanProbeWarmup + 1;
+  std::vector<size_t> probes;
+  for (size_t i = m.find('P'); i != std::string::npos; i = m.find('P', i + static_cast<size_t>(length)))
+    probes.push_back(i);
+  ASSERT_GE(probes.size(), 4u) << m;
+  EXPECT_EQ(probes[0], static_cast<size_t>(RunModeChooser::kAloneBackoff)) << m;
+  for (size_t p : probes) EXPECT_EQ(m.substr(p, static_cast<size_t>(length) + 1), std::string(length, 'P') + "A") << m;
+  for (size_t i = 2; i < probes.size(); ++i) EXPECT_GT(probes[i] - probes[i - 1], probes[i - 1] - probes[i - 2]) << m;
+}
+
+// A moment sends the session alone; the host lets the vEUs run at once
+// again right after: the Plan is probed kAloneBackoff runs after going
+// alone, and kept.
+TEST(RunModeChooser, ComesBackSoonAfterAMomentThatSentItAlone) {
+  static_assert(RunModeChooser::kAloneBackoff < RunModeChooser::kProbeBackoff, "back sooner than other probes");
+  RunModeChooser c = chooser();
+  feed_host(c, 40, false, 100, 400, 180);
+  const std::string moment = feed_host(c, RunModeChooser::kStalledOf + RunModeChooser::kAloneProbe, true, 100, 400, 180);
+  ASSERT_TRUE(c.alone()) << moment;
+  const std::string after = feed_host(c, 100, false, 100, 400, 180);
+  EXPECT_EQ(after, std::string(RunModeChooser::kAloneBackoff, 'A') + std::string(100 - RunModeChooser::kAloneBackoff, 'P'))
+      << moment << " " << after;
 }
 
 // In `ways`, run by run after a long backoff with runs seconds apart: the

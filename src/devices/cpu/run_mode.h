@@ -24,17 +24,20 @@
 //           back, Plan::alone_first, stalls by nothing it predicts), and
 //           kProbeBackoff runs have gone since the last probe, the next
 //           kAloneProbe runs go alone;
-//   probe   if their mean beats the mean of the last kWindow plan runs by
-//           5 %, runs go alone; else back to the Plan, and the next probe
-//           waits twice as long (up to kMaxBackoff runs, and at most
-//           kMaxProbeGapNs of time); a first run
-//           alone kHopeless slower than that mean ends the probe at once;
-//   alone   every backoff runs (doubling while alone keeps winning, but
-//           never more than kMaxProbeGapNs apart), the
-//           Plan runs kPlanProbe times and is kept if the mean of all but
-//           its first kPlanProbeWarmup (the other vEUs' threads waking from
-//           their park, their caches cold) beats the last kWindow alone
-//           runs' by 5 %.
+//   probe   if their mean beats the mean of the plan runs since the
+//           oldest stalled one among the last kWindow (of all kWindow
+//           where they did not stall) by 5 %, runs go alone; else back to
+//           the Plan, and the next probe waits twice as long (up to
+//           kMaxBackoff runs, and at most kMaxProbeGapNs of time); a first
+//           run alone kHopeless slower than that mean ends the probe at
+//           once;
+//   alone   after kAloneBackoff runs, then every backoff runs (doubling
+//           while alone keeps winning, but never more than kMaxProbeGapNs
+//           apart), the Plan runs kPlanProbe times and is kept if the mean
+//           of all but its first kPlanProbeWarmup (the other vEUs' threads
+//           waking from their park, their caches cold) beats the last
+//           kWindow alone runs' by 5 %; its first timed run kHopeless
+//           slower than those ends the probe at once.
 //
 // Means, not medians: a Plan whose vEU loses its core for a time slice
 // every few runs has a fast median and a slow mean. Probes cost at most a
@@ -146,6 +149,7 @@ struct TwoWays {
   bool probing = false;
   RunRing ring[2];  // recent runs, per way
   int backoff[2] = {kProbeBackoff, kProbeBackoff};  // per way: runs kept before it probes the other
+  int first_backoff[2] = {kProbeBackoff, kProbeBackoff};  // per way: its backoff when it takes over
   int probed = 0;
   int since_probe = 0;
   int64_t last_probe_ns = 0;  // when the last probe started (or the first run ended); 0: unknown
@@ -158,10 +162,10 @@ struct TwoWays {
     if (last_probe_ns == 0) last_probe_ns = end_ns;
   }
   // Whether the kept way has waited out its backoff by the run that ended
-  // at `end_ns`: backoff runs, or kMaxProbeGapNs and kProbeBackoff runs.
+  // at `end_ns`: backoff runs, or kMaxProbeGapNs and its first backoff's runs.
   bool waited(int64_t end_ns) const {
-    return since_probe >= backoff[kept] || (end_ns > 0 && last_probe_ns > 0 &&
-                                            end_ns - last_probe_ns >= kMaxProbeGapNs && since_probe >= kProbeBackoff);
+    return since_probe >= backoff[kept] || (end_ns > 0 && last_probe_ns > 0 && end_ns - last_probe_ns >= kMaxProbeGapNs &&
+                                            since_probe >= first_backoff[kept]);
   }
   void start_probe(int64_t end_ns = 0) {
     probing = true;
@@ -180,7 +184,7 @@ struct TwoWays {
     const int other = 1 - kept;
     if (won) {
       kept = other;
-      backoff[kept] = kProbeBackoff;
+      backoff[kept] = first_backoff[kept];
     } else {
       backoff[kept] = std::min(2 * backoff[kept], kMaxBackoff);
     }
@@ -198,12 +202,19 @@ class RunModeChooser {
   static constexpr int kPlanProbe = 8;
   static constexpr int kPlanProbeWarmup = 2;
   static constexpr int kProbeBackoff = TwoWays::kProbeBackoff;
+  // Runs alone before the Plan's first probe, from the start (alone_first)
+  // or after going alone: the moments that send a session alone often end
+  // within a batch, and a probe that finds the host still slow ends after
+  // its first timed run (kHopeless), so probing soon costs about
+  // kPlanProbeWarmup + 1 runs where waiting kProbeBackoff runs alone costs
+  // the Plan's whole gain on each (MobileNetV2: 7.2 ms alone against 3.8).
+  static constexpr int kAloneBackoff = 4;
   static constexpr int kMaxBackoff = TwoWays::kMaxBackoff;
   // A mode must beat the other by this factor to take over.
   static constexpr double kMargin = 0.95;
-  // A probe's first run alone this much slower than the Plan's recent mean
-  // ends it (margin for a first run that also brings the other list's
-  // data into this core's caches).
+  // A probe's first timed run this much slower than the way it probes
+  // against ends it (margin for a first run alone that also brings the
+  // other list's data into this core's caches).
   static constexpr double kHopeless = 1.3;
   static constexpr int64_t kMaxProbeGapNs = TwoWays::kMaxProbeGapNs;
 
@@ -216,6 +227,7 @@ class RunModeChooser {
                  bool alone_first = false)
       : predicted_wait_us_(std::move(predicted_wait_us)), predicted_us_(predicted_us), any_pu_(any_pu),
         beyond_(predicted_wait_us_.size(), 0) {
+    w_.first_backoff[kAloneMode] = w_.backoff[kAloneMode] = kAloneBackoff;
     if (alone_first) w_.kept = kAloneMode;
     else w_.since_probe = kProbeBackoff;  // the first stalls may probe at once
   }
@@ -245,23 +257,25 @@ class RunModeChooser {
       if (due && w_.waited(end_ns)) {
         if (w_.kept == kPlanMode && any_pu_)
           alone_veu_ = static_cast<int>(std::max_element(beyond_.begin(), beyond_.end()) - beyond_.begin());
+        reference_us_ = w_.kept == kAloneMode ? w_.ring[kAloneMode].mean(kWindow) : plan_reference_us();
         w_.start_probe(end_ns);
       }
       return;
     }
-    // A probe of the other mode: it takes over if its mean beats this
-    // mode's recent mean by kMargin. A first run alone slower than the
-    // Plan's recent mean by kHopeless ends the probe at once: four such
-    // runs would only lengthen the tail (ResNet-18's alone runs took 1.5x
-    // its median).
+    // A probe of the other mode: it takes over if its mean beats the
+    // reference by kMargin. A first timed run slower than the reference by
+    // kHopeless ends the probe at once: more such runs would only lengthen
+    // the tail (ResNet-18's alone runs took 1.5x its median; a Plan probed
+    // while the host still holds its vEUs back runs slower than alone).
     const int runs = ran == kAloneMode ? kAloneProbe : kPlanProbe;
-    if (ran == kAloneMode && w_.probed == 0 && run_us > kHopeless * w_.ring[kPlanMode].mean(kWindow)) {
+    const int first_timed = ran == kAloneMode ? 0 : kPlanProbeWarmup;
+    if (w_.probed == first_timed && run_us > kHopeless * reference_us_) {
       w_.finish_probe(false);
       stalled_ = 0;
       return;
     }
     if (++w_.probed < runs) return;
-    w_.end_probe(static_cast<size_t>(ran == kAloneMode ? runs : runs - kPlanProbeWarmup), kMargin);
+    w_.finish_probe(w_.ring[ran].mean(static_cast<size_t>(runs - first_timed)) < kMargin * reference_us_);
     stalled_ = 0;
   }
 
@@ -274,6 +288,15 @@ class RunModeChooser {
   bool alone_ran_faster() const {
     return w_.ring[kAloneMode].n > 0 && w_.ring[kPlanMode].n >= kWindow &&
            w_.ring[kPlanMode].mean(kWindow) > w_.ring[kAloneMode].mean(kWindow);
+  }
+  // What a probe of runs alone is judged against: the mean of the plan
+  // runs since the oldest stalled one among the last kWindow where enough
+  // stalled to start it (the host changed there: the runs before it ran
+  // in another state, and would make a Plan that now stalls on every run
+  // look faster than it is), else of the last kWindow.
+  double plan_reference_us() const {
+    const int since = std::popcount(stalled_) >= kStalledOf ? std::bit_width(stalled_) : static_cast<int>(kWindow);
+    return w_.ring[kPlanMode].mean(static_cast<size_t>(since));
   }
   bool stalled(double run_us, std::span<const double> wait_us) const {
     return run_stalled(predicted_wait_us_, predicted_us_, run_us, wait_us) ||
@@ -296,6 +319,7 @@ class RunModeChooser {
   bool any_pu_ = false;
   std::vector<double> beyond_;  // per PU (vEU thread): note_waits
   int alone_veu_ = 0;
+  double reference_us_ = 0;  // the running probe's: the kept way's mean when it started
   TwoWays w_;             // way 0 the Plan, 1 alone
   unsigned stalled_ = 0;  // bit i: the plan run i runs ago was stalled
   int64_t alone_runs_ = 0;
