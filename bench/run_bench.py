@@ -530,8 +530,10 @@ def report(results, spread, plans, unfused, ov, luck):
                     "Plans lose\", item 4, docs/notes/2026-11-26-stalled-moments-and-tails.md, "
                     "docs/notes/2026-11-29-depthwise-edges-and-held-back-choices.md, \"One Plan per host state\", "
                     "docs/notes/2026-11-29-one-thread-kernels-and-silu.md, \"Both systems fall to one thread in "
-                    "the slow state\", and docs/notes/2026-11-29-process-layout-and-moments.md, \"Bench runs "
-                    "61–64\" (a session that goes alone at a batch's start).\n")
+                    "the slow state\", docs/notes/2026-11-29-process-layout-and-moments.md, \"Bench runs "
+                    "61–64\" (a session that goes alone at a batch's start), and "
+                    "docs/notes/2026-11-30-coming-back-from-moments.md, \"Bench run 65\" (rounds in which the "
+                    "host was slow for one system's batch).\n")
     if geo:
         gm = float(np.exp(np.mean(np.log(geo))))
         summary += (f"\nUnseen models: geometric mean of plan/ORT {gm:.3f} (target ≤ 0.8), worst {max(geo):.3f} "
