@@ -118,6 +118,9 @@ TEST_F(Nn, BlockedConvMatchesNchw) {
       {1, 48, 48, 13, 3, 2, 1, true, "Clip", false},     {2, 16, 16, 7, 5, 1, 2, true, "none", true},
       {1, 24, 24, 9, 5, 2, 2, false, "HardSwish", false}, {1, 8, 8, 3, 3, 1, 1, true, "Relu", false},
       {1, 16, 16, 6, 3, 1, 0, true, "Relu", true},
+      // Edge columns over up to 8 rows at a time: 8, 8 and 3 rows, the
+      // 2 columns left after the 3x3 tiles, a 7x7 window's 6 edge columns.
+      {1, 24, 24, 19, 3, 1, 1, true, "Clip", true},       {1, 16, 16, 12, 7, 1, 3, false, "none", false},
       // AVX-512's 1x1 tiles of 4 blocks: four and a pair, a long
       // reduction, a plane of whole 12-pixel tiles; on a small plane, rTasks
       // of units of 4 blocks or, where there are more rTasks than units, of

@@ -148,6 +148,7 @@ class Depthwise8 {
     for (int64_t ch = 0; ch < c.cout; ++ch)
       for (int64_t t = 0; t < taps_; ++t) wpack_[static_cast<size_t>((ch / kB * taps_ + t) * kB + ch % kB)] = w[ch * taps_ + t];
     if (!epi.residual) fused_ = clamp_.take(epi);
+    zero_row_.assign(static_cast<size_t>(c.iw * kB), 0.f);
     // Output columns whose every tap column lies inside the row.
     ox_lo_ = std::min(c.ow, (c.pw + c.sw - 1) / c.sw);
     const int64_t last = c.iw + c.pw - c.kw;  // the last inside column's first tap, times the stride
@@ -159,11 +160,32 @@ class Depthwise8 {
   bool fused() const { return fused_; }
 
   // Output rows [r0, r1) of block `blk`: x holds input rows from row0, y
-  // output rows from r0.
+  // output rows from r0. Each row's inside columns go in tiles of pixels
+  // (inside()); the columns left, at the row ends and after the last tile,
+  // go a column at a time over up to 8 rows (column()): one pixel at a
+  // time, each would be a chain of dependent FMAs, and on a 7 x 7 plane
+  // those are 3 of its 7 columns.
   void rows(const float* x, int64_t row0, int64_t blk, const float* bias, float* y, int64_t r0, int64_t r1) const {
     const __m256 bv = bias != nullptr ? _mm256_loadu_ps(bias + blk * kB) : _mm256_setzero_ps();
     const float* wq = wpack_.data() + blk * taps_ * kB;
-    for (int64_t oy = r0; oy < r1; ++oy) row(x, row0, wq, bv, y + (oy - r0) * c_.ow * kB, oy);
+    // By 8 rows, so that the columns read rows the tiles just brought into
+    // L1 (on a large plane, the rows of a whole rTask would not stay there).
+    for (int64_t oy0 = r0; oy0 < r1; oy0 += 8) {
+      const int64_t oy1 = std::min(oy0 + 8, r1);
+      int64_t rest = c_.ow;  // the first column after the inside tiles: the same in every row
+      for (int64_t oy = oy0; oy < oy1; ++oy) rest = inside(x, row0, wq, bv, y + (oy - r0) * c_.ow * kB, oy);
+      const auto columns = [&](int64_t from, int64_t to) {
+        for (int64_t ox = from; ox < to; ++ox) {
+          int64_t oy = oy0;
+          if (oy + 8 <= oy1) column<8>(x, row0, wq, bv, y, r0, oy, ox), oy += 8;
+          if (oy + 4 <= oy1) column<4>(x, row0, wq, bv, y, r0, oy, ox), oy += 4;
+          if (oy + 2 <= oy1) column<2>(x, row0, wq, bv, y, r0, oy, ox), oy += 2;
+          if (oy < oy1) column<1>(x, row0, wq, bv, y, r0, oy, ox);
+        }
+      };
+      columns(0, std::min(ox_lo_, rest));
+      columns(rest, c_.ow);
+    }
   }
 
   // The padded width and the padded rows of `out_rows` output rows.
@@ -213,22 +235,56 @@ class Depthwise8 {
  private:
   static constexpr int kTile = 8;  // output pixels in registers
 
-  // A row: the columns whose taps all lie inside it in tiles (3x3 and 5x5
-  // windows at stride 1 or 2 by window(), others 8 pixels a tile), then 4,
-  // 2 and 1; the columns at its ends one at a time, checked.
-  void row(const float* x, int64_t row0, const float* wq, __m256 bv, float* yr, int64_t oy) const {
-    int64_t ox = 0;
-    for (; ox < ox_lo_; ++ox) pixels<1, false>(x, row0, wq, bv, yr, oy, ox);
+  // A row's columns whose taps all lie inside it, in tiles (3x3 and 5x5
+  // windows at stride 1 or 2 by window(), others 8 pixels a tile), then 4
+  // and 2; returns the first column after them (the rest: column()).
+  int64_t inside(const float* x, int64_t row0, const float* wq, __m256 bv, float* yr, int64_t oy) const {
+    int64_t ox = ox_lo_;
     if (c_.kw == 3 && c_.sw == 1) ox = tiles<6, 3, 1>(x, row0, wq, bv, yr, oy, ox);
     else if (c_.kw == 3 && c_.sw == 2) ox = tiles<4, 3, 2>(x, row0, wq, bv, yr, oy, ox);
     else if (c_.kw == 5 && c_.sw == 1) ox = tiles<4, 5, 1>(x, row0, wq, bv, yr, oy, ox);
     else if (c_.kw == 5 && c_.sw == 2) ox = tiles<3, 5, 2>(x, row0, wq, bv, yr, oy, ox);
     else
-      for (; ox + kTile <= ox_hi_; ox += kTile) pixels<kTile, true>(x, row0, wq, bv, yr, oy, ox);
-    if (ox + 4 <= ox_hi_) pixels<4, true>(x, row0, wq, bv, yr, oy, ox), ox += 4;
-    if (ox + 2 <= ox_hi_) pixels<2, true>(x, row0, wq, bv, yr, oy, ox), ox += 2;
-    if (ox < ox_hi_) pixels<1, true>(x, row0, wq, bv, yr, oy, ox), ++ox;
-    for (; ox < c_.ow; ++ox) pixels<1, false>(x, row0, wq, bv, yr, oy, ox);
+      for (; ox + kTile <= ox_hi_; ox += kTile) pixels<kTile>(x, row0, wq, bv, yr, oy, ox);
+    if (ox + 4 <= ox_hi_) pixels<4>(x, row0, wq, bv, yr, oy, ox), ox += 4;
+    if (ox + 2 <= ox_hi_) pixels<2>(x, row0, wq, bv, yr, oy, ox), ox += 2;
+    return ox;
+  }
+
+  // Column ox of output rows [oy, oy + R), into y (output rows from r0):
+  // R pixels, each its taps' FMAs in the order pixels() takes them, columns
+  // and rows outside the input reading zero (the same bits), R chains
+  // sharing each tap's weight.
+  template <int R>
+  void column(const float* x, int64_t row0, const float* wq, __m256 bv, float* y, int64_t r0, int64_t oy,
+              int64_t ox) const {
+    __m256 acc[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r] = bv;
+    const __m256 zero = _mm256_setzero_ps();
+    for (int64_t ky = 0; ky < c_.kh; ++ky) {
+      // Each row's input row, or a row of zeros where it lies outside.
+      const float* xr[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const int64_t iy = (oy + r) * c_.sh - c_.ph + ky;
+        xr[r] = iy >= 0 && iy < c_.ih ? x + (iy - row0) * c_.iw * kB : zero_row_.data();
+      }
+      for (int64_t kx = 0; kx < c_.kw; ++kx) {
+        const __m256 wv = _mm256_loadu_ps(wq + (ky * c_.kw + kx) * kB);
+        const int64_t ix = ox * c_.sw - c_.pw + kx;
+        if (ix >= 0 && ix < c_.iw) {
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xr[r] + ix * kB), wv, acc[r]);
+        } else {
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(zero, wv, acc[r]);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+      _mm256_storeu_ps(y + ((oy + r - r0) * c_.ow + ox) * kB, fused_ ? clamp_(acc[r]) : acc[r]);
   }
 
   // Inside tiles of T pixels from ox while they fit, then one of 4 and
@@ -298,9 +354,9 @@ class Depthwise8 {
     for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + t * kB, fused_ ? clamp_(acc[t]) : acc[t]);
   }
 
-  // Output pixels [ox, ox + T) of row oy; kInside: every tap column lies
-  // inside the row (rows are checked per tap row either way).
-  template <int T, bool kInside>
+  // Output pixels [ox, ox + T) of row oy, every tap column inside the row
+  // (rows are checked per tap row).
+  template <int T>
   void pixels(const float* x, int64_t row0, const float* wq, __m256 bv, float* yr, int64_t oy, int64_t ox) const {
     __m256 acc[T];
 #pragma GCC unroll 8
@@ -316,7 +372,7 @@ class Depthwise8 {
         for (int i = 0; i < T; ++i) {
           const int64_t ix = (ox + i) * c_.sw - c_.pw + kx;
           __m256 xv = zero;
-          if (row_in && (kInside || (ix >= 0 && ix < c_.iw))) xv = _mm256_loadu_ps(xr + ix * kB);
+          if (row_in) xv = _mm256_loadu_ps(xr + ix * kB);
           acc[i] = _mm256_fmadd_ps(xv, wv, acc[i]);
         }
       }
@@ -331,6 +387,7 @@ class Depthwise8 {
   int64_t taps_ = 1;
   int64_t ox_lo_ = 0, ox_hi_ = 0;  // output columns with every tap inside the row
   std::vector<float> wpack_;       // [block][tap][8]
+  std::vector<float> zero_row_;    // an input row of zeros, for column()'s rows outside the input
 };
 
 class BlockedDepthwiseOp : public ROp {
