@@ -149,6 +149,12 @@ class Depthwise8 {
       for (int64_t t = 0; t < taps_; ++t) wpack_[static_cast<size_t>((ch / kB * taps_ + t) * kB + ch % kB)] = w[ch * taps_ + t];
     if (!epi.residual) fused_ = clamp_.take(epi);
     zero_row_.assign(static_cast<size_t>(c.iw * kB), 0.f);
+    // Where each output pixel's window starts in padded rows (from an
+    // rTask's first row): the same for every block.
+    window_at_.resize(static_cast<size_t>(c.oh * c.ow));
+    for (int64_t oy = 0; oy < c.oh; ++oy)
+      for (int64_t ox = 0; ox < c.ow; ++ox)
+        window_at_[static_cast<size_t>(oy * c.ow + ox)] = (oy * c.sh * padded_w() + ox * c.sw) * kB;
     // Output columns whose every tap column lies inside the row.
     ox_lo_ = std::min(c.ow, (c.pw + c.sw - 1) / c.sw);
     const int64_t last = c.iw + c.pw - c.kw;  // the last inside column's first tap, times the stride
@@ -216,13 +222,11 @@ class Depthwise8 {
       std::fill(d + (c_.pw + cols) * kB, d + wp * kB, 0.f);
     }
     const int64_t n = (r1 - r0) * c_.ow;
-    int64_t i = 0, oy = 0, ox = 0;  // the next pixel, its row (from r0) and column
+    int64_t i = 0;  // the next pixel
     const auto group = [&]<int T>() {
       const float* base[T];
-      for (int t = 0; t < T; ++t) {
-        base[t] = pad + (oy * c_.sh * wp + ox * c_.sw) * kB;
-        if (++ox == c_.ow) ox = 0, ++oy;
-      }
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) base[t] = pad + window_at_[static_cast<size_t>(i + t)];
       gathered<T>(base, wp, wq, bv, y + i * kB);
       i += T;
     };
@@ -388,6 +392,7 @@ class Depthwise8 {
   int64_t ox_lo_ = 0, ox_hi_ = 0;  // output columns with every tap inside the row
   std::vector<float> wpack_;       // [block][tap][8]
   std::vector<float> zero_row_;    // an input row of zeros, for column()'s rows outside the input
+  std::vector<int64_t> window_at_;  // per output pixel: its window's first float in padded rows
 };
 
 class BlockedDepthwiseOp : public ROp {
