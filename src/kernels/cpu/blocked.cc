@@ -28,7 +28,6 @@
 // the layout conversions in ranges of (image, channel block) planes, then
 // of rows.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "base/strings.h"
@@ -200,26 +199,42 @@ class Depthwise8 {
 
   // As rows(), x the whole input plane, through a zero-padded copy of the
   // input rows [r0, r1) read, in `pad` (padded_h(r1 - r0) x padded_w()
-  // vectors): every output pixel then has every tap inside, and runs 8
-  // pixels at a time, row ends included (on a 7 x 7 plane, 4 columns of 7
-  // are within 2 of an edge: one pixel at a time, each a chain of
-  // dependent FMAs). The same FMAs in the same order: the same bits.
+  // vectors): every output pixel then has every tap inside, and a row runs
+  // in tiles of up to 8 pixels, its ends included (3x3 and 5x5 windows;
+  // others 8 pixels at a time across rows). The same FMAs in the same
+  // order: the same bits.
   void padded_rows(const float* x, int64_t blk, const float* bias, float* y, int64_t r0, int64_t r1,
                    float* pad) const {
     const __m256 bv = bias != nullptr ? _mm256_loadu_ps(bias + blk * kB) : _mm256_setzero_ps();
     const float* wq = wpack_.data() + blk * taps_ * kB;
     const int64_t wp = padded_w(), hp = padded_h(r1 - r0), iy0 = r0 * c_.sh - c_.ph;
     const int64_t cols = std::clamp<int64_t>(wp - c_.pw, 0, c_.iw);
+    // A vector at a time, inline: rows of a few vectors, where calls to
+    // fill and copy would each cost about what their stores do.
+    const __m256 zero = _mm256_setzero_ps();
     for (int64_t r = 0; r < hp; ++r) {
       float* d = pad + r * wp * kB;
       const int64_t iy = iy0 + r;
-      if (iy < 0 || iy >= c_.ih || cols == 0) {
-        std::fill(d, d + wp * kB, 0.f);
-        continue;
+      const bool row_in = iy >= 0 && iy < c_.ih;
+      const int64_t from = row_in ? std::min(c_.pw, wp) : wp, to = row_in ? std::min(c_.pw + cols, wp) : wp;
+      const float* src = x + (iy * c_.iw - c_.pw) * kB;  // read only for j in [from, to), where iy is inside
+      int64_t j = 0;
+      for (; j < from; ++j) _mm256_storeu_ps(d + j * kB, zero);
+      for (; j < to; ++j) _mm256_storeu_ps(d + j * kB, _mm256_loadu_ps(src + j * kB));
+      for (; j < wp; ++j) _mm256_storeu_ps(d + j * kB, zero);
+    }
+    // 3x3 and 5x5 windows: along each row, each tap row's inputs loaded
+    // once for the window's columns (padded_window()).
+    if ((c_.kw == 3 || c_.kw == 5) && (c_.sw == 1 || c_.sw == 2)) {
+      for (int64_t oy = 0; oy < r1 - r0; ++oy) {
+        const float* prow = pad + oy * c_.sh * wp * kB;
+        float* yr = y + oy * c_.ow * kB;
+        if (c_.kw == 3 && c_.sw == 1) padded_row<3, 1>(prow, wp, wq, bv, yr);
+        else if (c_.kw == 3) padded_row<3, 2>(prow, wp, wq, bv, yr);
+        else if (c_.sw == 1) padded_row<5, 1>(prow, wp, wq, bv, yr);
+        else padded_row<5, 2>(prow, wp, wq, bv, yr);
       }
-      std::fill(d, d + c_.pw * kB, 0.f);
-      std::memcpy(d + c_.pw * kB, x + iy * c_.iw * kB, static_cast<size_t>(cols * kB) * sizeof(float));
-      std::fill(d + (c_.pw + cols) * kB, d + wp * kB, 0.f);
+      return;
     }
     const int64_t n = (r1 - r0) * c_.ow;
     int64_t i = 0;  // the next pixel
@@ -329,6 +344,56 @@ class Depthwise8 {
 #pragma GCC unroll 16
         for (int j = 0; j < kIn; ++j) in[j] = zero;
       }
+#pragma GCC unroll 5
+      for (int kx = 0; kx < KW; ++kx) {
+        const __m256 wv = _mm256_loadu_ps(wq + (ky * KW + kx) * kB);
+#pragma GCC unroll 8
+        for (int i = 0; i < T; ++i) acc[i] = _mm256_fmadd_ps(in[i * SW + kx], wv, acc[i]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < T; ++i) _mm256_storeu_ps(yr + (ox + i) * kB, fused_ ? clamp_(acc[i]) : acc[i]);
+  }
+
+  // The widest tile of a row through padded rows: with AVX-512's 32
+  // registers 7 (planes of 7, 14, 28, ... wide) or 8 pixels (the inputs a
+  // 5x5 window at stride 2 needs for 8 pixels, their sums and a weight:
+  // 28), with AVX2's 16, 4.
+#if defined(__AVX512F__)
+  static constexpr int kRowTile = 8;
+#else
+  static constexpr int kRowTile = 4;
+#endif
+
+  // Output row yr from padded rows at prow (the row its first tap row
+  // reads), in tiles of padded_window().
+  template <int KW, int SW>
+  void padded_row(const float* prow, int64_t wp, const float* wq, __m256 bv, float* yr) const {
+    int64_t ox = 0;
+    if (kRowTile >= 7 && c_.ow % 7 == 0) {
+      for (; ox + 7 <= c_.ow; ox += 7) padded_window<7, KW, SW>(prow, wp, wq, bv, yr, ox);
+    } else {
+      for (; ox + kRowTile <= c_.ow; ox += kRowTile) padded_window<kRowTile, KW, SW>(prow, wp, wq, bv, yr, ox);
+    }
+    if (ox + 4 <= c_.ow) padded_window<4, KW, SW>(prow, wp, wq, bv, yr, ox), ox += 4;
+    if (ox + 2 <= c_.ow) padded_window<2, KW, SW>(prow, wp, wq, bv, yr, ox), ox += 2;
+    if (ox < c_.ow) padded_window<1, KW, SW>(prow, wp, wq, bv, yr, ox);
+  }
+
+  // Output pixels [ox, ox + T) of a row through padded rows (every tap
+  // inside): per tap row, its (T - 1) * SW + KW inputs loaded once for the
+  // row's KW taps. The FMAs of pixels() in its order: the same bits.
+  template <int T, int KW, int SW>
+  void padded_window(const float* prow, int64_t wp, const float* wq, __m256 bv, float* yr, int64_t ox) const {
+    constexpr int kIn = (T - 1) * SW + KW;
+    __m256 acc[T];
+#pragma GCC unroll 8
+    for (int i = 0; i < T; ++i) acc[i] = bv;
+    for (int64_t ky = 0; ky < c_.kh; ++ky) {
+      const float* xr = prow + (ky * wp + ox * SW) * kB;
+      __m256 in[kIn];
+#pragma GCC unroll 20
+      for (int j = 0; j < kIn; ++j) in[j] = _mm256_loadu_ps(xr + j * kB);
 #pragma GCC unroll 5
       for (int kx = 0; kx < KW; ++kx) {
         const __m256 wv = _mm256_loadu_ps(wq + (ky * KW + kx) * kB);
