@@ -18,6 +18,9 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "devices/cpu/engine.h"
 #include "devices/cpu/run_mode.h"
@@ -212,10 +215,11 @@ TEST(RunAlone, AWaitCycleHasNoOrder) {
 // Two vEUs, each predicted to wait 10 µs of a 100 µs run.
 RunModeChooser chooser() { return RunModeChooser({10, 10}, 100); }
 
-// Feeds `n` runs of the mode the chooser asks for: plan runs take `plan_us`
-// (every `stall_every`-th of them with vEU 1 waiting half the run), alone
-// runs `alone_us`. Returns the modes it asked for ('P' or 'A').
-std::string feed(RunModeChooser& c, int n, double plan_us, double alone_us, int stall_every) {
+// Feeds `n` runs of the mode the chooser asks for: alone runs take
+// `alone_us`, plan runs what `plan_run(k)` says for the k-th of them (its
+// time and each vEU's wait). Returns the modes it asked for ('P' or 'A').
+template <typename PlanRun>
+std::string feed_runs(RunModeChooser& c, int n, double alone_us, PlanRun plan_run) {
   std::string modes;
   int plan_runs = 0;
   for (int i = 0; i < n; ++i) {
@@ -225,12 +229,20 @@ std::string feed(RunModeChooser& c, int n, double plan_us, double alone_us, int 
       continue;
     }
     modes += 'P';
-    const bool stall = stall_every > 0 && ++plan_runs % stall_every == 0;
-    const double run = stall ? 4 * plan_us : plan_us;
-    const std::vector<double> waits = {10, stall ? run / 2 : 10};
+    const auto [run, waits] = plan_run(++plan_runs);
     c.record(run, waits);
   }
   return modes;
+}
+
+// As feed_runs: plan runs take `plan_us`, every `stall_every`-th of them
+// with vEU 1 waiting half the run.
+std::string feed(RunModeChooser& c, int n, double plan_us, double alone_us, int stall_every) {
+  return feed_runs(c, n, alone_us, [&](int k) {
+    const bool stall = stall_every > 0 && k % stall_every == 0;
+    const double run = stall ? 4 * plan_us : plan_us;
+    return std::pair{run, std::vector<double>{10, stall ? run / 2 : 10}};
+  });
 }
 
 TEST(RunModeChooser, AQuietHostStaysOnThePlan) {
@@ -394,24 +406,14 @@ TEST(RunModeChooser, ComesBackToThePlanWhenTheHostDoes) {
   EXPECT_EQ(m.find('A', back), std::string::npos) << m;
 }
 
-// Feeds `n` runs of the mode the chooser asks for, on a host that either
-// lets the vEUs run at once (plan runs take `plan_us`, waiting as
-// predicted) or holds vEU 1 back (`held`: every plan run takes `held_us`,
-// vEU 0 waiting the difference); alone runs take `alone_us`. Returns the
-// modes it asked for ('P' or 'A').
+// As feed_runs, on a host that either lets the vEUs run at once (plan runs
+// take `plan_us`, waiting as predicted) or holds vEU 1 back (`held`: every
+// plan run takes `held_us`, vEU 0 waiting the difference).
 std::string feed_host(RunModeChooser& c, int n, bool held, double plan_us, double held_us, double alone_us) {
-  std::string modes;
-  for (int i = 0; i < n; ++i) {
-    if (c.alone()) {
-      modes += 'A';
-      c.record(alone_us, {});
-      continue;
-    }
-    modes += 'P';
+  return feed_runs(c, n, alone_us, [&](int) {
     const double run = held ? held_us : plan_us;
-    c.record(run, std::vector<double>{10 + run - plan_us, 10});
-  }
-  return modes;
+    return std::pair{run, std::vector<double>{10 + run - plan_us, 10}};
+  });
 }
 
 // The host begins to hold a vEU back after a long quiet stretch: every
