@@ -90,8 +90,9 @@ FLOORS = {
                    "docs/notes/2026-11-28-packed-weights-and-slow-states.md, section \"Bench runs 23 and 24\" (AVX2)",
     "bert_tiny": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\", " + AVX2_FLOORS + ", "
                  "docs/notes/2026-11-28-packed-weights-and-slow-states.md, sections \"gemm_rows' narrow column "
-                 "blocks, and the K^T copy\" and \"Bench run 26\", and docs/notes/2026-11-29-output-planes.md, "
-                 "section \"Tiny BERT's floor on this host\" (AVX-512, Zen 4)",
+                 "blocks, and the K^T copy\" and \"Bench run 26\", docs/notes/2026-11-29-output-planes.md, "
+                 "section \"Tiny BERT's floor on this host\" (AVX-512, Zen 4), and "
+                 "docs/notes/2026-11-30-where-the-last-targets-stand.md, section \"Tiny BERT, rTask by rTask\"",
     "resnet18": "docs/notes/2026-11-26-an-intel-host.md, section \"ResNet-18 on this host\", " + AVX2_FLOORS + ", and "
                 "docs/notes/2026-11-28-weights-from-memory.md, section \"ResNet-18's last stage\"",
     "mobilenet_v2": AVX2_FLOORS + ", and docs/notes/2026-11-28-packed-weights-and-slow-states.md, section "
@@ -533,7 +534,9 @@ def report(results, spread, plans, unfused, ov, luck):
                     "the slow state\", docs/notes/2026-11-29-process-layout-and-moments.md, \"Bench runs "
                     "61–64\" (a session that goes alone at a batch's start), and "
                     "docs/notes/2026-11-30-coming-back-from-moments.md, \"Bench run 65\" (rounds in which the "
-                    "host was slow for one system's batch).\n")
+                    "host was slow for one system's batch), and docs/notes/2026-11-30-where-the-last-targets-stand.md, "
+                    "\"Slow batches, system by system\" (the host's slow state: rewrites of bytes the other core "
+                    "held).\n")
     if geo:
         gm = float(np.exp(np.mean(np.log(geo))))
         summary += (f"\nUnseen models: geometric mean of plan/ORT {gm:.3f} (target ≤ 0.8), worst {max(geo):.3f} "
