@@ -104,16 +104,19 @@ asan: zoo
 # the vDevice, and the API's sessions (submit, concurrent sessions).
 TSAN_FILTER := *RandomSchedulesStress/mlp:*RandomSchedulesStress/add_chains8:*RandomSchedulesStress/bert_tiny:*BitwiseEqual*/nasnet_like
 TSAN_API_FILTER := *Submit*:*Disjoint*:*BoundOutputIsWrittenInPlace*:*NullDevice*:*LastHandle*
+# As ctest runs the others: the zoo, and a cache of the build's own (the
+# test cache of CMakeLists.txt), not the user's.
+TSAN_RUN := TESSERA_ZOO=$(BUILD)/zoo TESSERA_CACHE=$(CURDIR)/build-tsan/test-cache TSAN_OPTIONS=halt_on_error=1
 tsan: zoo
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_SANITIZE=thread \
 	  -DTESSERA_WERROR=ON $(SAN_FLAGS)
 	cmake --build build-tsan -j $(JOBS) --target base_test plan_test devices_cpu_test contract_test api_test run_mode_test
-	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/base_test
-	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/devices_cpu_test
-	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/contract_test
-	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/plan_test --gtest_filter='$(TSAN_FILTER)'
-	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/api_test --gtest_filter='$(TSAN_API_FILTER)'
-	TESSERA_ZOO=$(BUILD)/zoo TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/run_mode_test --gtest_filter='*/mlp:*/add_chains8:RunModeChooser.*:ListExchangeChooser.*:SpareCore*'
+	$(TSAN_RUN) build-tsan/tests/base_test
+	$(TSAN_RUN) build-tsan/tests/devices_cpu_test
+	$(TSAN_RUN) build-tsan/tests/contract_test
+	$(TSAN_RUN) build-tsan/tests/plan_test --gtest_filter='$(TSAN_FILTER)'
+	$(TSAN_RUN) build-tsan/tests/api_test --gtest_filter='$(TSAN_API_FILTER)'
+	$(TSAN_RUN) build-tsan/tests/run_mode_test --gtest_filter='*/mlp:*/add_chains8:RunModeChooser.*:ListExchangeChooser.*:SpareCore*'
 
 bench-deps:
 	@test -d $(BUILD)/bench/node_modules/onnxruntime-node || \

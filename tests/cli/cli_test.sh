@@ -37,7 +37,13 @@ expect_fail() {
   fi
 }
 
+# The suite's caches: the build tree's (ctest sets it, CMakeLists.txt), never
+# the user's.
+export TESSERA_CACHE=${TESSERA_CACHE:-$BUILD/test-cache}
+
 check "version" bash -c "$T --version | grep -qx 'tessera [0-9.]*'"
+check "a run caches its map and plan choice under \$TESSERA_CACHE, nothing under HOME" bash -c \
+  "HOME=$TMP/home $T run $ZOO/mlp.onnx --iters 1 --quiet && test ! -e $TMP/home && ls $TESSERA_CACHE/hostmap-*.json $TESSERA_CACHE/plans-*.tsv"
 check "version: kernels' instruction set" bash -c "$T --version | grep -qxE 'cpu kernels: (avx512|avx2|portable)'"
 check "help lists commands" bash -c "$T --help | grep -q 'run MODEL.onnx' && $T --help | grep -q inspect"
 check "run --help documents options" bash -c "$T run --help | grep -q -- '--output-dir DIR' && $T run --help | grep -q -- '--executor NAME'"

@@ -19,6 +19,9 @@ if [ ! -x "$tessera" ]; then
 fi
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$build/crashes"
+# Whatever the seeds' compiles and the targets cache stays in the fuzz
+# build, not in the user's cache.
+export TESSERA_CACHE="$build/test-cache"
 /usr/bin/python3 "$here/make_seeds.py" "$build/seeds"
 # Executable seeds: the ONNX seeds that compile, for 1 to 3 vEUs and both
 # policies, analytic costs (deterministic, no profiling).
