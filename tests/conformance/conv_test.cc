@@ -265,14 +265,17 @@ TEST_F(Nn, ConvRKernelsRefuseNodesTheyDoNotFit) {
 // which another rTask may own (rows narrower than a vector included: a
 // store then spans several rows). Every split of a plane's rows gives the
 // bits of the whole plane, and the floats around the split stay as they
-// were.
+// were. The whole plane has the bits of FMAs in (ky, kx) order from the
+// bias, rows wide enough for runs of plain strips between the masked
+// ones included.
 TEST_F(Nn, DepthwiseStripsWriteOnlyTheirRows) {
 #if defined(TESSERA_DW_STRIP)
   struct Geo {
     int64_t h, w, k, s;
   };
   for (const Geo& g : {Geo{9, 2, 3, 2}, Geo{9, 5, 3, 2}, Geo{7, 3, 3, 1}, Geo{12, 15, 3, 2}, Geo{10, 19, 3, 1},
-                       Geo{11, 21, 5, 2}, Geo{9, 6, 5, 1}}) {
+                       Geo{11, 21, 5, 2}, Geo{9, 6, 5, 1}, Geo{8, 45, 3, 1}, Geo{9, 43, 5, 1}, Geo{9, 83, 3, 2},
+                       Geo{7, 70, 5, 2}}) {
     SCOPED_TRACE(::testing::Message() << g.h << "x" << g.w << " k=" << g.k << " s=" << g.s);
     Conv2d c{};
     c.batch = c.cin = c.cout = c.group = 1;
@@ -285,6 +288,21 @@ TEST_F(Nn, DepthwiseStripsWriteOnlyTheirRows) {
     const int64_t plane = c.oh * c.ow, guard = 16;
     std::vector<float> whole(static_cast<size_t>(plane));
     strip.rows(x.data<float>(), w.data<float>(), 0.5f, scratch.data(), whole.data(), 0, c.oh);
+    for (int64_t oy = 0; oy < c.oh; ++oy)
+      for (int64_t ox = 0; ox < c.ow; ++ox) {
+        float want = 0.5f;
+        for (int64_t ky = 0; ky < g.k; ++ky)
+          for (int64_t kx = 0; kx < g.k; ++kx) {
+            const int64_t iy = oy * g.s - c.ph + ky, ix = ox * g.s - c.pw + kx;
+            if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+              want = std::fma(w.data<float>()[ky * g.k + kx], x.data<float>()[iy * g.w + ix], want);
+            else
+              want = std::fma(w.data<float>()[ky * g.k + kx], 0.f, want);
+          }
+        const float got = whole[static_cast<size_t>(oy * c.ow + ox)];
+        ASSERT_EQ(std::memcmp(&got, &want, sizeof want), 0) << "output (" << oy << ", " << ox << "): " << got
+                                                            << " against " << want;
+      }
     const float sentinel = -12345.f;
     for (int64_t r0 = 0; r0 < c.oh; ++r0)
       for (int64_t r1 = r0 + 1; r1 <= c.oh; ++r1) {

@@ -113,39 +113,62 @@ class DwStrip {
     int64_t oy = r0;
     for (int64_t t = 0; t < count; ++t) {
       const int64_t r = n / count + (t < n % count ? 1 : 0);
-      for (int64_t s = nstrip_ - 1; s >= 0; --s) {
-        const bool plain = plain_[static_cast<size_t>(s)] != 0;
-        if (plain) by_rows<K, S, R, true, kClamp>(r, xc, w, wc, b, zero, yc, oy, s, r1 * c_.ow);
-        else by_rows<K, S, R, false, kClamp>(r, xc, w, wc, b, zero, yc, oy, s, r1 * c_.ow);
+      // Runs of strips alike (plain or masked), right to left, one call each.
+      for (int64_t hi = nstrip_ - 1; hi >= 0;) {
+        const char plain = plain_[static_cast<size_t>(hi)];
+        int64_t lo = hi;
+        while (lo > 0 && plain_[static_cast<size_t>(lo - 1)] == plain) --lo;
+        if (plain) by_rows<K, S, R, true, kClamp>(r, xc, w, wc, b, zero, yc, oy, hi, lo, r1 * c_.ow);
+        else by_rows<K, S, R, false, kClamp>(r, xc, w, wc, b, zero, yc, oy, hi, lo, r1 * c_.ow);
+        hi = lo - 1;
       }
       oy += r;
     }
   }
 
-  // tile() for a tile of r rows, 1 to R.
+  // tiles() for a tile of r rows, 1 to R.
   template <int K, int S, int R, bool kPlain, bool kClamp>
   void by_rows(int64_t r, const float* xc, const Vec::T (&w)[9], const float* wc, float b, const float* zero,
-               float* yc, int64_t oy, int64_t s, int64_t end) const {
+               float* yc, int64_t oy, int64_t hi, int64_t lo, int64_t end) const {
     if constexpr (R > 1) {
-      if (r < R) return by_rows<K, S, R - 1, kPlain, kClamp>(r, xc, w, wc, b, zero, yc, oy, s, end);
+      if (r < R) return by_rows<K, S, R - 1, kPlain, kClamp>(r, xc, w, wc, b, zero, yc, oy, hi, lo, end);
     }
-    tile<K, S, R, kPlain, kClamp>(xc, w, wc, b, zero, yc, oy, s, end);
+    tiles<K, S, R, kPlain, kClamp>(xc, w, wc, b, zero, yc, oy, hi, lo, end);
   }
 
+  // The tiles of rows [oy0, oy0 + R) in strips hi down to lo, all plain
+  // or all masked: the rows' addresses worked out and a 3 x 3 window's
+  // weights loaded once for them all. Done per strip, with a call each,
+  // that work held a 3 x 3 tile to half the rate its FMAs reach in a loop
+  // of their own.
   template <int K, int S, int R, bool kPlain, bool kClamp>
-  void tile(const float* xc, const Vec::T (&w_in)[9], const float* wc, float b, const float* zero, float* yc,
-            int64_t oy0, int64_t s, int64_t end) const {
-    constexpr int kLoads = S == 1 ? K : K + 1;
-    const int64_t ih = c_.ih, iw = c_.iw;
-    const Mask* m = mask_.data() + s * loads_;
-    int64_t col[kLoads];
-#pragma GCC unroll 6
-    for (int l = 0; l < kLoads; ++l) col[l] = column(s, l);
-    Vec::T w[9];  // 3 x 3: locals, held in registers over the tile
+  void tiles(const float* xc, const Vec::T (&w_in)[9], const float* wc, float b, const float* zero, float* yc,
+             int64_t oy0, int64_t hi, int64_t lo, int64_t end) const {
+    constexpr int kSpan = (R - 1) * S + K;  // input rows the tile reads
+    const float* rows[kSpan];
+#pragma GCC unroll 16
+    for (int i = 0; i < kSpan; ++i) {
+      const int64_t iy = oy0 * S - c_.ph + i;
+      rows[i] = iy >= 0 && iy < c_.ih ? xc + iy * c_.iw : zero;
+    }
+    Vec::T w[9];  // 3 x 3: locals, held in registers over the tiles
     if constexpr (K == 3) {
 #pragma GCC unroll 9
       for (int t = 0; t < 9; ++t) w[t] = w_in[t];
     }
+    for (int64_t s = hi; s >= lo; --s) tile<K, S, R, kPlain, kClamp>(w, wc, b, rows, yc, oy0, s, end);
+  }
+
+  // Strip s of rows [oy0, oy0 + R).
+  template <int K, int S, int R, bool kPlain, bool kClamp>
+  [[gnu::always_inline]] void tile(const Vec::T (&w)[9], const float* wc, float b,
+                                   const float* const (&rows)[(R - 1) * S + K], float* yc, int64_t oy0, int64_t s,
+                                   int64_t end) const {
+    constexpr int kLoads = S == 1 ? K : K + 1;
+    const Mask* m = mask_.data() + s * loads_;
+    int64_t col[kLoads];
+#pragma GCC unroll 6
+    for (int l = 0; l < kLoads; ++l) col[l] = column(s, l);
     auto weight = [&](int ky, int kx) { return K == 3 ? w[ky * 3 + kx] : Vec::set1(wc[ky * K + kx]); };
     auto load = [&](const float* row, int l) {
       if constexpr (kPlain) return Vec::load(row + col[l]);
@@ -158,12 +181,17 @@ class DwStrip {
     constexpr int kSpan = (R - 1) * S + K;
 #pragma GCC unroll 16
     for (int i = 0; i < kSpan; ++i) {
-      const int64_t iy = oy0 * S - c_.ph + i;
-      const float* row = iy >= 0 && iy < ih ? xc + iy * iw : zero;
+      const float* row = rows[i];
       Vec::T v[K + 1];
       if constexpr (S == 1) {
+        // A 3 x 3's vectors each loaded once into a register, for every
+        // row they reach: left to the compiler, the load is folded into
+        // each of those FMAs, and loads, not FMAs, set the pace.
 #pragma GCC unroll 5
-        for (int kx = 0; kx < K; ++kx) v[kx] = load(row, kx);
+        for (int kx = 0; kx < K; ++kx) {
+          v[kx] = load(row, kx);
+          if constexpr (K == 3) asm("" : "+x"(v[kx]));
+        }
       } else {
 #pragma GCC unroll 3
         for (int p = 0; p <= K / 2; ++p) Vec::deinterleave(load(row, 2 * p), load(row, 2 * p + 1), &v[2 * p], &v[2 * p + 1]);
