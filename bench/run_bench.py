@@ -86,8 +86,10 @@ FLOORS = {
                "the floor\", and docs/notes/2026-11-29-lstm-layer-boundaries.md, section \"Where a layer's "
                "boundary goes\" (AVX-512, Zen 4)",
     "nasnet_like": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\" (AMD EPYC), "
-                   "docs/notes/2026-11-26-an-intel-host.md, \"NASNet-like on this host\" (Intel Xeon), and "
-                   "docs/notes/2026-11-28-packed-weights-and-slow-states.md, section \"Bench runs 23 and 24\" (AVX2)",
+                   "docs/notes/2026-11-26-an-intel-host.md, \"NASNet-like on this host\" (Intel Xeon), "
+                   "docs/notes/2026-11-28-packed-weights-and-slow-states.md, section \"Bench runs 23 and 24\" (AVX2), "
+                   "and docs/notes/2026-11-30-depthwise-strips-on-zen-3.md, section \"NASNet-like's work on this "
+                   "host\" (AVX2, Zen 3)",
     "bert_tiny": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\", " + AVX2_FLOORS + ", "
                  "docs/notes/2026-11-28-packed-weights-and-slow-states.md, sections \"gemm_rows' narrow column "
                  "blocks, and the K^T copy\" and \"Bench run 26\", docs/notes/2026-11-29-output-planes.md, "
@@ -95,8 +97,9 @@ FLOORS = {
                  "docs/notes/2026-11-30-where-the-last-targets-stand.md, section \"Tiny BERT, rTask by rTask\"",
     "resnet18": "docs/notes/2026-11-26-an-intel-host.md, section \"ResNet-18 on this host\", " + AVX2_FLOORS + ", and "
                 "docs/notes/2026-11-28-weights-from-memory.md, section \"ResNet-18's last stage\"",
-    "mobilenet_v2": AVX2_FLOORS + ", and docs/notes/2026-11-28-packed-weights-and-slow-states.md, section "
-                    "\"Bench runs 23 and 24\"",
+    "mobilenet_v2": AVX2_FLOORS + ", docs/notes/2026-11-28-packed-weights-and-slow-states.md, section "
+                    "\"Bench runs 23 and 24\", and docs/notes/2026-11-30-depthwise-strips-on-zen-3.md, section "
+                    "\"MobileNetV2: three levels\" (AVX2, Zen 3)",
 }
 WORKLOADS = ["add_chain", "add_chains8", "bert_tiny", "lstm_tc", "nasnet_like", "resnet18", "mobilenet_v2"]
 UNSEEN = ["squeezenet1_0", "shufflenet_v2_x1_0", "mnasnet0_5", "efficientnet_b0", "regnet_x_400mf",
