@@ -132,6 +132,60 @@ TEST_F(Nn, MatmulGemmIsTheInOrderFmaChain) {
   }
 }
 
+// The packed GEMM with its epilogue (the 1 x 1 convs' bias, residual and
+// Relu or Clip, applied in registers) in each of its 12 cases: every
+// output is the in-order FMA chain from 0, then + bias, + residual and the
+// clamp as the unfused ops do them, bit for bit. Rows and columns around
+// the register tiles (4 x 24 with AVX2, 8 x 48 with AVX-512, and the
+// columns past a block that AVX-512 takes along), NaNs through both
+// clamps (Relu makes them 0, Clip keeps them), and nothing written past
+// a row's n columns.
+TEST_F(Nn, PackedGemmPostMatchesTheUnfusedOps) {
+  using Clamp = GemmPost::Clamp;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t m : {3, 4, 9, 16}) {
+    for (int64_t n : {7, 24, 49, 53, 100}) {
+      const int64_t k = 37, ldb = n + 5, ldc = n + 3, ldr = n + 1;
+      Tensor a = rng.floats(Shape{m * k}), b = rng.floats(Shape{k * ldb});
+      Tensor bias = rng.floats(Shape{m}), res = rng.floats(Shape{m * ldr});
+      float* pb = b.data<float>();
+      pb[2] = nan;  // column 2 of C: NaN in every row before the epilogue
+      std::vector<float> packed(packed_size(m, k));
+      pack_rows(a.data<float>(), m, k, k, packed.data());
+      for (Clamp clamp : {Clamp::kNone, Clamp::kRelu, Clamp::kClip}) {
+        for (int with = 0; with < 4; ++with) {
+          GemmPost post;
+          if (with & 1) post.bias = bias.data<float>();
+          if (with & 2) post.res = res.data<float>(), post.ldr = ldr;
+          post.clamp = clamp;
+          post.lo = -0.25f, post.hi = 0.5f;
+          std::vector<float> got(static_cast<size_t>(m * ldc), 7.f);
+          packed_gemm_post(packed.data(), m, k, pb, ldb, n, got.data(), ldc, post);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < ldc; ++j) {
+              SCOPED_TRACE(str_cat("m ", m, " n ", n, " clamp ", static_cast<int>(clamp), " bias ", with & 1,
+                                   " residual ", with >> 1, " (", i, ", ", j, ")"));
+              const float out = got[static_cast<size_t>(i * ldc + j)];
+              if (j >= n) {
+                ASSERT_EQ(out, 7.f);
+                continue;
+              }
+              float v = 0;
+              for (int64_t p = 0; p < k; ++p) v = std::fma(a.data<float>()[i * k + p], pb[p * ldb + j], v);
+              if (post.bias != nullptr) v = v + post.bias[i];
+              if (post.res != nullptr) v = v + post.res[i * ldr + j];
+              if (clamp == Clamp::kRelu) v = v > 0.f ? v : 0.f;
+              if (clamp == Clamp::kClip) v = v < post.lo ? post.lo : (v > post.hi ? post.hi : v);
+              if (std::isnan(v)) ASSERT_TRUE(std::isnan(out));
+              else ASSERT_EQ(out, v);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // At its own grain a MatMul cuts rows into whole blocks of 8 where m is a
 // multiple of 8 (the row kernel's register block): tiny BERT's 64 x 384
 // QKV projection, 6.3 MFLOP, asks for 6 rTasks of 10-11 rows and gets 8 of

@@ -46,21 +46,78 @@ constexpr int64_t kLanes = Vec::kLanes;
 using VecT = Vec::T;
 using Mask = Vec::Mask;
 
-// Output vector q of row r: bias, residual, clamp (see GemmPost).
-inline VecT finish(VecT v, int r, int q, Mask last, const GemmPost& post, bool full) {
-  if (post.bias != nullptr) v = Vec::add(v, Vec::set1(post.bias[r]));
-  if (post.res != nullptr) {
-    const float* src = post.res + r * post.ldr + q * kLanes;
-    v = Vec::add(v, full ? Vec::load(src) : Vec::load(src, last));
-  }
-  if (post.clamp == GemmPost::Clamp::kRelu) {
+// Output vector q of row r: bias, residual, clamp (see GemmPost), with
+// what `post` holds fixed at compile time (store_tile's dispatch) so that
+// a tile's epilogue has no branch per vector.
+template <GemmPost::Clamp kClamp, bool kBias, bool kRes>
+[[gnu::always_inline]] inline VecT finish(VecT v, VecT bias, const float* res, Mask last, bool full, VecT lo, VecT hi) {
+  if constexpr (kBias) v = Vec::add(v, bias);
+  if constexpr (kRes) v = Vec::add(v, full ? Vec::load(res) : Vec::load(res, last));
+  if constexpr (kClamp == GemmPost::Clamp::kRelu) {
     const VecT z = Vec::zero();
     v = v > z ? v : z;
-  } else if (post.clamp == GemmPost::Clamp::kClip) {
-    const VecT l = Vec::set1(post.lo), h = Vec::set1(post.hi);
-    v = v < l ? l : (v > h ? h : v);
+  } else if constexpr (kClamp == GemmPost::Clamp::kClip) {
+    v = v < lo ? lo : (v > hi ? hi : v);
   }
   return v;
+}
+
+// Stores the first `rows` rows of a tile's accumulators through finish().
+template <int kRows, int kNv, bool kFull, GemmPost::Clamp kClamp, bool kBias, bool kRes>
+[[gnu::always_inline]] inline void store_tile(VecT (&acc)[kRows][kNv], Mask last, float* c, int64_t ldc, int64_t rows,
+                       const GemmPost& post) {
+  // Copies the stores to C cannot alias (`post` holds floats).
+  const float* const bias = post.bias;
+  const float* const res = post.res;
+  const int64_t ldr = post.ldr;
+  const VecT lo = Vec::set1(post.lo), hi = Vec::set1(post.hi);
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {
+    if (r >= rows) break;
+    const VecT b = kBias ? Vec::set1(bias[r]) : Vec::zero();
+#pragma GCC unroll 3
+    for (int q = 0; q < kNv; ++q) {
+      const bool full = kFull || q + 1 < kNv;
+      const VecT v = finish<kClamp, kBias, kRes>(acc[r][q], b, kRes ? res + r * ldr + q * kLanes : nullptr, last,
+                                                 full, lo, hi);
+      if (full) Vec::store(c + r * ldc + q * kLanes, v);
+      else Vec::store(c + r * ldc + q * kLanes, last, v);
+    }
+  }
+}
+
+// store_tile with `post`'s clamp, bias and residual as template arguments:
+// case (clamp * 2 + bias) * 2 + residual.
+template <int kRows, int kNv, bool kFull, int kCase>
+[[gnu::always_inline]] inline void store_case(VecT (&acc)[kRows][kNv], Mask last, float* c, int64_t ldc,
+                                              int64_t rows, const GemmPost& post) {
+  store_tile<kRows, kNv, kFull, static_cast<GemmPost::Clamp>(kCase / 4), (kCase & 2) != 0, (kCase & 1) != 0>(
+      acc, last, c, ldc, rows, post);
+}
+
+template <int kRows, int kNv, bool kFull, bool kPost>
+[[gnu::always_inline]] inline void store_post(VecT (&acc)[kRows][kNv], Mask last, float* c, int64_t ldc,
+                                              int64_t rows, const GemmPost& post) {
+  if constexpr (!kPost) {
+    store_case<kRows, kNv, kFull, 0>(acc, last, c, ldc, rows, post);
+  } else {
+    static_assert(static_cast<int>(GemmPost::Clamp::kNone) == 0 && static_cast<int>(GemmPost::Clamp::kRelu) == 1 &&
+                  static_cast<int>(GemmPost::Clamp::kClip) == 2);
+    switch ((static_cast<int>(post.clamp) * 2 + (post.bias != nullptr)) * 2 + (post.res != nullptr)) {
+      case 0: store_case<kRows, kNv, kFull, 0>(acc, last, c, ldc, rows, post); break;
+      case 1: store_case<kRows, kNv, kFull, 1>(acc, last, c, ldc, rows, post); break;
+      case 2: store_case<kRows, kNv, kFull, 2>(acc, last, c, ldc, rows, post); break;
+      case 3: store_case<kRows, kNv, kFull, 3>(acc, last, c, ldc, rows, post); break;
+      case 4: store_case<kRows, kNv, kFull, 4>(acc, last, c, ldc, rows, post); break;
+      case 5: store_case<kRows, kNv, kFull, 5>(acc, last, c, ldc, rows, post); break;
+      case 6: store_case<kRows, kNv, kFull, 6>(acc, last, c, ldc, rows, post); break;
+      case 7: store_case<kRows, kNv, kFull, 7>(acc, last, c, ldc, rows, post); break;
+      case 8: store_case<kRows, kNv, kFull, 8>(acc, last, c, ldc, rows, post); break;
+      case 9: store_case<kRows, kNv, kFull, 9>(acc, last, c, ldc, rows, post); break;
+      case 10: store_case<kRows, kNv, kFull, 10>(acc, last, c, ldc, rows, post); break;
+      default: store_case<kRows, kNv, kFull, 11>(acc, last, c, ldc, rows, post); break;
+    }
+  }
 }
 
 // A block of up to 3 vectors of columns from one with `left` columns to go:
@@ -143,16 +200,7 @@ void micro(const A& a, int64_t k, const float* b, int64_t ldb, Mask last, float*
     }
 #endif
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) {
-    if (r >= rows) break;
-#pragma GCC unroll 3
-    for (int q = 0; q < kNv; ++q) {
-      if constexpr (kPost) acc[r][q] = finish(acc[r][q], r, q, last, post, kFull || q + 1 < kNv);
-      if (kFull || q + 1 < kNv) Vec::store(c + r * ldc + q * kLanes, acc[r][q]);
-      else Vec::store(c + r * ldc + q * kLanes, last, acc[r][q]);
-    }
-  }
+  store_post<kRows, kNv, kFull, kPost>(acc, last, c, ldc, rows, post);
 #if defined(TESSERA_PACKED_TAIL)
   for (int e = 0; e < kTail; ++e) {
     alignas(32) float rows_of[kPackRows];
