@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -51,7 +52,11 @@ constexpr int kTraceAttempts = 3;
 // measured (the host runs faster or slower than when it was chosen), the
 // Plan is traced again and its timeline and cache entry renewed, without
 // timing the candidates again (its measured median stays the one it was
-// chosen by, the fastest of the candidates').
+// chosen by, the fastest of the candidates'). Slower only once that has
+// lasted, as a map's disagreement must (MapDoubt: kDoubtProcesses
+// processes over kDoubtSpanS): hosts have slow states that last seconds
+// to minutes, and a timeline renewed in one predicted every later
+// process's runs in the host's usual state that much too slow.
 constexpr double kTimelineSlack = 0.1;
 // Medians within this factor are a tie, which goes to fewer vEUs; a cached
 // choice stands until the other end runs faster by more.
@@ -200,7 +205,14 @@ class ChoiceCache {
         return line.substr(key.size() + 1);
     return std::nullopt;
   }
-  void put(const std::string& key, const std::string& value) const {
+  void put(const std::string& key, const std::string& value) const { replace(key, &value); }
+  void erase(const std::string& key) const {
+    if (get(key)) replace(key, nullptr);
+  }
+
+ private:
+  // The file with `key`'s line replaced by `value` (none: removed).
+  void replace(const std::string& key, const std::string* value) const {
     if (!enabled_) return;
     std::ifstream in(path_);
     std::ostringstream out;
@@ -208,14 +220,24 @@ class ChoiceCache {
     std::string line;
     while (std::getline(in, line))
       if (!line.empty() && line[0] != '#' && line.compare(0, key.size() + 1, key + "\t") != 0) out << line << "\n";
-    out << key << "\t" << value << "\n";
+    if (value != nullptr) out << key << "\t" << *value << "\n";
     write_file_atomic(path_, out.str());  // a cache that cannot be written is not an error
   }
 
- private:
   bool enabled_;
   std::string path_;
 };
+
+// The cache's line for a choice's runs found slower than its timeline
+// (the choice's key + kSlowerSuffix): the streak as MapDoubt keeps it.
+constexpr const char* kSlowerSuffix = "#slower";
+MapDoubt parse_doubt(const std::optional<std::string>& text) {
+  MapDoubt d;
+  if (!text) return d;
+  std::istringstream in(*text);
+  if (!(in >> d.first_s >> d.last_s >> d.count) || d.count < 0 || d.first_s > d.last_s) d = MapDoubt();
+  return d;
+}
 
 class Planner {
  public:
@@ -539,6 +561,23 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
       double error = r.alone_first && check.alone_us > 0
                          ? std::abs(planner.alone_us(c, r.alone) / check.alone_us - 1)
                          : off(check.predicted_us);
+      const std::string slower_key = key + kSlowerSuffix;
+      if (!r.alone_first && check.holds) {
+        if (check.median_us <= (1 + kTimelineSlack) * check.predicted_us) {
+          cache.erase(slower_key);  // as fast as predicted, or faster: a streak of slower ones ends
+        } else {
+          MapDoubt d = parse_doubt(cache.get(slower_key));
+          if (!map_doubt_settles(&d, static_cast<int64_t>(std::time(nullptr)))) {
+            cache.put(slower_key, str_cat(d.first_s, " ", d.last_s, " ", d.count));
+            log_info("the cached plan choice (", r.veus, " of ", n, " vEUs) ran ",
+                     str_fixed(check.median_us / check.predicted_us, 2),
+                     " times as long as its timeline predicts: kept as cached until ", kDoubtProcesses,
+                     " processes over ", kDoubtSpanS / 60, " minutes find it so (", d.count, " so far)");
+            return planner.finish(c, r.timeline, n, r.measured_us, r.candidates, nullptr);
+          }
+          cache.erase(slower_key);
+        }
+      }
       if (!r.alone_first && check.holds && error > kTimelineSlack) {
         // The same Plan on a host running faster or slower than when it
         // was chosen: its timeline traced again, kept where it predicts

@@ -46,6 +46,10 @@
 // against the other end (the 1-vEU Plan, or for a 1-vEU choice the Plan
 // on all vEUs) in two short rounds; if the other now runs faster, or the
 // choice's prediction misses its median, the choice is measured again.
+// Runs slower than predicted count as a moment of the host until
+// kDoubtProcesses processes over kDoubtSpanS have found them so (a line
+// `<key>#slower` in the same file keeps the streak): until then the
+// choice is kept as cached.
 // A choice that starts alone is timed alone and on its vEUs against the
 // 1-vEU Plan: it stands while alone it runs as fast and on its vEUs not
 // faster (then it should start there). A 1-vEU choice is timed against the

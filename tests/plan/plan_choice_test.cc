@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include "base/strings.h"
 #include "compiler/plan_choice.h"
@@ -152,19 +153,71 @@ TEST_F(PlanChoice, FastestWinsIsCachedAndRebuiltWithoutMeasuring) {
   for (size_t u = 0; u < plan.program.size(); ++u) EXPECT_EQ((*again)->plan->program[u].size(), plan.program[u].size());
 }
 
+// The streak of slower checks in the plan-choice cache (the line whose
+// key ends in "#slower"): its first and last times and count, moved
+// `back_s` seconds into the past where asked. None: {-1, -1, 0}.
+std::vector<int64_t> slower_streak(const std::string& dir, int64_t back_s = 0) {
+  std::vector<int64_t> got = {-1, -1, 0};
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("plans-", 0) != 0) continue;
+    std::ifstream in(e.path());
+    std::ostringstream out;
+    std::string line;
+    while (std::getline(in, line)) {
+      const size_t tab = line.find('\t');
+      if (tab != std::string::npos && tab >= 7 &&
+          line.compare(tab - 7, 7, "#slower") == 0) {
+        std::istringstream f(line.substr(tab + 1));
+        f >> got[0] >> got[1] >> got[2];
+        got[0] -= back_s, got[1] -= back_s;
+        line = str_cat(line.substr(0, tab + 1), got[0], " ", got[1], " ", got[2]);
+      }
+      out << line << "\n";
+    }
+    in.close();
+    if (back_s != 0) std::ofstream(e.path()) << out.str();
+  }
+  return got;
+}
+
 // A host that runs everything a quarter slower than when the choice was
-// made: the cached choice still runs fastest, so it stays, and its
-// timeline is traced again (one call more) to predict what runs now; the
-// renewed entry then needs nothing more. Kept as cached, the prediction
-// was a quarter off.
-TEST_F(PlanChoice, ACachedChoiceOnAHostRunningSlowerIsTracedAgain) {
+// made: the cached choice still runs fastest, so it stays, as cached (one
+// check, no trace) while that may be a moment of the host; once
+// kDoubtProcesses processes over kDoubtSpanS have found it so, its
+// timeline is traced again (one call more) to predict what runs now, and
+// the renewed entry then needs nothing more. A check as fast as predicted
+// ends a streak; a host running faster renews the timeline at once.
+TEST_F(PlanChoice, ACachedChoiceOnAHostRunningSlowerIsTracedAgainOnceThatLasts) {
   FakeRunner fake;
   auto p = compile(fake);
   ASSERT_TRUE(p.ok()) << p.status().to_string();
-  const double before = (*p)->plan->measured_us;
-  const int first_calls = fake.calls;
+  const double before = (*p)->plan->measured_us, predicted = (*p)->plan->predicted_us;
+  EXPECT_EQ(slower_streak(dir_)[2], 0);
 
   fake.task_factor = 1.25;
+  for (int k = 1; k <= kDoubtProcesses; ++k) {
+    const int calls = fake.calls;
+    auto kept = compile(fake);
+    ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+    EXPECT_EQ((*kept)->plan->veus, 2);
+    EXPECT_EQ((*kept)->plan->predicted_us, predicted) << "process " << k << ": a moment, so far";
+    EXPECT_EQ(fake.calls - calls, 5) << "the check only";
+    EXPECT_EQ(slower_streak(dir_)[2], k);
+  }
+
+  // As fast as predicted: the streak ends; slower again, a new one begins.
+  fake.task_factor = 1;
+  ASSERT_TRUE(compile(fake).ok());
+  EXPECT_EQ(slower_streak(dir_)[2], 0);
+  fake.task_factor = 1.25;
+  ASSERT_TRUE(compile(fake).ok());
+  ASSERT_TRUE(compile(fake).ok());
+  EXPECT_EQ(slower_streak(dir_)[2], 2);
+
+  // The streak began longer ago than kDoubtSpanS: the third process renews.
+  slower_streak(dir_, kDoubtSpanS + 1);
+  const int first_calls = fake.calls;
   auto slower = compile(fake);
   ASSERT_TRUE(slower.ok()) << slower.status().to_string();
   const Plan& plan = *(*slower)->plan;
@@ -172,12 +225,21 @@ TEST_F(PlanChoice, ACachedChoiceOnAHostRunningSlowerIsTracedAgain) {
   EXPECT_EQ(plan.measured_us, before) << "the median it was chosen by";
   EXPECT_NEAR(plan.predicted_us, 1.25 * before, 0.02 * before) << "what runs now";
   EXPECT_EQ(fake.calls - first_calls, 5 + 1) << "the check of the choice, then one traced call";
+  EXPECT_EQ(slower_streak(dir_)[2], 0);
 
   const int second_calls = fake.calls;
   auto again = compile(fake);
   ASSERT_TRUE(again.ok());
   EXPECT_NEAR((*again)->plan->predicted_us, plan.predicted_us, 1e-6 * plan.predicted_us);
   EXPECT_EQ(fake.calls - second_calls, 5) << "the renewed entry holds as it is";
+
+  // Faster than the renewed timeline: traced again at once.
+  fake.task_factor = 1;
+  const int third_calls = fake.calls;
+  auto faster = compile(fake);
+  ASSERT_TRUE(faster.ok());
+  EXPECT_NEAR((*faster)->plan->predicted_us, before, 0.02 * before);
+  EXPECT_EQ(fake.calls - third_calls, 5 + 1);
 }
 
 // Candidates may compute an op with different rKernels (a 3x3 conv by
