@@ -229,15 +229,8 @@ class ChoiceCache {
 };
 
 // The cache's line for a choice's runs found slower than its timeline
-// (the choice's key + kSlowerSuffix): the streak as MapDoubt keeps it.
+// (the choice's key + kSlowerSuffix): the streak as map_doubt_text writes it.
 constexpr const char* kSlowerSuffix = "#slower";
-MapDoubt parse_doubt(const std::optional<std::string>& text) {
-  MapDoubt d;
-  if (!text) return d;
-  std::istringstream in(*text);
-  if (!(in >> d.first_s >> d.last_s >> d.count) || d.count < 0 || d.first_s > d.last_s) d = MapDoubt();
-  return d;
-}
 
 class Planner {
  public:
@@ -566,9 +559,9 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
         if (check.median_us <= (1 + kTimelineSlack) * check.predicted_us) {
           cache.erase(slower_key);  // as fast as predicted, or faster: a streak of slower ones ends
         } else {
-          MapDoubt d = parse_doubt(cache.get(slower_key));
+          MapDoubt d = map_doubt_parse(cache.get(slower_key).value_or(""));
           if (!map_doubt_settles(&d, static_cast<int64_t>(std::time(nullptr)))) {
-            cache.put(slower_key, str_cat(d.first_s, " ", d.last_s, " ", d.count));
+            cache.put(slower_key, map_doubt_text(d));
             log_info("the cached plan choice (", r.veus, " of ", n, " vEUs) ran ",
                      str_fixed(check.median_us / check.predicted_us, 2),
                      " times as long as its timeline predicts: kept as cached until ", kDoubtProcesses,

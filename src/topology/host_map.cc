@@ -539,13 +539,22 @@ bool fingerprint_agrees(const HostMap& m, const CpuTopology& t, std::string* why
 }
 
 MapDoubt read_doubt(const std::string& path) {
-  MapDoubt d;
   std::ifstream in(path);
-  if (!(in >> d.first_s >> d.last_s >> d.count) || d.count < 0 || d.first_s > d.last_s) d = MapDoubt();
-  return d;
+  std::string text;
+  std::getline(in, text);
+  return map_doubt_parse(text);
 }
 
 }  // namespace
+
+std::string map_doubt_text(const MapDoubt& d) { return str_cat(d.first_s, " ", d.last_s, " ", d.count); }
+
+MapDoubt map_doubt_parse(const std::string& text) {
+  MapDoubt d;
+  std::istringstream in(text);
+  if (!(in >> d.first_s >> d.last_s >> d.count) || d.count < 0 || d.first_s > d.last_s) d = MapDoubt();
+  return d;
+}
 
 bool map_doubt_settles(MapDoubt* d, int64_t now_s) {
   if (d->count <= 0 || now_s < d->last_s || now_s - d->last_s > kDoubtGapS) *d = {now_s, now_s, 0};
@@ -592,7 +601,7 @@ Result<HostMap> host_map_obtain(const HostMapOptions& o) {
       MapDoubt d = read_doubt(doubt_path);
       const int64_t now = static_cast<int64_t>(std::time(nullptr));
       if (!map_doubt_settles(&d, now)) {
-        write_file_atomic(doubt_path, str_cat(d.first_s, " ", d.last_s, " ", d.count, "\n"));
+        write_file_atomic(doubt_path, map_doubt_text(d) + "\n");
         cached->notes.push_back(str_cat("the host is not as this map describes right now (", stale,
                                         "): used as cached, and measured again once ", kDoubtProcesses,
                                         " processes over ", kDoubtSpanS / 60, " minutes find it so (",

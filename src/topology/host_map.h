@@ -65,7 +65,9 @@ std::string host_map_cache_path(const std::string& cache_dir);
 // by how many processes. Hosts have moments that last seconds to a minute
 // (hand-offs four times the map's, two vCPUs run as one core's siblings);
 // measured in one, the map would describe the moment, with another digest,
-// and every cached plan choice would be made again in it.
+// and every cached plan choice would be made again in it. A cached plan
+// choice whose runs are slower than its timeline keeps such a streak too
+// (compiler/plan_choice.cc).
 struct MapDoubt {
   int64_t first_s = 0, last_s = 0;
   int count = 0;
@@ -77,5 +79,9 @@ inline constexpr int64_t kDoubtGapS = 1800;   // a disagreement this long after 
 // long enough (kDoubtProcesses disagreements over kDoubtSpanS) for the map
 // to be measured again.
 bool map_doubt_settles(MapDoubt* d, int64_t now_s);
+// A streak as text ("first last count") and back; text that is not one
+// (or an impossible one) reads as no streak.
+std::string map_doubt_text(const MapDoubt& d);
+MapDoubt map_doubt_parse(const std::string& text);
 
 }  // namespace tessera

@@ -390,6 +390,12 @@ TEST(HostMap, ADisagreementIsAMomentUntilItLasts) {
   MapDoubt back{5000, 5000, 2};
   EXPECT_FALSE(map_doubt_settles(&back, 4000)) << "a clock gone back begins a new streak";
   EXPECT_EQ(back.count, 1);
+  // As text and back; text that is no streak, or an impossible one, reads as none.
+  const MapDoubt read = map_doubt_parse(map_doubt_text(d));
+  EXPECT_EQ(read.first_s, d.first_s);
+  EXPECT_EQ(read.last_s, d.last_s);
+  EXPECT_EQ(read.count, d.count);
+  for (const char* bad : {"", "12 x 3", "20 10 2", "10 20 -1"}) EXPECT_EQ(map_doubt_parse(bad).count, 0) << bad;
 }
 
 // Obtained with a cached map whose hand-off is a thousandth of this

@@ -166,12 +166,11 @@ std::vector<int64_t> slower_streak(const std::string& dir, int64_t back_s = 0) {
     std::string line;
     while (std::getline(in, line)) {
       const size_t tab = line.find('\t');
-      if (tab != std::string::npos && tab >= 7 &&
-          line.compare(tab - 7, 7, "#slower") == 0) {
-        std::istringstream f(line.substr(tab + 1));
-        f >> got[0] >> got[1] >> got[2];
-        got[0] -= back_s, got[1] -= back_s;
-        line = str_cat(line.substr(0, tab + 1), got[0], " ", got[1], " ", got[2]);
+      if (tab != std::string::npos && tab >= 7 && line.compare(tab - 7, 7, "#slower") == 0) {
+        MapDoubt d = map_doubt_parse(line.substr(tab + 1));
+        d.first_s -= back_s, d.last_s -= back_s;
+        got = {d.first_s, d.last_s, d.count};
+        line = line.substr(0, tab + 1) + map_doubt_text(d);
       }
       out << line << "\n";
     }
