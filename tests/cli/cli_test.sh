@@ -42,8 +42,11 @@ expect_fail() {
 export TESSERA_CACHE=${TESSERA_CACHE:-$BUILD/test-cache}
 
 check "version" bash -c "$T --version | grep -qx 'tessera [0-9.]*'"
+# The plan choice is cached only when the host held still while it was
+# timed (plan_choice_test pins that with a fake runner); otherwise the run
+# says so. Either way nothing goes under HOME.
 check "a run caches its map and plan choice under \$TESSERA_CACHE, nothing under HOME" bash -c \
-  "HOME=$TMP/home $T run $ZOO/mlp.onnx --iters 1 --quiet && test ! -e $TMP/home && ls $TESSERA_CACHE/hostmap-*.json $TESSERA_CACHE/plans-*.tsv"
+  "HOME=$TMP/home $T run $ZOO/mlp.onnx --iters 1 --quiet 2>$TMP/cache_err && test ! -e $TMP/home && ls $TESSERA_CACHE/hostmap-*.json && { ls $TESSERA_CACHE/plans-*.tsv || grep -q 'is not cached, the next compile measures again' $TMP/cache_err; }"
 check "version: kernels' instruction set" bash -c "$T --version | grep -qxE 'cpu kernels: (avx512|avx2|portable)'"
 check "help lists commands" bash -c "$T --help | grep -q 'run MODEL.onnx' && $T --help | grep -q inspect"
 check "run --help documents options" bash -c "$T run --help | grep -q -- '--output-dir DIR' && $T run --help | grep -q -- '--executor NAME'"
