@@ -266,8 +266,8 @@ TEST_F(Nn, ConvRKernelsRefuseNodesTheyDoNotFit) {
 // store then spans several rows). Every split of a plane's rows gives the
 // bits of the whole plane, and the floats around the split stay as they
 // were. The whole plane has the bits of FMAs in (ky, kx) order from the
-// bias, rows wide enough for runs of plain strips between the masked
-// ones included.
+// bias ((kx, ky) for a 5 x 5 window at stride 1), rows wide enough for
+// runs of plain strips between the masked ones included.
 TEST_F(Nn, DepthwiseStripsWriteOnlyTheirRows) {
 #if defined(TESSERA_DW_STRIP)
   struct Geo {
@@ -275,7 +275,7 @@ TEST_F(Nn, DepthwiseStripsWriteOnlyTheirRows) {
   };
   for (const Geo& g : {Geo{9, 2, 3, 2}, Geo{9, 5, 3, 2}, Geo{7, 3, 3, 1}, Geo{12, 15, 3, 2}, Geo{10, 19, 3, 1},
                        Geo{11, 21, 5, 2}, Geo{9, 6, 5, 1}, Geo{8, 45, 3, 1}, Geo{9, 43, 5, 1}, Geo{9, 83, 3, 2},
-                       Geo{7, 70, 5, 2}}) {
+                       Geo{7, 70, 5, 2}, Geo{19, 33, 5, 1}}) {
     SCOPED_TRACE(::testing::Message() << g.h << "x" << g.w << " k=" << g.k << " s=" << g.s);
     Conv2d c{};
     c.batch = c.cin = c.cout = c.group = 1;
@@ -291,8 +291,10 @@ TEST_F(Nn, DepthwiseStripsWriteOnlyTheirRows) {
     for (int64_t oy = 0; oy < c.oh; ++oy)
       for (int64_t ox = 0; ox < c.ow; ++ox) {
         float want = 0.5f;
-        for (int64_t ky = 0; ky < g.k; ++ky)
-          for (int64_t kx = 0; kx < g.k; ++kx) {
+        const bool by_columns = g.k == 5 && g.s == 1;
+        for (int64_t a = 0; a < g.k; ++a)
+          for (int64_t e = 0; e < g.k; ++e) {
+            const int64_t ky = by_columns ? e : a, kx = by_columns ? a : e;
             const int64_t iy = oy * g.s - c.ph + ky, ix = ox * g.s - c.pw + kx;
             if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
               want = std::fma(w.data<float>()[ky * g.k + kx], x.data<float>()[iy * g.w + ix], want);

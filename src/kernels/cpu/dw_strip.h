@@ -3,13 +3,17 @@
 // NASNets) where vectors have 8 lanes (AVX2). A tile is one vector of
 // output columns (a strip) x R rows; each input vector loaded feeds every
 // row of the tile it reaches. A 3 x 3 window's 9 weights stay in registers
-// over the tile, so that the only loads are the input's; a 5 x 5 window's
-// 25 do not fit, and each FMA broadcasts its weight from memory.
+// over the tile, so that the only loads are the input's. A 5 x 5 window's
+// 25 do not fit: at stride 1 the tile goes column by column, one column's
+// 5 weights in registers; at stride 2 each FMA broadcasts its weight from
+// memory.
 //
 // Strips inside the row load plain vectors; the first and last strips mask
 // the columns outside the row, and rows above or below the plane read a
 // zero row. Every accumulator starts at the bias and adds its taps in
-// (ky, kx) order, as DwDirect does: results are bitwise the same.
+// (ky, kx) order, as DwDirect does, so the results are bitwise the same,
+// except a 5 x 5 window's at stride 1: its taps in (kx, ky) order, the same
+// products summed in another order.
 #pragma once
 
 #include "kernels/cpu/simd.h"
@@ -79,8 +83,9 @@ class DwStrip {
   }
 
   // Output rows per tile: R accumulators beside the weights held (9 for
-  // 3 x 3, 1 broadcast for 5 x 5) and the loaded vectors (1 at stride 1;
-  // 2 loaded and 2 split at stride 2).
+  // 3 x 3; for 5 x 5, a column's 5 at stride 1, 1 broadcast at stride 2)
+  // and the loaded vectors (1 at stride 1; 2 loaded and 2 split at
+  // stride 2).
   template <int K, int S>
   static constexpr int kRows = K == 3 ? (S == 1 ? 6 : 3) : (S == 1 ? 8 : 6);
 
@@ -179,30 +184,54 @@ class DwStrip {
     for (int r = 0; r < R; ++r) acc[r] = Vec::set1(b);
     // Input row i of the tile reaches output row r at ky = i - S * r.
     constexpr int kSpan = (R - 1) * S + K;
+    if constexpr (K == 5 && S == 1) {
+      // Column by column: kx's 5 weights held in registers while every
+      // input row's vector at kx feeds the rows it reaches. Row by row,
+      // each FMA broadcast its weight from memory, and an output row's 25
+      // FMAs, one chain, had at most 4 others beside it: twice the
+      // loads, and chains too few to hide the FMA latency.
+#pragma GCC unroll 5
+      for (int kx = 0; kx < 5; ++kx) {
+        Vec::T wk[5];
+#pragma GCC unroll 5
+        for (int ky = 0; ky < 5; ++ky) wk[ky] = Vec::set1(wc[ky * 5 + kx]);
 #pragma GCC unroll 16
-    for (int i = 0; i < kSpan; ++i) {
-      const float* row = rows[i];
-      Vec::T v[K + 1];
-      if constexpr (S == 1) {
-        // A 3 x 3's vectors each loaded once into a register, for every
-        // row they reach: left to the compiler, the load is folded into
-        // each of those FMAs, and loads, not FMAs, set the pace.
-#pragma GCC unroll 5
-        for (int kx = 0; kx < K; ++kx) {
-          v[kx] = load(row, kx);
-          if constexpr (K == 3) asm("" : "+x"(v[kx]));
-        }
-      } else {
-#pragma GCC unroll 3
-        for (int p = 0; p <= K / 2; ++p) Vec::deinterleave(load(row, 2 * p), load(row, 2 * p + 1), &v[2 * p], &v[2 * p + 1]);
-      }
-#pragma GCC unroll 5
-      for (int kx = 0; kx < K; ++kx)
+        for (int i = 0; i < kSpan; ++i) {
+          const Vec::T v = load(rows[i], kx);
 #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const int ky = i - S * r;
-          if (ky >= 0 && ky < K) acc[r] = Vec::fma(weight(ky, kx), v[kx], acc[r]);
+          for (int r = 0; r < R; ++r) {
+            const int ky = i - r;
+            if (ky >= 0 && ky < 5) acc[r] = Vec::fma(wk[ky], v, acc[r]);
+          }
         }
+      }
+    } else {
+#pragma GCC unroll 16
+      for (int i = 0; i < kSpan; ++i) {
+        const float* row = rows[i];
+        Vec::T v[K + 1];
+        if constexpr (S == 1) {
+          // A 3 x 3's vectors each loaded once into a register, for every
+          // row they reach: left to the compiler, the load is folded into
+          // each of those FMAs, and loads, not FMAs, set the pace.
+#pragma GCC unroll 5
+          for (int kx = 0; kx < K; ++kx) {
+            v[kx] = load(row, kx);
+            if constexpr (K == 3) asm("" : "+x"(v[kx]));
+          }
+        } else {
+#pragma GCC unroll 3
+          for (int p = 0; p <= K / 2; ++p)
+            Vec::deinterleave(load(row, 2 * p), load(row, 2 * p + 1), &v[2 * p], &v[2 * p + 1]);
+        }
+#pragma GCC unroll 5
+        for (int kx = 0; kx < K; ++kx)
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) {
+            const int ky = i - S * r;
+            if (ky >= 0 && ky < K) acc[r] = Vec::fma(weight(ky, kx), v[kx], acc[r]);
+          }
+      }
     }
     const int64_t ow = c_.ow, ox = s * kLanes, count = std::min<int64_t>(kLanes, ow - ox);
 #pragma GCC unroll 8
