@@ -156,12 +156,10 @@ class ConvOp : public ROp {
       // With AVX2, 3x3 and 5x5 windows at stride 1 or 2 run in strips,
       // but for rows of less than one vector, which run flat (MobileNetV2's
       // 7x7 layers: flat 16.7 us per rTask, strips 19.6) when rTasks are
-      // whole planes. Strips add a 5x5's taps at stride 1 in another
-      // order than DwDirect (dw_strip.h): its rows of less than a vector
-      // stay on DwDirect in every tiling, so that every tiling has the
-      // same bits.
-      const bool strip_order = !(c.kh == 5 && c.sh == 1);
-      if ((c.ow >= DwStrip::kLanes || (!flat && strip_order)) && strip_.init(c)) {
+      // whole planes. Where strips add the taps in another order than
+      // DwDirect (DwStrip::by_columns), rows of less than a vector stay on
+      // DwDirect in every tiling, so that every tiling has the same bits.
+      if ((c.ow >= DwStrip::kLanes || (!flat && !DwStrip::by_columns(c))) && strip_.init(c)) {
         use_strip_ = true;
         epi_fused_ = strip_.fuse(epi_);
         scratch_bytes_ = static_cast<size_t>(strip_.scratch_floats()) * sizeof(float);

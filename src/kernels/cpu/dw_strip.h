@@ -40,6 +40,12 @@ class DwStrip {
            c.dw == 1 && c.pw <= 2;
   }
 
+  // Whether the tile adds a window's taps column by column, (kx, ky),
+  // rather than in DwDirect's (ky, kx) order: a 5 x 5 at stride 1.
+  template <int K, int S>
+  static constexpr bool kByColumns = K == 5 && S == 1;
+  static bool by_columns(const Conv2d& c) { return c.kh == 5 && c.sh == 1; }
+
   // False when ok(c) is not.
   bool init(const Conv2d& c) {
     if (!ok(c)) return false;
@@ -184,7 +190,7 @@ class DwStrip {
     for (int r = 0; r < R; ++r) acc[r] = Vec::set1(b);
     // Input row i of the tile reaches output row r at ky = i - S * r.
     constexpr int kSpan = (R - 1) * S + K;
-    if constexpr (K == 5 && S == 1) {
+    if constexpr (kByColumns<K, S>) {
       // Column by column: kx's 5 weights held in registers while every
       // input row's vector at kx feeds the rows it reaches. Row by row,
       // each FMA broadcast its weight from memory, and an output row's 25
