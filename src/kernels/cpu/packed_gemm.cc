@@ -375,15 +375,16 @@ void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64
   // loads nothing hid). AVX-512 builds read B in place, as measured
   // before; their L1 has 12 ways.
   //
-  // Where a panel is used and A has few rows (the 1 x 1 convs' rTasks of
-  // whole output planes), the second row block prefetches the next column
-  // block of B. B's rows are planes apart, each block a short piece of
-  // every one, more streams than the hardware prefetchers follow; when
-  // another core wrote B, each line then costs a trip to that core's L2
-  // (AVX2, one thread, B of 32 x 1024 just written by the other core:
-  // 16 x 32 by 32 x 1024 took 15.5 us without, 13.5 with; 13.2 and 13.1
-  // when this core wrote it). With many row blocks the lines came in too
-  // early, and were gone from L1 again before the next block.
+  // In packed_gemm_post (the 1 x 1 convs), where a panel is used and A
+  // has few rows (rTasks of whole output planes), the second row block
+  // prefetches the next column block of B. B's rows are planes apart,
+  // each block a short piece of every one: more streams than the
+  // hardware prefetchers follow. Where another core wrote B, each line
+  // was a trip to that core's L2 (one thread, 16 x 32 by 32 x 1024, B
+  // just written by the other core: 15.9 us without, 13.8 with; by this
+  // core, 13.5 and 13.3). With many row blocks the lines came in too
+  // early and left L1 again before their block. Winograd's B
+  // (packed_gemm) is its rTask's own scratch, just written.
   alignas(64) float panel[Vec::kRegisters < 32 ? kPanelMaxK * 3 * kLanes : 1];
   const bool use_panel = Vec::kRegisters < 32 && m > kTileRows && k <= kPanelMaxK;
   for (int64_t j = 0; j < n; j += 3 * kLanes) {
@@ -424,7 +425,7 @@ void run_packed(const float* packed, int64_t m, int64_t k, const float* b, int64
       float* cr = c + r * ldc + j;
       if (use_panel && r == 0) {
         micro_block<kTileRows, kPost, PackedA, true>(pa, k, bj, ldb, cb, cr, ldc, rows, at, panel);
-      } else if (use_panel && r == kTileRows && m <= kPrefetchMaxRows && j + 3 * kLanes < n) {
+      } else if (kPost && use_panel && r == kTileRows && m <= kPrefetchMaxRows && j + 3 * kLanes < n) {
         micro_block<kTileRows, kPost, PackedA, false, true>(pa, k, panel, 3 * kLanes, cb, cr, ldc, rows, at, nullptr,
                                                             reinterpret_cast<const char*>(bj + 3 * kLanes),
                                                             ldb * static_cast<int64_t>(sizeof(float)));
