@@ -223,6 +223,19 @@ void micro(const A& a, int64_t k, const float* b, int64_t ldb, Mask last, float*
 #endif
 }
 
+// micro() for a column block of nv vectors (1 to 3).
+template <int kRows, bool kPost, bool kFull, typename A, bool kCopy, bool kNext>
+[[gnu::always_inline]] inline void micro_nv(int nv, const A& a, int64_t k, const float* b, int64_t ldb, Mask last,
+                                            float* c, int64_t ldc, int64_t rows, const GemmPost& post, float* panel,
+                                            const char* next, int64_t next_ld) {
+  if (nv == 3)
+    micro<kRows, 3, kPost, kFull, A, 0, kCopy, kNext>(a, k, b, ldb, last, c, ldc, rows, post, panel, next, next_ld);
+  else if (nv == 2)
+    micro<kRows, 2, kPost, kFull, A, 0, kCopy, kNext>(a, k, b, ldb, last, c, ldc, rows, post, panel, next, next_ld);
+  else
+    micro<kRows, 1, kPost, kFull, A, 0, kCopy, kNext>(a, k, b, ldb, last, c, ldc, rows, post, panel, next, next_ld);
+}
+
 // micro() for column block `cb`; with kCopy, B's block is also stored
 // to `panel` (rows 3 vectors apart) as it is read.
 template <int kRows, bool kPost, typename A, bool kCopy = false, bool kNext = false>
@@ -230,21 +243,10 @@ void micro_block(const A& a, int64_t k, const float* b, int64_t ldb, const Colum
                  int64_t rows, const GemmPost& post, float* panel = nullptr, const char* next = nullptr,
                  int64_t next_ld = 0) {
   const Mask m = cb.last;
-  if (cb.full) {
-    if (cb.nv == 3)
-      micro<kRows, 3, kPost, true, A, 0, kCopy, kNext>(a, k, b, ldb, m, c, ldc, rows, post, panel, next, next_ld);
-    else if (cb.nv == 2)
-      micro<kRows, 2, kPost, true, A, 0, kCopy, kNext>(a, k, b, ldb, m, c, ldc, rows, post, panel, next, next_ld);
-    else
-      micro<kRows, 1, kPost, true, A, 0, kCopy, kNext>(a, k, b, ldb, m, c, ldc, rows, post, panel, next, next_ld);
-  } else {
-    if (cb.nv == 3)
-      micro<kRows, 3, kPost, false, A, 0, kCopy, kNext>(a, k, b, ldb, m, c, ldc, rows, post, panel, next, next_ld);
-    else if (cb.nv == 2)
-      micro<kRows, 2, kPost, false, A, 0, kCopy, kNext>(a, k, b, ldb, m, c, ldc, rows, post, panel, next, next_ld);
-    else
-      micro<kRows, 1, kPost, false, A, 0, kCopy, kNext>(a, k, b, ldb, m, c, ldc, rows, post, panel, next, next_ld);
-  }
+  if (cb.full)
+    micro_nv<kRows, kPost, true, A, kCopy, kNext>(cb.nv, a, k, b, ldb, m, c, ldc, rows, post, panel, next, next_ld);
+  else
+    micro_nv<kRows, kPost, false, A, kCopy, kNext>(cb.nv, a, k, b, ldb, m, c, ldc, rows, post, panel, next, next_ld);
 }
 
 // kRows rows of C = A * B with A read in place (row r of the block at
