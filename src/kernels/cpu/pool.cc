@@ -37,6 +37,16 @@ class PoolOp : public ROp {
           const int64_t ix0 = blk * kLanes - g.pw + kx;  // lane j reads input column ix0 + j
           tap_mask_.push_back({Vec::from_bits(lane_bits(-ix0, std::min(g.iw - ix0, g.ow - blk * kLanes)))});
         }
+      // Blocks whose every tap is a whole vector inside the row (and whose
+      // outputs are a whole vector).
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        bool plain = true;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t ix0 = blk * kLanes - g.pw + kx;
+          plain = plain && ix0 >= 0 && ix0 + kLanes <= g.iw && blk * kLanes + kLanes <= g.ow;
+        }
+        plain_block_.push_back(plain ? 1 : 0);
+      }
       scratch_bytes_ = static_cast<size_t>(g.ih * kLanes) * sizeof(float);
     }
 #endif
@@ -239,8 +249,8 @@ class PoolOp : public ROp {
   }
 
   // Column stride 1, undilated: per vector of output columns, every input
-  // row's kw taps are reduced once (a masked unaligned load per tap: -inf
-  // or 0 outside the row), into `rows` (one vector per input row); each
+  // row's kw taps are reduced once (an unaligned load per tap, masked
+  // where it leaves the row: -inf or 0 outside), into `rows` (one vector per input row); each
   // output row then reduces its window's rows of that. kw + kh operations
   // per 16 outputs, and each input row is read once per block rather than
   // once per output row it reaches. Max is exact in any order; the
@@ -268,41 +278,55 @@ class PoolOp : public ROp {
   template <Combine kMode, int K>
   void plane_rolling(const float* xp, float* yp) const {
     const Vec::T init = Vec::set1(kMode != Combine::kSum ? -std::numeric_limits<float>::infinity() : 0.f);
-    const int64_t ih = g_.ih, iw = g_.iw, ow = g_.ow, ph = g_.ph;
-    const TapLanes* masks = tap_mask_.data();
-    for (int64_t ox0 = 0; ox0 < ow; ox0 += kLanes, masks += K) {
-      Vec::Mask m[K];
+    for (int64_t blk = 0; blk * kLanes < g_.ow; ++blk) {
+      if (plain_block_[static_cast<size_t>(blk)]) strip_rolling<kMode, K, true>(xp, yp, blk, init);
+      else strip_rolling<kMode, K, false>(xp, yp, blk, init);
+    }
+  }
+
+  // plane_rolling's output columns [ox0, ox0 + kLanes). With kPlain every
+  // tap's lanes lie inside the row and load as plain vectors: the masked
+  // loads and blends cost a max pool over 32 x 32 planes a fifth of its
+  // time; only the first and last blocks of a row need them.
+  template <Combine kMode, int K, bool kPlain>
+  void strip_rolling(const float* xp, float* yp, int64_t blk, Vec::T init) const {
+    const int64_t ih = g_.ih, iw = g_.iw, ow = g_.ow, ph = g_.ph, ox0 = blk * kLanes;
+    const TapLanes* masks = tap_mask_.data() + blk * K;
+    Vec::Mask m[K];
 #pragma GCC unroll 8
-      for (int kx = 0; kx < K; ++kx) m[kx] = masks[kx].m;
-      const float* src = xp + ox0 - g_.pw;
-      auto row = [&](int64_t iy) {
-        if (iy < 0 || iy >= ih) return init;
-        const float* r = src + iy * iw;
-        Vec::T v = Vec::load_or(r, m[0], init);
+    for (int kx = 0; kx < K; ++kx) m[kx] = masks[kx].m;
+    const float* src = xp + ox0 - g_.pw;
+    auto tap = [&](const float* p, int kx) {
+      if constexpr (kPlain) return Vec::load(p);
+      else return Vec::load_or(p, m[kx], init);
+    };
+    auto row = [&](int64_t iy) {
+      if (iy < 0 || iy >= ih) return init;
+      const float* r = src + iy * iw;
+      Vec::T v = tap(r, 0);
 #pragma GCC unroll 8
-        for (int kx = 1; kx < K; ++kx) v = combine<kMode>(v, Vec::load_or(r + kx, m[kx], init));
-        return v;
-      };
-      Vec::T h[K];
-      // h[k] holds input row oy - ph + k; start one row early.
+      for (int kx = 1; kx < K; ++kx) v = combine<kMode>(v, tap(r + kx, kx));
+      return v;
+    };
+    Vec::T h[K];
+    // h[k] holds input row oy - ph + k; start one row early.
 #pragma GCC unroll 8
-      for (int k = 1; k < K; ++k) h[k] = row(k - 1 - ph);
-      Vec::T width;
-      if constexpr (kMode == Combine::kSum) width = Vec::load(&widthf_[ox0]);
-      const Vec::Mask lanes = Vec::first(ow - ox0);
-      const bool full = ow - ox0 >= kLanes;
-      for (int64_t oy = 0; oy < g_.oh; ++oy) {
+    for (int k = 1; k < K; ++k) h[k] = row(k - 1 - ph);
+    Vec::T width;
+    if constexpr (kMode == Combine::kSum) width = Vec::load(&widthf_[ox0]);
+    const Vec::Mask lanes = Vec::first(ow - ox0);
+    const bool full = ow - ox0 >= kLanes;
+    for (int64_t oy = 0; oy < g_.oh; ++oy) {
 #pragma GCC unroll 8
-        for (int k = 0; k + 1 < K; ++k) h[k] = h[k + 1];
-        h[K - 1] = row(oy - ph + K - 1);
-        Vec::T acc = h[0];
+      for (int k = 0; k + 1 < K; ++k) h[k] = h[k + 1];
+      h[K - 1] = row(oy - ph + K - 1);
+      Vec::T acc = h[0];
 #pragma GCC unroll 8
-        for (int k = 1; k < K; ++k) acc = combine<kMode>(acc, h[k]);
-        if constexpr (kMode == Combine::kSum)
-          acc = Vec::div_positive(acc, Vec::mul(Vec::set1(row_window_[oy].divisor), width));
-        if (full) Vec::store(yp + oy * ow + ox0, acc);
-        else Vec::store(yp + oy * ow + ox0, lanes, acc);
-      }
+      for (int k = 1; k < K; ++k) acc = combine<kMode>(acc, h[k]);
+      if constexpr (kMode == Combine::kSum)
+        acc = Vec::div_positive(acc, Vec::mul(Vec::set1(row_window_[oy].divisor), width));
+      if (full) Vec::store(yp + oy * ow + ox0, acc);
+      else Vec::store(yp + oy * ow + ox0, lanes, acc);
     }
   }
 
@@ -459,6 +483,7 @@ class PoolOp : public ROp {
   struct TapLanes {
     Vec::Mask m;
   };
+  std::vector<char> plain_block_;   // rows first: [block] every tap's lanes inside the row
   std::vector<TapLanes> tap_mask_;  // rows first: [block][kx] lanes whose input column lies in the row
   std::vector<float> widthf_;  // width_ as floats, padded to whole vectors
 #endif
