@@ -92,9 +92,11 @@ FLOORS = {
                    "host\" (AVX2, Zen 3), docs/notes/2026-11-30-epilogues-and-slow-states.md, section "
                    "\"Bench runs 70 and 71\" (what the target asks of the Plan there), "
                    "docs/notes/2026-11-30-tests-on-a-busy-host-and-5x5-columns.md, section \"NASNet-like's "
-                   "rTasks in a run and alone\" (rTasks in a run against the profile), and "
+                   "rTasks in a run and alone\" (rTasks in a run against the profile), "
                    "docs/notes/2026-11-30-prefetching-b-and-nasnet-kernels.md, section \"Where NASNet-like's "
-                   "time is now\" (each kernel's share of peak)",
+                   "time is now\" (each kernel's share of peak), and "
+                   "docs/notes/2026-11-30-what-bounds-nasnet-kernels.md (the 2-vEU Plan's work against the "
+                   "1-vEU Plan's, and what holds each kernel back)",
     "bert_tiny": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\", " + AVX2_FLOORS + ", "
                  "docs/notes/2026-11-28-packed-weights-and-slow-states.md, sections \"gemm_rows' narrow column "
                  "blocks, and the K^T copy\" and \"Bench run 26\", docs/notes/2026-11-29-output-planes.md, "
