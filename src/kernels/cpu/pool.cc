@@ -27,23 +27,19 @@ class PoolOp : public ROp {
     scratch_bytes_ = static_cast<size_t>(g.ow) * sizeof(float);  // one output row's accumulators
 #if defined(TESSERA_SIMD)
     // Unit stride along the row: per vector of output columns, each input
-    // row's kw taps are reduced once (one masked load per tap), then each
-    // output row reduces kh of those row sums from scratch.
+    // row's kw taps are reduced once (one load per tap, masked where the
+    // block's taps leave the row), then each output row reduces kh of
+    // those row sums from scratch.
     rows_first_ = g.sw == 1 && g.dw == 1;
     if (rows_first_) {
       const int64_t blocks = (g.ow + kLanes - 1) / kLanes;
-      for (int64_t blk = 0; blk < blocks; ++blk)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        bool plain = true;  // every tap's lanes inside the row and the outputs
         for (int64_t kx = 0; kx < g.kw; ++kx) {
           const int64_t ix0 = blk * kLanes - g.pw + kx;  // lane j reads input column ix0 + j
-          tap_mask_.push_back({Vec::from_bits(lane_bits(-ix0, std::min(g.iw - ix0, g.ow - blk * kLanes)))});
-        }
-      // Blocks whose every tap is a whole vector inside the row (and whose
-      // outputs are a whole vector).
-      for (int64_t blk = 0; blk < blocks; ++blk) {
-        bool plain = true;
-        for (int64_t kx = 0; kx < g.kw; ++kx) {
-          const int64_t ix0 = blk * kLanes - g.pw + kx;
-          plain = plain && ix0 >= 0 && ix0 + kLanes <= g.iw && blk * kLanes + kLanes <= g.ow;
+          const uint32_t bits = lane_bits(-ix0, std::min(g.iw - ix0, g.ow - blk * kLanes));
+          plain = plain && bits == (1u << kLanes) - 1;
+          tap_mask_.push_back({Vec::from_bits(bits)});
         }
         plain_block_.push_back(plain ? 1 : 0);
       }
@@ -250,10 +246,10 @@ class PoolOp : public ROp {
 
   // Column stride 1, undilated: per vector of output columns, every input
   // row's kw taps are reduced once (an unaligned load per tap, masked
-  // where it leaves the row: -inf or 0 outside), into `rows` (one vector per input row); each
-  // output row then reduces its window's rows of that. kw + kh operations
-  // per 16 outputs, and each input row is read once per block rather than
-  // once per output row it reaches. Max is exact in any order; the
+  // where it leaves the row: -inf or 0 outside), into `rows` (one vector
+  // per input row); each output row then reduces its window's rows of
+  // that. kw + kh operations per 16 outputs, and each input row is read
+  // once per block rather than once per output row it reaches. Max is exact in any order; the
   // average's sum runs along rows first, which can differ from the tap
   // order in the last bit.
   // The common window widths with their tap loops unrolled.
