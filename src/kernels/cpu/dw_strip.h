@@ -2,18 +2,19 @@
 // 5 x 5 windows at stride 1 or 2 (MobileNets, MnasNets, EfficientNets,
 // NASNets) where vectors have 8 lanes (AVX2). A tile is one vector of
 // output columns (a strip) x R rows; each input vector loaded feeds every
-// row of the tile it reaches. A 3 x 3 window's 9 weights stay in registers
-// over the tile, so that the only loads are the input's. A 5 x 5 window's
-// 25 do not fit: at stride 1 the tile goes column by column, one column's
-// 5 weights in registers; at stride 2 each FMA broadcasts its weight from
-// memory.
+// row of the tile it reaches. At stride 1 the tile goes column by column:
+// one column's K weights in registers, 8 rows of accumulators (as many
+// chains as the two FMA pipes need to hide their latency). At stride 2 a
+// 3 x 3 window's 9 weights stay in registers over the tile, so that the
+// only loads are the input's, and a 5 x 5's 25 do not fit: each FMA
+// broadcasts its weight from memory.
 //
 // Strips inside the row load plain vectors; the first and last strips mask
 // the columns outside the row, and rows above or below the plane read a
-// zero row. Every accumulator starts at the bias and adds its taps in
-// (ky, kx) order, as DwDirect does, so the results are bitwise the same,
-// except a 5 x 5 window's at stride 1: its taps in (kx, ky) order, the same
-// products summed in another order.
+// zero row. Every accumulator starts at the bias. At stride 2 it adds its
+// taps in (ky, kx) order, as DwDirect does, so the results are bitwise the
+// same; at stride 1 in (kx, ky) order, the same products summed in
+// another order.
 #pragma once
 
 #include "kernels/cpu/simd.h"
@@ -41,10 +42,10 @@ class DwStrip {
   }
 
   // Whether the tile adds a window's taps column by column, (kx, ky),
-  // rather than in DwDirect's (ky, kx) order: a 5 x 5 at stride 1.
+  // rather than in DwDirect's (ky, kx) order: at stride 1.
   template <int K, int S>
-  static constexpr bool kByColumns = K == 5 && S == 1;
-  static bool by_columns(const Conv2d& c) { return c.kh == 5 && c.sh == 1; }
+  static constexpr bool kByColumns = S == 1;
+  static bool by_columns(const Conv2d& c) { return c.sh == 1; }
 
   // False when ok(c) is not.
   bool init(const Conv2d& c) {
@@ -88,23 +89,25 @@ class DwStrip {
     return 2 * ox - c_.pw + 2 * (l / 2) + (l % 2) * kLanes;
   }
 
-  // Output rows per tile: R accumulators beside the weights held (9 for
-  // 3 x 3; for 5 x 5, a column's 5 at stride 1, 1 broadcast at stride 2)
-  // and the loaded vectors (1 at stride 1; 2 loaded and 2 split at
-  // stride 2).
+  // Output rows per tile: R accumulators beside the weights held (a
+  // column's K at stride 1; at stride 2, 9 for 3 x 3 and 1 broadcast for
+  // 5 x 5) and the loaded vectors (1 at stride 1; 2 loaded and 2 split at
+  // stride 2). At stride 1 more than 8 rows spill.
   template <int K, int S>
-  static constexpr int kRows = K == 3 ? (S == 1 ? 6 : 3) : (S == 1 ? 8 : 6);
+  static constexpr int kRows = S == 1 ? 8 : (K == 3 ? 3 : 6);
 
   template <bool kClamp>
   void rows_as(const float* xc, const float* wc, float b, const float* zero, float* yc, int64_t r0, int64_t r1) const {
     Vec::T w[9] = {};
+    if (c_.sw == 1) {
+      if (c_.kw == 3) return tiles<3, 1, kClamp>(xc, w, wc, b, zero, yc, r0, r1);
+      return tiles<5, 1, kClamp>(xc, w, wc, b, zero, yc, r0, r1);
+    }
     if (c_.kw == 3) {
 #pragma GCC unroll 9
       for (int t = 0; t < 9; ++t) w[t] = Vec::set1(wc[t]);
-      if (c_.sw == 1) return tiles<3, 1, kClamp>(xc, w, wc, b, zero, yc, r0, r1);
       return tiles<3, 2, kClamp>(xc, w, wc, b, zero, yc, r0, r1);
     }
-    if (c_.sw == 1) return tiles<5, 1, kClamp>(xc, w, wc, b, zero, yc, r0, r1);
     tiles<5, 2, kClamp>(xc, w, wc, b, zero, yc, r0, r1);
   }
 
@@ -114,8 +117,8 @@ class DwStrip {
   // landing on the next rows' first columns, which later stores overwrite
   // (those rows' first strips). Only a store that would pass the end of
   // the rTask's rows (r1) is masked: a masked store costs tens of cycles
-  // on AMD cores. `w`: a 3 x 3 window's weights as vectors; `wc` the
-  // plane's weights.
+  // on AMD cores. `w`: a 3 x 3 window's weights as vectors (used at
+  // stride 2); `wc` the plane's weights.
   template <int K, int S, bool kClamp>
   void tiles(const float* xc, const Vec::T (&w)[9], const float* wc, float b, const float* zero, float* yc,
              int64_t r0, int64_t r1) const {
@@ -148,8 +151,8 @@ class DwStrip {
   }
 
   // The tiles of rows [oy0, oy0 + R) in strips hi down to lo, all plain
-  // or all masked: the rows' addresses worked out and a 3 x 3 window's
-  // weights loaded once for them all. Done per strip, with a call each,
+  // or all masked: the rows' addresses worked out (and at stride 2 a
+  // 3 x 3 window's weights loaded) once for them all. Done per strip, with a call each,
   // that work held a 3 x 3 tile to half the rate its FMAs reach in a loop
   // of their own.
   template <int K, int S, int R, bool kPlain, bool kClamp>
@@ -162,8 +165,8 @@ class DwStrip {
       const int64_t iy = oy0 * S - c_.ph + i;
       rows[i] = iy >= 0 && iy < c_.ih ? xc + iy * c_.iw : zero;
     }
-    Vec::T w[9];  // 3 x 3: locals, held in registers over the tiles
-    if constexpr (K == 3) {
+    Vec::T w[9];  // 3 x 3 at stride 2: locals, held in registers over the tiles
+    if constexpr (K == 3 && S == 2) {
 #pragma GCC unroll 9
       for (int t = 0; t < 9; ++t) w[t] = w_in[t];
     }
@@ -191,23 +194,24 @@ class DwStrip {
     // Input row i of the tile reaches output row r at ky = i - S * r.
     constexpr int kSpan = (R - 1) * S + K;
     if constexpr (kByColumns<K, S>) {
-      // Column by column: kx's 5 weights held in registers while every
-      // input row's vector at kx feeds the rows it reaches. Row by row,
-      // each FMA broadcast its weight from memory, and an output row's 25
-      // FMAs, one chain, had at most 4 others beside it: twice the
-      // loads, and chains too few to hide the FMA latency.
+      // Column by column: kx's K weights held in registers while every
+      // input row's vector at kx feeds the rows it reaches. Row by row, a
+      // 5 x 5's FMAs each broadcast their weight from memory, and a
+      // 3 x 3's 9 weights in registers left room for 6 rows: 6 chains of
+      // FMAs, too few to hide their latency (the 3 x 3 ran a fifth
+      // slower).
 #pragma GCC unroll 5
-      for (int kx = 0; kx < 5; ++kx) {
-        Vec::T wk[5];
+      for (int kx = 0; kx < K; ++kx) {
+        Vec::T wk[K];
 #pragma GCC unroll 5
-        for (int ky = 0; ky < 5; ++ky) wk[ky] = Vec::set1(wc[ky * 5 + kx]);
+        for (int ky = 0; ky < K; ++ky) wk[ky] = Vec::set1(wc[ky * K + kx]);
 #pragma GCC unroll 16
         for (int i = 0; i < kSpan; ++i) {
           const Vec::T v = load(rows[i], kx);
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
             const int ky = i - r;
-            if (ky >= 0 && ky < 5) acc[r] = Vec::fma(wk[ky], v, acc[r]);
+            if (ky >= 0 && ky < K) acc[r] = Vec::fma(wk[ky], v, acc[r]);
           }
         }
       }
@@ -216,20 +220,9 @@ class DwStrip {
       for (int i = 0; i < kSpan; ++i) {
         const float* row = rows[i];
         Vec::T v[K + 1];
-        if constexpr (S == 1) {
-          // A 3 x 3's vectors each loaded once into a register, for every
-          // row they reach: left to the compiler, the load is folded into
-          // each of those FMAs, and loads, not FMAs, set the pace.
-#pragma GCC unroll 5
-          for (int kx = 0; kx < K; ++kx) {
-            v[kx] = load(row, kx);
-            if constexpr (K == 3) asm("" : "+x"(v[kx]));
-          }
-        } else {
 #pragma GCC unroll 3
-          for (int p = 0; p <= K / 2; ++p)
-            Vec::deinterleave(load(row, 2 * p), load(row, 2 * p + 1), &v[2 * p], &v[2 * p + 1]);
-        }
+        for (int p = 0; p <= K / 2; ++p)
+          Vec::deinterleave(load(row, 2 * p), load(row, 2 * p + 1), &v[2 * p], &v[2 * p + 1]);
 #pragma GCC unroll 5
         for (int kx = 0; kx < K; ++kx)
 #pragma GCC unroll 8
