@@ -183,6 +183,18 @@ void micro(const A& a, int64_t k, const float* b, int64_t ldb, Mask last, float*
 #else
   static_assert(kTail == 0);
 #endif
+  if constexpr (kPost) {
+    // The residual's lines of this tile, asked for now: their loads come
+    // after the whole loop over k, beyond what the core runs ahead.
+    if (post.res != nullptr) {
+#pragma GCC unroll 8
+      for (int r = 0; r < kRows; ++r) {
+        if (r >= rows) break;
+        __builtin_prefetch(post.res + r * post.ldr, 0, 3);
+        __builtin_prefetch(post.res + r * post.ldr + kNv * kLanes - 1, 0, 3);
+      }
+    }
+  }
   for (int64_t i = 0; i < k; ++i) {
     VecT x[kNv];
 #pragma GCC unroll 3
