@@ -266,8 +266,8 @@ TEST_F(Nn, ConvRKernelsRefuseNodesTheyDoNotFit) {
 // store then spans several rows). Every split of a plane's rows gives the
 // bits of the whole plane, and the floats around the split stay as they
 // were. The whole plane has the bits of FMAs in (ky, kx) order from the
-// bias ((kx, ky) at stride 1), rows wide enough for
-// runs of plain strips between the masked ones included.
+// bias ((kx, ky) at stride 1), rows wide enough for runs of plain strips
+// between the masked ones and planes of several tiles included.
 TEST_F(Nn, DepthwiseStripsWriteOnlyTheirRows) {
 #if defined(TESSERA_DW_STRIP)
   struct Geo {
@@ -275,7 +275,7 @@ TEST_F(Nn, DepthwiseStripsWriteOnlyTheirRows) {
   };
   for (const Geo& g : {Geo{9, 2, 3, 2}, Geo{9, 5, 3, 2}, Geo{7, 3, 3, 1}, Geo{12, 15, 3, 2}, Geo{10, 19, 3, 1},
                        Geo{11, 21, 5, 2}, Geo{9, 6, 5, 1}, Geo{8, 45, 3, 1}, Geo{9, 43, 5, 1}, Geo{9, 83, 3, 2},
-                       Geo{7, 70, 5, 2}, Geo{19, 33, 5, 1}}) {
+                       Geo{7, 70, 5, 2}, Geo{19, 33, 5, 1}, Geo{25, 33, 3, 1}}) {
     SCOPED_TRACE(::testing::Message() << g.h << "x" << g.w << " k=" << g.k << " s=" << g.s);
     Conv2d c{};
     c.batch = c.cin = c.cout = c.group = 1;
