@@ -92,7 +92,8 @@ class DwStrip {
   // Output rows per tile: R accumulators beside the weights held (a
   // column's K at stride 1; at stride 2, 9 for 3 x 3 and 1 broadcast for
   // 5 x 5) and the loaded vectors (1 at stride 1; 2 loaded and 2 split at
-  // stride 2). At stride 1 more than 8 rows spill.
+  // stride 2). At stride 1, 8 rows: a 3 x 3 tile of 11 (15 registers)
+  // ran faster alone but not in a model's runs.
   template <int K, int S>
   static constexpr int kRows = S == 1 ? 8 : (K == 3 ? 3 : 6);
 
@@ -152,9 +153,9 @@ class DwStrip {
 
   // The tiles of rows [oy0, oy0 + R) in strips hi down to lo, all plain
   // or all masked: the rows' addresses worked out (and at stride 2 a
-  // 3 x 3 window's weights loaded) once for them all. Done per strip, with a call each,
-  // that work held a 3 x 3 tile to half the rate its FMAs reach in a loop
-  // of their own.
+  // 3 x 3 window's weights loaded) once for them all. Done per strip,
+  // with a call each, that work held a 3 x 3 tile to half the rate its
+  // FMAs reach in a loop of their own.
   template <int K, int S, int R, bool kPlain, bool kClamp>
   void tiles(const float* xc, const Vec::T (&w_in)[9], const float* wc, float b, const float* zero, float* yc,
              int64_t oy0, int64_t hi, int64_t lo, int64_t end) const {
