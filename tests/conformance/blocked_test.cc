@@ -108,9 +108,12 @@ std::string describe(const ConvCase& cs) {
 // 3x3s; each with its bias or none, Relu, Clip (ReLU6) or HardSwish
 // (applied after the stores), a residual. Bit for bit where the NCHW path
 // sums in the same order (the packed 1x1 from 0, depthwise from the bias,
-// the grouped direct kernel over the taps from 0); else to rounding (the
-// AVX2 build's depthwise strips add a 5x5's taps in (kx, ky) order at
-// stride 1, the blocked conv in (ky, kx) order).
+// the grouped direct kernel over the taps from 0); else to rounding. The
+// AVX2 build's depthwise strips add a window's taps in (kx, ky) order at
+// stride 1, the blocked conv in (ky, kx) order: there the NCHW path runs
+// on the transposed planes and window (square, padded alike on every
+// side), where its (kx, ky) order is the untransposed (ky, kx), and its
+// output transposed back is held to the same bits.
 TEST_F(Nn, BlockedConvMatchesNchw) {
   if (!have_blocked()) GTEST_SKIP() << "no blocked rKernels in this build (they need AVX2 with FMA)";
   const std::vector<ConvCase> cases = {
@@ -175,10 +178,26 @@ TEST_F(Nn, BlockedConvMatchesNchw) {
     ASSERT_TRUE(probe.ok()) << probe.status().to_string();
     const std::string path((*probe)->path());
     const bool strips_by_columns = path == "depthwise strips" && cs.stride == 1;
-    const bool exact = path == "1x1 packed" || (path.rfind("depthwise", 0) == 0 && !strips_by_columns) ||
-                       path == "grouped direct";
-    const std::vector<float> want =
-        run_node(*nchw, 1, {x.raw(), w.raw(), cs.bias ? b.raw() : nullptr, cs.residual ? r.raw() : nullptr});
+    const bool exact = path == "1x1 packed" || path.rfind("depthwise", 0) == 0 || path == "grouped direct";
+    // Planes of a [.., h, w] tensor with rows and columns swapped.
+    auto transposed = [](const float* p, int64_t planes, int64_t h, int64_t wd) {
+      std::vector<float> t(static_cast<size_t>(planes * h * wd));
+      for (int64_t q = 0; q < planes; ++q)
+        for (int64_t i = 0; i < h; ++i)
+          for (int64_t j = 0; j < wd; ++j) t[static_cast<size_t>((q * wd + j) * h + i)] = p[(q * h + i) * wd + j];
+      return t;
+    };
+    std::vector<float> want;
+    if (strips_by_columns) {
+      const std::vector<float> xt = transposed(x.data<float>(), cs.n * cs.c, cs.hw, cs.hw),
+                               wt = transposed(w.data<float>(), cs.m * (cs.c / group), cs.k, cs.k),
+                               rt = transposed(r.data<float>(), cs.n * cs.m, oh, oh);
+      const std::vector<float> yt =
+          run_node(*nchw, 1, {xt.data(), wt.data(), cs.bias ? b.raw() : nullptr, cs.residual ? rt.data() : nullptr});
+      want = transposed(yt.data(), cs.n * cs.m, oh, oh);
+    } else {
+      want = run_node(*nchw, 1, {x.raw(), w.raw(), cs.bias ? b.raw() : nullptr, cs.residual ? r.raw() : nullptr});
+    }
     Tensor want_t(DType::kFloat32, nchw->outputs[0]->shape);
     std::memcpy(want_t.raw(), want.data(), want.size() * sizeof(float));
     const Tensor want_b = blocked_ref(want_t);

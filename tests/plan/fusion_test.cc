@@ -804,9 +804,9 @@ TEST(ChannelBlocks, ChainsOfPointwiseAndDepthwiseConvsRunBlocked) {
       EXPECT_EQ(to, c.want_blocked > 0 ? 1 : 0);
       EXPECT_EQ(from, c.want_blocked > 0 ? 1 : 0);
       // The NCHW depthwise strips add a 3 x 3 window's taps at stride 1 by
-      // columns, the blocked kernel by rows (conformance/blocked_test
-      // checks it bit for bit against the NCHW kernel that sums as it
-      // does): the same products summed in another order.
+      // columns, the blocked kernel by rows: the same products summed in
+      // another order (conformance/blocked_test holds each blocked kernel
+      // to the strips' bits on transposed planes).
       const std::vector<Tensor> got = run_outputs(std::move(*blocked), Executor::kSequential, inputs),
                                 want = run_outputs(std::move(*plain), Executor::kSequential, inputs);
       ASSERT_EQ(got.size(), want.size());
