@@ -33,7 +33,12 @@ TEST_F(Nn, MaxAndAveragePool) {
                         // dilated along rows, along columns
                         Case{9, 20, 2, 2, 1, 1, 0, 0, 1, 1, 0, 0}, Case{12, 37, 5, 5, 1, 1, 2, 2, 2, 2, 0, 0},
                         Case{9, 21, 3, 2, 2, 1, 1, 0, 1, 1, 1, 0}, Case{11, 19, 3, 3, 1, 1, 2, 1, 2, 1, 0, 0, 2, 1},
-                        Case{8, 23, 2, 3, 1, 1, 0, 2, 0, 2, 0, 0, 1, 2}}) {
+                        Case{8, 23, 2, 3, 1, 1, 0, 2, 0, 2, 0, 0, 1, 2},
+                        // rows of whole vectors, whose last block masks
+                        // only its last taps (one for 3x3 and 2x2, two
+                        // for 5x5) and whose first only its first
+                        Case{6, 32, 3, 3, 1, 1, 1, 1, 1, 1, 0, 1}, Case{7, 48, 5, 5, 1, 1, 2, 2, 2, 2, 0, 0},
+                        Case{5, 16, 2, 2, 1, 1, 0, 0, 1, 1, 0, 1}}) {
     Tensor x = rng.floats(Shape{2, 3, k.h, k.w});
     auto out_len = [&](int64_t in, int64_t kk, int64_t s, int64_t p0, int64_t p1) {
       int64_t span = in + p0 + p1 - kk;  // kk: the dilated window's extent

@@ -34,14 +34,14 @@ class PoolOp : public ROp {
     if (rows_first_) {
       const int64_t blocks = (g.ow + kLanes - 1) / kLanes;
       for (int64_t blk = 0; blk < blocks; ++blk) {
-        bool plain = true;  // every tap's lanes inside the row and the outputs
+        uint32_t masked = 0;  // bit kx: tap kx has lanes outside the row or the outputs
         for (int64_t kx = 0; kx < g.kw; ++kx) {
           const int64_t ix0 = blk * kLanes - g.pw + kx;  // lane j reads input column ix0 + j
           const uint32_t bits = lane_bits(-ix0, std::min(g.iw - ix0, g.ow - blk * kLanes));
-          plain = plain && bits == (1u << kLanes) - 1;
+          if (bits != (1u << kLanes) - 1) masked |= kx < 32 ? 1u << kx : 0u;
           tap_mask_.push_back({Vec::from_bits(bits)});
         }
-        plain_block_.push_back(plain ? 1 : 0);
+        masked_taps_.push_back(masked);
       }
       scratch_bytes_ = static_cast<size_t>(g.ih * kLanes) * sizeof(float);
     }
@@ -275,26 +275,39 @@ class PoolOp : public ROp {
   void plane_rolling(const float* xp, float* yp) const {
     const Vec::T init = Vec::set1(kMode != Combine::kSum ? -std::numeric_limits<float>::infinity() : 0.f);
     for (int64_t blk = 0; blk * kLanes < g_.ow; ++blk) {
-      if (plain_block_[static_cast<size_t>(blk)]) strip_rolling<kMode, K, true>(xp, yp, blk, init);
-      else strip_rolling<kMode, K, false>(xp, yp, blk, init);
+      // The taps a block masks, as a template argument: the row's first
+      // block masks the first taps, its last the last ones, the blocks
+      // between none; any other set masks every tap.
+      constexpr uint32_t kAll = (1u << K) - 1, kFirst = 1u, kLast = 1u << (K - 1);
+      constexpr uint32_t kFirst2 = 3u & kAll, kLast2 = (3u << (K - 2)) & kAll;
+      const uint32_t masked = masked_taps_[static_cast<size_t>(blk)];
+      if (masked == 0) strip_rolling<kMode, K, 0>(xp, yp, blk, init);
+      else if (masked == kFirst) strip_rolling<kMode, K, kFirst>(xp, yp, blk, init);
+      else if (masked == kLast) strip_rolling<kMode, K, kLast>(xp, yp, blk, init);
+      else if (masked == kFirst2) strip_rolling<kMode, K, kFirst2>(xp, yp, blk, init);
+      else if (masked == kLast2) strip_rolling<kMode, K, kLast2>(xp, yp, blk, init);
+      else strip_rolling<kMode, K, kAll>(xp, yp, blk, init);
     }
   }
 
-  // plane_rolling's output columns [ox0, ox0 + kLanes). With kPlain every
-  // tap's lanes lie inside the row and load as plain vectors: the masked
-  // loads and blends cost a max pool over 32 x 32 planes a fifth of its
-  // time; only the first and last blocks of a row need them.
-  template <Combine kMode, int K, bool kPlain>
+  // plane_rolling's output columns [ox0, ox0 + kLanes). Tap kx loads
+  // masked (the fill outside the row) where bit kx of kMasked is set, else
+  // as a plain vector: the masked loads and blends cost a max pool over
+  // 32 x 32 planes a fifth of its time, and masking every tap of a row's
+  // first and last blocks, not just those that leave the row, cost a
+  // 5 x 5 pool there another tenth.
+  template <Combine kMode, int K, uint32_t kMasked>
   void strip_rolling(const float* xp, float* yp, int64_t blk, Vec::T init) const {
     const int64_t ih = g_.ih, iw = g_.iw, ow = g_.ow, ph = g_.ph, ox0 = blk * kLanes;
     const TapLanes* masks = tap_mask_.data() + blk * K;
     Vec::Mask m[K];
 #pragma GCC unroll 8
-    for (int kx = 0; kx < K; ++kx) m[kx] = masks[kx].m;
+    for (int kx = 0; kx < K; ++kx)
+      if ((kMasked >> kx) & 1u) m[kx] = masks[kx].m;
     const float* src = xp + ox0 - g_.pw;
     auto tap = [&](const float* p, int kx) {
-      if constexpr (kPlain) return Vec::load(p);
-      else return Vec::load_or(p, m[kx], init);
+      if ((kMasked >> kx) & 1u) return Vec::load_or(p, m[kx], init);
+      return Vec::load(p);
     };
     auto row = [&](int64_t iy) {
       if (iy < 0 || iy >= ih) return init;
@@ -479,7 +492,7 @@ class PoolOp : public ROp {
   struct TapLanes {
     Vec::Mask m;
   };
-  std::vector<char> plain_block_;   // rows first: [block] every tap's lanes inside the row
+  std::vector<uint32_t> masked_taps_;  // rows first: [block] bit kx: tap kx has lanes outside the row
   std::vector<TapLanes> tap_mask_;  // rows first: [block][kx] lanes whose input column lies in the row
   std::vector<float> widthf_;  // width_ as floats, padded to whole vectors
 #endif
