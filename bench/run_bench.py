@@ -96,9 +96,11 @@ FLOORS = {
                    "docs/notes/2026-11-30-prefetching-b-and-nasnet-kernels.md, section \"Where NASNet-like's "
                    "time is now\" (each kernel's share of peak), "
                    "docs/notes/2026-11-30-what-bounds-nasnet-kernels.md (the 2-vEU Plan's work against the "
-                   "1-vEU Plan's, and what holds each kernel back), and "
+                   "1-vEU Plan's, and what holds each kernel back), "
                    "docs/notes/2026-11-30-depthwise-columns-and-residual-prefetch.md (the depthwise tiles' "
-                   "chains, and rTasks in a run against alone)",
+                   "chains, and rTasks in a run against alone), and "
+                   "docs/notes/2026-11-30-pool-edges-and-the-cost-of-a-relu.md (what the Relu between cells "
+                   "costs, and the bench's Python harness against `tessera run`)",
     "bert_tiny": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\", " + AVX2_FLOORS + ", "
                  "docs/notes/2026-11-28-packed-weights-and-slow-states.md, sections \"gemm_rows' narrow column "
                  "blocks, and the K^T copy\" and \"Bench run 26\", docs/notes/2026-11-29-output-planes.md, "
