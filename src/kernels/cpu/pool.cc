@@ -34,7 +34,9 @@ class PoolOp : public ROp {
     if (rows_first_) {
       const int64_t blocks = (g.ow + kLanes - 1) / kLanes;
       for (int64_t blk = 0; blk < blocks; ++blk) {
-        uint32_t masked = 0;  // bit kx: tap kx has lanes outside the row or the outputs
+        // Bit kx: tap kx has lanes outside the row or the outputs (read by
+        // plane_rolling, whose windows are at most 5 wide).
+        uint32_t masked = 0;
         for (int64_t kx = 0; kx < g.kw; ++kx) {
           const int64_t ix0 = blk * kLanes - g.pw + kx;  // lane j reads input column ix0 + j
           const uint32_t bits = lane_bits(-ix0, std::min(g.iw - ix0, g.ow - blk * kLanes));
