@@ -104,8 +104,10 @@ FLOORS = {
     "bert_tiny": "docs/notes/2026-11-25-changing-hosts.md, section \"Floors on this host\", " + AVX2_FLOORS + ", "
                  "docs/notes/2026-11-28-packed-weights-and-slow-states.md, sections \"gemm_rows' narrow column "
                  "blocks, and the K^T copy\" and \"Bench run 26\", docs/notes/2026-11-29-output-planes.md, "
-                 "section \"Tiny BERT's floor on this host\" (AVX-512, Zen 4), and "
-                 "docs/notes/2026-11-30-where-the-last-targets-stand.md, section \"Tiny BERT, rTask by rTask\"",
+                 "section \"Tiny BERT's floor on this host\" (AVX-512, Zen 4), "
+                 "docs/notes/2026-11-30-where-the-last-targets-stand.md, section \"Tiny BERT, rTask by rTask\", "
+                 "and docs/notes/2026-12-01-tiny-berts-work-on-zen-3.md (the model's rTask work, timed alone, "
+                 "against the target; AVX2, Zen 3)",
     "resnet18": "docs/notes/2026-11-26-an-intel-host.md, section \"ResNet-18 on this host\", " + AVX2_FLOORS + ", and "
                 "docs/notes/2026-11-28-weights-from-memory.md, section \"ResNet-18's last stage\"",
     "mobilenet_v2": AVX2_FLOORS + ", docs/notes/2026-11-28-packed-weights-and-slow-states.md, section "
