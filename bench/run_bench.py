@@ -23,7 +23,11 @@ Plan, predicted to measured: the Plan's predicted makespan over the median
 of its runs on its vEUs, as placed or exchanged, which leaves out the runs
 its session moved to one thread while the host held the vEUs back; for a
 Plan chosen to start alone whose runs mostly stayed alone, its prediction
-of a run alone over those runs') and writes the section of bench/RESULTS.md
+of a run alone over those runs'). Under the table, each workload that
+misses its target against ONNX Runtime gets the Plan's work: its rTasks'
+costs as the Plan charged them, summed and spread evenly over its vEUs,
+as a ratio to ONNX Runtime's median, the best any schedule of those
+rTasks could do; and the notes that give its floors. It writes the section of bench/RESULTS.md
 for this host's shape (the host map's digest), keeping the sections of
 other host shapes.
 
@@ -511,6 +515,21 @@ def verdicts(w, r, sp):
     return missed
 
 
+def work_text(plan, ort, target):
+    """What the Plan's own rTasks allow against ONNX Runtime: their costs as
+    the Plan charged them (profiled, plus the data they fetch from other
+    vEUs), summed over its vEUs and spread evenly with no wait. Above the
+    target, no schedule of these rTasks meets it on this host."""
+    busy = [v.get("predicted_busy_ms") for v in plan.get("per_veu", [])]
+    if not busy or None in busy:
+        return ""
+    work = sum(busy)
+    even = work / len(busy)
+    return (f"the Plan's rTasks, as it costs them, are {work:.3f} ms of work a run: {even:.3f} ms on each of its "
+            f"{len(busy)} vEU{'s' if len(busy) > 1 else ''} spread evenly with no wait, {even / ort:.3f} of ONNX "
+            f"Runtime's median (target ≤ {target}); ")
+
+
 def report(results, spread, plans, unfused, ov, luck):
     cols = ["plan ms (p90)", "vEUs", "1-vEU ms", "two-layer ms", "ORT ms (p90)", "PyTorch ms", "plan / ORT",
             "plan / 1-vEU", "predicted / measured", "p90/med plan", "p90/med ORT", "target"]
@@ -539,7 +558,8 @@ def report(results, spread, plans, unfused, ov, luck):
     summary = ""
     for w, m in missed_by.items():
         if m and (w in TARGETS and results[w]["tessera-plan"] / results[w]["onnxruntime"] > TARGETS[w]):
-            summary += f"\nMissed: {w}; its floors and where its time goes: {FLOORS.get(w, 'none written down')}.\n"
+            summary += (f"\nMissed: {w}; {work_text(plans[w], results[w]['onnxruntime'], TARGETS[w])}"
+                        f"its floors and where its time goes: {FLOORS.get(w, 'none written down')}.\n")
     p90_missed = [w for w, m in missed_by.items() if any(x.startswith("p90") for x in m)]
     if p90_missed:
         summary += (f"\np90/median above ONNX Runtime's: {', '.join(p90_missed)}; why a static Plan's tail is longer "
