@@ -24,12 +24,12 @@ of its runs on its vEUs, as placed or exchanged, which leaves out the runs
 its session moved to one thread while the host held the vEUs back; for a
 Plan chosen to start alone whose runs mostly stayed alone, its prediction
 of a run alone over those runs'). Under the table, each workload that
-misses its target against ONNX Runtime gets the Plan's work: its rTasks'
-costs as the Plan charged them, summed and spread evenly over its vEUs,
-as a ratio to ONNX Runtime's median, the best any schedule of those
-rTasks could do; and the notes that give its floors. It writes the section of bench/RESULTS.md
-for this host's shape (the host map's digest), keeping the sections of
-other host shapes.
+misses its target against ONNX Runtime gets the Plan's work (its rTasks'
+costs as the Plan charged them, summed and spread evenly over its vEUs:
+at those costs, no schedule of them does better) as a ratio to ONNX
+Runtime's median, and the notes that work out its floors. It writes the
+section of bench/RESULTS.md for this host's shape (the host map's
+digest), keeping the sections of other host shapes.
 
 Every timed run is also written, batch by batch, to --runs (JSON: per
 workload, the systems' order in each round and, per system, one list of
