@@ -34,9 +34,12 @@
 //      timed while the host held the vEUs back (in turns, on one core)
 //      does not keep one vEU for the rest of the process;
 //   5. the winner runs traced once more: its own in-run costs give its
-//      predicted timeline, which must come within kPredictionSlack of its
-//      median on its vEUs (else traced again; else the host was not
-//      holding still).
+//      predicted timeline, traced again (three traces at most, the
+//      closest kept) while it misses the winner's median on its vEUs by
+//      more than a tenth. Where every trace met a moment, the Plan as
+//      built in step 3 predicts, if that comes closer. Still off by more
+//      than kPredictionSlack: the host was not holding still, and the
+//      choice is used but not cached.
 //
 // The choice (vEU count, policy, round, ratios, what each candidate
 // measured) is

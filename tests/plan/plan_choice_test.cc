@@ -45,6 +45,7 @@ struct FakeRunner {
   int stalls = 0;
   double stall_slow = 1;
   int slow_traces = 0;  // the first traced calls' rTasks take trace_slow times as long
+  int slow_traces_from = 1 << 30;  // and so do the traced calls from this one on
   double trace_slow = 1;
   int traced_calls = 0;
   int calls = 0, stalled_calls = 0, alone_calls = 0;
@@ -83,7 +84,9 @@ struct FakeRunner {
       t.run_us.assign(static_cast<size_t>(runs), truth.predicted_us);
       if (!trace) timed_batches.emplace_back(runs, truth.predicted_us);
       if (trace) {
-        const double f = traced_calls++ < slow_traces ? trace_slow : 1.0;
+        const bool slowed = traced_calls < slow_traces || traced_calls >= slow_traces_from;
+        ++traced_calls;
+        const double f = slowed ? trace_slow : 1.0;
         for (const TaskPlacement& pl : truth.placements) t.task_us.push_back(f * (pl.end_us - pl.start_us));
       }
       t.contended = contended;
@@ -510,6 +513,29 @@ TEST_F(PlanChoice, AWinnersTimelineOffByMoreThanATenthIsTracedAgain) {
   const int calls = always.calls;
   ASSERT_TRUE(compile(always).ok());
   EXPECT_LT(always.calls - calls, calls / 2) << "cached: only checked";
+}
+
+// Every trace of the winner met a moment that made its rTasks twice as
+// long (the traces of a model of a few µs all fall in one): the Plan as
+// built in step 3, on the first traces' costs, predicts its median, and
+// the choice is cached. Kept to the traces, it would predict twice its
+// median and, off by more than kPredictionSlack, not be cached.
+TEST_F(PlanChoice, AWinnerTracedOnlyInAMomentKeepsThePredictionItWasBuiltWith) {
+  FakeRunner calm;
+  auto base = compile(calm);
+  ASSERT_TRUE(base.ok()) << base.status().to_string();
+  const int first_traces = calm.traced_calls - 1;  // step 1's, before the winner's
+  fs::remove_all(dir_);
+  FakeRunner moment;
+  moment.slow_traces_from = first_traces;
+  moment.trace_slow = 2;
+  auto p = compile(moment);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(moment.traced_calls, first_traces + 3) << "three traces of the winner";
+  EXPECT_NEAR((*p)->plan->predicted_us, (*p)->plan->measured_us, 0.1 * (*p)->plan->measured_us);
+  const int calls = moment.calls;
+  ASSERT_TRUE(compile(moment).ok());
+  EXPECT_LT(moment.calls - calls, calls / 2) << "cached: only checked";
 }
 
 // A cached choice checked while the host is not as its map describes (and
