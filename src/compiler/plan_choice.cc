@@ -743,8 +743,9 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
   if (!r.alone_first && best_off > kTimelineSlack) {
     std::vector<double> as_built(p.steps.size(), 1.0);
     TESSERA_ASSIGN_OR_RETURN(double us, planner.predict(w, as_built));
-    if (std::abs(us / plan_us - 1) < best_off) {
-      best_off = std::abs(us / plan_us - 1);
+    const double off = std::abs(us / plan_us - 1);
+    if (off < best_off) {
+      best_off = off;
       r.timeline = std::move(as_built);
     }
   }
