@@ -100,7 +100,9 @@ double VeuCosts::crossing_us(int reader, int writer, double bytes, double tensor
     const double f = std::log(kb / sizes_kb[s - 1]) / std::log(sizes_kb[s] / sizes_kb[s - 1]);
     per_kb = crossing_us_per_kb[s - 1][i] * (1 - f) + crossing_us_per_kb[s][i] * f;
   }
-  return per_kb * bytes / 1024;
+  // However few the bytes, their first line comes from the writer's core:
+  // the latency of one line crossing, what the hand-off measures.
+  return std::max(per_kb * bytes / 1024, handoff(writer, reader));
 }
 
 namespace {

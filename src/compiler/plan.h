@@ -17,7 +17,8 @@
 // The cost model (VeuCosts) charges what crossing vEUs costs on this host
 // (topology/host_map.h): a wait on another vEU adds the measured hand-off
 // to an rTask's start, and an rTask that reads bytes another vEU produced
-// takes longer by bytes x the measured crossing cost for that pair. How
+// takes longer by bytes x the measured crossing cost for that pair, and at
+// least by the pair's hand-off (a line's latency, however few bytes). How
 // much of each input an rTask reads, and which part of its output it
 // writes, the rKernel says (kernels/cpu/kernel.h, Access): a part read by
 // flat range overlaps only the producer's parts of the same range.

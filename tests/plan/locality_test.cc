@@ -173,6 +173,24 @@ TEST(Locality, PredictedTimelineChargesBytesThatCross) {
   EXPECT_DOUBLE_EQ(c.handoff(0, 1), 0.3);
 }
 
+// A few bytes from another vEU cost at least a line's latency, the
+// pair's hand-off: 256 bytes at 40 ns per KB would be 0.01 µs, and are
+// charged the 0.3 µs hand-off; a megabyte, its bytes. Where crossing is
+// free (a map whose cross reads cost what local ones do), nothing is.
+TEST(Locality, AFewBytesThatCrossCostAtLeastTheHandOff) {
+  auto dear = read_map(two_pu_map(10, 50));
+  auto cheap = read_map(two_pu_map(10, 10));
+  ASSERT_TRUE(dear.ok() && cheap.ok());
+  const VeuCosts c = VeuCosts::from_host_map(*dear, 2);
+  EXPECT_DOUBLE_EQ(c.crossing_us(1, 0, 256, 256), 0.3);
+  EXPECT_DOUBLE_EQ(c.crossing_us(0, 1, 64, 1 << 20), 0.3);  // a small slice of a large tensor too
+  EXPECT_NEAR(c.crossing_us(1, 0, 1 << 20, 1 << 20), 40.96, 1e-9);
+  EXPECT_EQ(c.crossing_us(1, 1, 256, 256), 0);
+  const VeuCosts free_costs = VeuCosts::from_host_map(*cheap, 2);
+  EXPECT_TRUE(free_costs.crossing_free);
+  EXPECT_EQ(free_costs.crossing_us(1, 0, 256, 256), 0);
+}
+
 // An rTask that names the slice it reads (a recurrent cell's row of the
 // whole sequence's projection) is charged for that slice: 8 KB of a
 // 512 KB input made on the other vEU costs 8 KB x 40 ns more there, not
