@@ -572,8 +572,10 @@ def report(results, spread, plans, unfused, ov, luck):
                     "docs/notes/2026-11-30-coming-back-from-moments.md, \"Bench run 65\" (rounds in which the "
                     "host was slow for one system's batch), docs/notes/2026-11-30-where-the-last-targets-stand.md, "
                     "\"Slow batches, system by system\" (the host's slow state: rewrites of bytes the other core "
-                    "held), and docs/notes/2026-12-01-moments-in-traces-and-batches.md, \"Whose batches the "
-                    "moments hit\" and \"One PU slow for a whole batch\".\n")
+                    "held), docs/notes/2026-12-01-moments-in-traces-and-batches.md, \"Whose batches the "
+                    "moments hit\" and \"One PU slow for a whole batch\", and "
+                    "docs/notes/2026-12-01-small-crossings-and-slow-states.md, \"Plans built for the slow "
+                    "state\" and \"Runs alone in the bench's batches\".\n")
     if geo:
         gm = float(np.exp(np.mean(np.log(geo))))
         summary += (f"\nUnseen models: geometric mean of plan/ORT {gm:.3f} (target ≤ 0.8), worst {max(geo):.3f} "
