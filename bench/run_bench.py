@@ -110,8 +110,9 @@ FLOORS = {
                  "blocks, and the K^T copy\" and \"Bench run 26\", docs/notes/2026-11-29-output-planes.md, "
                  "section \"Tiny BERT's floor on this host\" (AVX-512, Zen 4), "
                  "docs/notes/2026-11-30-where-the-last-targets-stand.md, section \"Tiny BERT, rTask by rTask\", "
-                 "and docs/notes/2026-12-01-tiny-berts-work-on-zen-3.md (the model's rTask work, timed alone, "
-                 "against the target; AVX2, Zen 3)",
+                 "docs/notes/2026-12-01-tiny-berts-work-on-zen-3.md (the model's rTask work, timed alone, "
+                 "against the target; AVX2, Zen 3), and docs/notes/2026-12-01-a-zen-5-host.md, section \"Tiny "
+                 "BERT on this host\" (AVX-512, Zen 5)",
     "resnet18": "docs/notes/2026-11-26-an-intel-host.md, section \"ResNet-18 on this host\", " + AVX2_FLOORS + ", and "
                 "docs/notes/2026-11-28-weights-from-memory.md, section \"ResNet-18's last stage\"",
     "mobilenet_v2": AVX2_FLOORS + ", docs/notes/2026-11-28-packed-weights-and-slow-states.md, section "
@@ -573,9 +574,10 @@ def report(results, spread, plans, unfused, ov, luck):
                     "host was slow for one system's batch), docs/notes/2026-11-30-where-the-last-targets-stand.md, "
                     "\"Slow batches, system by system\" (the host's slow state: rewrites of bytes the other core "
                     "held), docs/notes/2026-12-01-moments-in-traces-and-batches.md, \"Whose batches the "
-                    "moments hit\" and \"One PU slow for a whole batch\", and "
+                    "moments hit\" and \"One PU slow for a whole batch\", "
                     "docs/notes/2026-12-01-small-crossings-and-slow-states.md, \"Plans built for the slow "
-                    "state\" and \"Runs alone in the bench's batches\".\n")
+                    "state\" and \"Runs alone in the bench's batches\", and "
+                    "docs/notes/2026-12-01-a-zen-5-host.md, \"Tails\" (whole batches at the host's levels).\n")
     if geo:
         gm = float(np.exp(np.mean(np.log(geo))))
         summary += (f"\nUnseen models: geometric mean of plan/ORT {gm:.3f} (target ≤ 0.8), worst {max(geo):.3f} "
