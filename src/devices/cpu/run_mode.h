@@ -420,7 +420,13 @@ class ListExchangeChooser {
 //           probe waits twice as long (up to kMaxBackoff runs, and
 //           at most TwoWays::kMaxProbeGapNs of time). A PU that
 //           slows again after kRecoveredRuns near its best (within
-//           kRecovered) probes at once.
+//           kRecovered) probes at once;
+//   return  on the spare, the caller's PU is also probed every backoff
+//           runs (counted in runs, however far apart), and wins a tie:
+//           there the list runs without a hand-off each way (a run of
+//           8 µs took 0.06-0.12 µs longer on the spare), and the moment
+//           that sent it away passes, while the spare's runs, that
+//           hand-off included, rarely come to kSlow times the best.
 //
 // Medians, not means: one run that lost a time slice would otherwise look
 // like a slow PU, and a run of a few tens of µs loses one often. Pure
@@ -441,7 +447,7 @@ class SpareCoreChooser {
   SpareCoreChooser() { w_.since_probe = kProbeBackoff; }
 
   // Whether the next run goes on the spare PU.
-  bool spare() const { return w_.running() == 1; }
+  bool spare() const { return w_.running() == kSpare; }
 
   // A finished run and its time; `end_ns` as RunModeChooser::record's.
   void record(double run_us, int64_t end_ns = 0) {
@@ -463,11 +469,17 @@ class SpareCoreChooser {
         if (recovered_ >= kRecoveredRuns) w_.backoff[w_.kept] = kProbeBackoff;
         recovered_ = 0;
         if (w_.waited(end_ns)) w_.start_probe(end_ns);
+        return;
       }
+      // On the spare, the caller's PU is probed every backoff runs, counted
+      // in runs alone: the return wins back a hand-off, not a slowdown.
+      if (w_.kept == kSpare && w_.since_probe >= w_.backoff[kSpare]) w_.start_probe(end_ns);
       return;
     }
     if (++w_.probed < kProbe) return;
-    const bool won = w_.ring[1 - w_.kept].median(kProbe - kProbeWarmup) < kMargin * w_.ring[w_.kept].median(kWindow);
+    const double probed = w_.ring[1 - w_.kept].median(kProbe - kProbeWarmup);
+    const double kept = w_.ring[w_.kept].median(kWindow);
+    const bool won = w_.kept == kSpare ? probed <= kept : probed < kMargin * kept;
     switches_ += w_.finish_probe(won) ? 1 : 0;
     recovered_ = 0;
   }
@@ -476,7 +488,8 @@ class SpareCoreChooser {
   int64_t switches() const { return switches_; }
 
  private:
-  TwoWays w_;  // way 0 the caller's PU, 1 the spare
+  static constexpr int kSpare = 1;
+  TwoWays w_;  // way 0 the caller's PU, kSpare the spare
   double best_ = 1e300;  // the lowest median of kWindow runs outside probes
   int64_t recovered_ = 0;  // runs near its best since the kept PU last ran slow
   int64_t switches_ = 0;
