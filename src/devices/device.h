@@ -27,6 +27,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -101,6 +102,12 @@ class LoadedProgram {
   virtual const void* output_data(size_t i) const = 0;
   // Runs the Program once on the current inputs.
   virtual DeviceEvent run() = 0;
+  // (optional) The caller's steady clock (now_ns) just before the last
+  // run() and just after its event was ready. A device that adapts to
+  // its run times (cpu: devices/cpu/run_mode.h) takes these from the
+  // first call on instead of reading the clock around each run itself.
+  // Default: ignored.
+  virtual void ran(int64_t start_ns, int64_t end_ns) {}
   // (optional) Per vEU, the time the last run spent waiting (ms), into
   // `out` (its memory reused: called on every run). Default: none.
   virtual void wait_ms(std::vector<double>& out) const { out.clear(); }

@@ -169,6 +169,39 @@ TEST(SpareCore, A1VeuPlansListOnTheSparePuGivesItsBits) {
   }
 }
 
+// A Session times each run and hands the times to its device (ran()):
+// from the first call on, the engine's choosers take those, not their own
+// clock reads. Told that runs on the caller's PU take 70 µs, then 100,
+// and on the spare 70, the spare core chooser moves the list there.
+TEST(SpareCore, TheChoosersTakeTheCallersTimes) {
+  if (cpu_topology().pus < 2) GTEST_SKIP() << "one PU: no spare to run a 1-vEU Plan on";
+  CompileConfig co;
+  co.build_plan = true;
+  co.schedule.veus = 1;
+  std::map<std::string, Tensor> inputs;
+  auto p = compile_zoo("add_chain", co, &inputs);
+  ASSERT_TRUE(p.ok());
+  EngineOptions o;
+  o.executor = Executor::kPlan;
+  o.threads = 2;
+  o.adapt = true;
+  auto s = Engine::create(std::move(*p), o);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  for (const Value* in : (*s)->inputs()) ASSERT_TRUE((*s)->set_input(in->name, inputs.at(in->name)).ok());
+  std::string ways;
+  int64_t now = 1000;
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE((*s)->run().wait().ok());
+    const bool spare = (*s)->ran_exchanged();
+    ways += spare ? 'S' : 'C';
+    const int64_t start = now;
+    now += spare || i < 50 ? 70'000 : 100'000;
+    (*s)->ran(start, now);
+  }
+  EXPECT_EQ(ways.substr(0, 50), std::string(50, 'C')) << ways;
+  EXPECT_NE(ways.find(std::string(2 * SpareCoreChooser::kProbe, 'S'), 50), std::string::npos) << ways;
+}
+
 // A Plan the measured choice runs alone first (Plan::alone_first): adapting,
 // its first kAloneBackoff runs go alone, then the Plan is probed; not
 // adapting, every run goes alone. Its bits are the Plan's either way.

@@ -138,6 +138,7 @@ class PlanExecutor : public StepExecutor {
   void run(const Program& p, const ResolvedArgs& a) override {
     alone_ = false;
     exchanged_ = false;
+    pending_ = false;
     if (has_spare_) {
       if (!spare_ || device_.tracing()) {
         exchanged_ = always_exchanged_;
@@ -145,28 +146,24 @@ class PlanExecutor : public StepExecutor {
       }
       // A 1-vEU Plan with a spare PU: its list on whichever PU runs it faster.
       exchanged_ = spare_->spare();
-      const int64_t t0 = now_ns();
-      device_.run(*p.plan, a.steps, exchanged_);
-      const int64_t t1 = now_ns();
-      spare_->record(static_cast<double>(t1 - t0) / 1e3, t1);
-      return;
+    } else {
+      if (!chooser_ || device_.tracing()) return device_.run(*p.plan, a.steps, false, &balance_);
+      alone_ = always_alone_ || (!always_exchanged_ && chooser_->alone());
+      exchanged_ = !alone_ && (always_exchanged_ || (exchange_ && exchange_->exchanged()));
     }
-    if (!chooser_ || device_.tracing()) return device_.run(*p.plan, a.steps, false, &balance_);
-    alone_ = always_alone_ || (!always_exchanged_ && chooser_->alone());
-    exchanged_ = !alone_ && (always_exchanged_ || (exchange_ && exchange_->exchanged()));
-    const int64_t t0 = now_ns();
+    const int64_t t0 = caller_timed_ ? 0 : now_ns();
     if (alone_) device_.run_alone(order_, a.steps, always_alone_ ? always_alone_veu_ : chooser_->alone_veu());
+    else if (has_spare_) device_.run(*p.plan, a.steps, exchanged_);
     else device_.run(*p.plan, a.steps, exchanged_, &balance_);
-    const int64_t t1 = now_ns();
-    const double us = static_cast<double>(t1 - t0) / 1e3;
-    if (alone_) {
-      chooser_->record(us, {}, false, t1);
-      return;
-    }
-    const std::vector<int64_t>& w = device_.wait_ns();
-    for (size_t u = 0; u < waits_us_.size(); ++u) waits_us_[u] = static_cast<double>(w[u]) / 1e3;
-    chooser_->record(us, waits_us_, exchanged_, t1);
-    if (exchange_) exchange_->record(us, waits_us_, t1);
+    pending_ = true;
+    if (!caller_timed_) note(t0, now_ns());
+  }
+  // The Session reads the clock around every run anyway: from its first
+  // call on, the choosers take its times, and a run reads the clock no
+  // more than a run that does not adapt.
+  void ran(int64_t start_ns, int64_t end_ns) override {
+    caller_timed_ = true;
+    if (pending_) note(start_ns, end_ns);
   }
   CpuVDevice* vdevice() override { return &device_; }
   bool ran_alone() const override { return alone_; }
@@ -186,6 +183,21 @@ class PlanExecutor : public StepExecutor {
   int always_alone_veu_ = 0;
   bool alone_ = false;
   bool exchanged_ = false;
+  bool caller_timed_ = false;  // ran() has been called: the choosers take its times
+  bool pending_ = false;       // the last run went by a chooser, which has not had its time
+
+  // The last run, from start_ns to end_ns (the steady clock), to the
+  // choosers that decided it.
+  void note(int64_t start_ns, int64_t end_ns) {
+    pending_ = false;
+    const double us = static_cast<double>(end_ns - start_ns) / 1e3;
+    if (has_spare_) return spare_->record(us, end_ns);
+    if (alone_) return chooser_->record(us, {}, false, end_ns);
+    const std::vector<int64_t>& w = device_.wait_ns();
+    for (size_t u = 0; u < waits_us_.size(); ++u) waits_us_[u] = static_cast<double>(w[u]) / 1e3;
+    chooser_->record(us, waits_us_, exchanged_, end_ns);
+    if (exchange_) exchange_->record(us, waits_us_, end_ns);
+  }
 };
 
 // The null device's: nothing runs (Engine::run zero-fills the outputs).

@@ -101,6 +101,8 @@ class StepExecutor {
   virtual bool ran_exchanged() const { return false; }
   // (optional) rTasks of the last run a waiting vEU took from another.
   virtual int64_t rtasks_taken() const { return 0; }
+  // (optional) The caller's clock around the last run (LoadedProgram::ran).
+  virtual void ran(int64_t start_ns, int64_t end_ns) {}
 };
 // The executor `options` names, for `threads` threads; the null device's
 // runs nothing.
@@ -149,6 +151,7 @@ class Engine : public LoadedProgram {
   Status bind_output(size_t i, void* data) override;
   void wait_ms(std::vector<double>& out) const override;
   bool ran_alone() const override { return exec_->ran_alone(); }
+  void ran(int64_t start_ns, int64_t end_ns) override { exec_->ran(start_ns, end_ns); }
   bool ran_exchanged() const override { return exec_->ran_exchanged(); }
   int64_t rtasks_taken() const override { return exec_->rtasks_taken(); }
   Status set_trace(std::vector<std::pair<int64_t, int64_t>>* spans) override;
