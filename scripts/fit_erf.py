@@ -1,11 +1,14 @@
 #!/usr/bin/python3
 """Fit the piecewise erf of src/kernels/cpu/fast_math.h and print its table.
 
-erf on |x| in [i, i + 1), i < 4, is c0 + u (c1 + u (c2 + ... + u c10)) with
-u = 2 (|x| - centre) in [-1, 1); on [0, 1) the centre is 0 and |x| itself
-replaces c0, so that the fit is of erf(a) - a and keeps its relative accuracy
-near 0. Each piece is fitted in double, weighted to the ulps of the float
-result and pushed towards minimax by iterative reweighting (Lawson). The
+[0, 4) is cut into P pieces of width w = 4 / P; erf on |x| in [i w, (i + 1) w)
+is c0 + u (c1 + u (c2 + ... + u c(T-1))) with u = 2 (|x| - centre) / w in
+[-1, 1); on the first piece the centre is 0 and |x| itself replaces c0, so
+that the fit is of erf(a) - a and keeps its relative accuracy near 0. The
+kernels take 16 pieces of 7 terms where they are AVX-512 (one permute of a
+16-entry register per coefficient) and 4 pieces of 11 terms elsewhere.
+Each piece is fitted in double, weighted to the ulps of the float result
+and pushed towards minimax by iterative reweighting (Lawson). The
 coefficients are then rounded to float one at a time, lowest degree first,
 the higher ones refitted to what each rounding left.
 
@@ -14,16 +17,16 @@ sample points, in ulps, before the float evaluation's own rounding. The
 kernel's claim (within 1 ulp of the correctly rounded erf at every float in
 [-4.5, 4.5]) is checked by `make check-erf`, which runs the kernel itself.
 
-usage: scripts/fit_erf.py > table.txt
+usage: scripts/fit_erf.py [PIECES TERMS] > table.txt   (default 4 11)
 """
 import math
 import sys
 
 import numpy as np
 
-PIECES = 4
-TERMS = 11  # c0 .. c10
-CENTRES = [0.0] + [i + 0.5 for i in range(1, PIECES)]
+PIECES, TERMS = (int(sys.argv[1]), int(sys.argv[2])) if len(sys.argv) == 3 else (4, 11)
+WIDTH = 4.0 / PIECES
+CENTRES = [0.0] + [(i + 0.5) * WIDTH for i in range(1, PIECES)]
 
 
 def ulps(values):
@@ -34,12 +37,12 @@ def ulps(values):
 def fit_piece(i):
     n = 6000
     t = np.cos(np.pi * (np.arange(n) + 0.5) / n)  # Chebyshev nodes: dense at the edges
-    a = i + (t + 1) / 2
+    a = (i + (t + 1) / 2) * WIDTH
     if i == 0:  # relative accuracy near 0
         a = np.concatenate([a[a > 1e-6], np.linspace(1e-6, 1e-3, 200)])
     a = a.astype(np.float32).astype(np.float64)
     y = np.array([math.erf(v) for v in a])
-    u = (a - CENTRES[i]) * 2.0
+    u = (a - CENTRES[i]) * 2.0 / WIDTH
     weight = 1.0 / ulps(y)
     if i == 0:  # c0 is |x| itself: fit c1 .. c10 to erf(a) - a
         target, first = y - a, 1
@@ -73,9 +76,9 @@ def main():
         coef, worst = fit_piece(i)
         print(f"piece {i}: fit error {worst:.3f} ulp", file=sys.stderr)
         pieces.append(coef)
-    print(f"inline constexpr int kErfTerms = {TERMS};  // c0 .. c{TERMS - 1}")
-    print("inline constexpr float kErfCenter[%d] = {%s};" % (PIECES, ", ".join(literal(c) for c in CENTRES)))
-    print(f"inline constexpr float kErfCoef[kErfTerms][{PIECES}] = {{")
+    print(f"inline constexpr int kErfPieces = {PIECES}, kErfTerms = {TERMS};  // c0 .. c{TERMS - 1}")
+    print("inline constexpr float kErfCenter[kErfPieces] = {%s};" % ", ".join(literal(c) for c in CENTRES))
+    print("inline constexpr float kErfCoef[kErfTerms][kErfPieces] = {")
     for k in range(TERMS):
         print("    {" + ", ".join(literal(p[k]) for p in pieces) + "},  // c%d" % k)
     print("};")

@@ -72,14 +72,14 @@ TEST_F(Elementwise, UnaryFloatOps) {
 }
 
 // The Erf kernel's approximation, point by point: within 1 ulp of erf
-// (computed in double, then rounded) on a dense grid over all 4 pieces,
-// their edges and the clamp, in the vector path (erf_n, its tail too) and
+// (computed in double, then rounded) on a dense grid over all its pieces
+// (4 or 16), their edges and the clamp, in the vector path (erf_n, its tail too) and
 // the scalar one, which agree bit for bit; erf(-0) = -0, erf(+-inf) = +-1,
 // NaN stays NaN.
 TEST_F(Elementwise, FastErfWithinOneUlp) {
   std::vector<float> xs;
   for (int i = -300000; i <= 300000; ++i) xs.push_back(static_cast<float>(i) * 2e-5f);
-  for (int k = 0; k <= 16; ++k)  // quarter points (the pieces' edges among them) and their neighbours
+  for (int k = 0; k <= 16; ++k)  // quarter points (every piece's edge) and their neighbours
     for (float e : {k / 4.f, -k / 4.f})
       xs.insert(xs.end(), {e, std::nextafter(e, -INFINITY), std::nextafter(e, INFINITY)});
   for (float x : {1e-30f, -3e-39f, 1e-3f, 0.999999f, 1.f, 1.000001f, 3.999999f, 4.f, 9.f}) xs.push_back(x);

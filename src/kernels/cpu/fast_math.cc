@@ -12,36 +12,36 @@ namespace tessera {
 namespace {
 
 // fast_erf on 16 lanes: the same operations in the same order, each table
-// read an in-lane permute of a register holding the 4-entry table in every
-// 128-bit lane. (The zero-masking forms with every lane on are the plain
-// instructions; GCC 12 warns about the plain intrinsics' undefined
-// pass-through operand.)
+// read a permute of a register holding the 16-entry table. (The
+// zero-masking forms with every lane on are the plain instructions; GCC 12
+// warns about the plain intrinsics' undefined pass-through operand.)
 constexpr __mmask16 kAll = 0xffff;
+using erf_table::kErfPerUnit;
 using erf_table::kErfTerms;
+static_assert(erf_table::kErfPieces == 16);
 
 struct ErfTables {
   __m512 c[kErfTerms];
   __m512 center;
   ErfTables() {
-    for (int k = 0; k < kErfTerms; ++k) c[k] = _mm512_maskz_broadcast_f32x4(kAll, _mm_loadu_ps(erf_table::kErfCoef[k]));
-    center = _mm512_maskz_broadcast_f32x4(kAll, _mm_loadu_ps(erf_table::kErfCenter));
+    for (int k = 0; k < kErfTerms; ++k) c[k] = _mm512_loadu_ps(erf_table::kErfCoef[k]);
+    center = _mm512_loadu_ps(erf_table::kErfCenter);
   }
 };
 
-[[gnu::always_inline]] inline __m512 pick(__m512i i, __m512 table) {
-  return _mm512_maskz_permutevar_ps(kAll, table, i);
-}
+// Entry i of table (the low 4 bits of i).
+[[gnu::always_inline]] inline __m512 pick(__m512i i, __m512 table) { return _mm512_maskz_permutexvar_ps(kAll, i, table); }
 
 [[gnu::always_inline]] inline __m512 erf16(__m512 x, const ErfTables& t) {
   const __m512 a = _mm512_abs_ps(x);
   // For a >= 4 (or NaN) the index is anything; that lane's result is
   // replaced (or stays NaN) below.
-  const __m512i i = _mm512_maskz_cvttps_epi32(kAll, a);
-  const __m512 u = _mm512_mul_ps(_mm512_sub_ps(a, pick(i, t.center)), _mm512_set1_ps(2.f));
+  const __m512i i = _mm512_maskz_cvttps_epi32(kAll, _mm512_mul_ps(a, _mm512_set1_ps(kErfPerUnit)));
+  const __m512 u = _mm512_mul_ps(_mm512_sub_ps(a, pick(i, t.center)), _mm512_set1_ps(2.f * kErfPerUnit));
   __m512 p = pick(i, t.c[kErfTerms - 1]);
 #pragma GCC unroll 16
   for (int k = kErfTerms - 2; k >= 1; --k) p = _mm512_fmadd_ps(p, u, pick(i, t.c[k]));
-  const __mmask16 first = _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.f), _CMP_LT_OQ);
+  const __mmask16 first = _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.f / kErfPerUnit), _CMP_LT_OQ);
   const __m512 add = _mm512_mask_blend_ps(first, pick(i, t.c[0]), a);
   __m512 r = _mm512_fmadd_ps(p, u, add);
   r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(4.f), _CMP_GE_OQ), r, _mm512_set1_ps(1.f));
@@ -51,8 +51,8 @@ struct ErfTables {
 
 // PyTorch's exact GELU as exported, each step rounded as its op stores it.
 // One vector at a time: unlike AVX2's erf8_ways, interleaving 2 to 6
-// vectors gained nothing on a Zen 4 core, whose FP pipes the 12 table
-// permutes and 10 FMAs per vector already fill.
+// vectors gained nothing on a Zen 4 core, whose FP pipes the table
+// permutes and FMAs of one vector already fill.
 [[gnu::always_inline]] inline __m512 gelu16(__m512 y, __m512 a, __m512 b, const ErfTables& tables) {
   __m512 t = _mm512_div_ps(y, a);
   t = erf16(t, tables);
@@ -69,6 +69,7 @@ namespace {
 // each table read is an in-lane permute of the 4-entry table held in both
 // 128-bit lanes (the index's low 2 bits select).
 using erf_table::kErfTerms;
+static_assert(erf_table::kErfPieces == 4);
 
 struct ErfTables {
   __m256 c[kErfTerms];

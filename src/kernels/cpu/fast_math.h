@@ -16,11 +16,12 @@
 //   sigmoid: 1 / (1 + exp(-x)), 0 below -87.3 as exp; tanh: an odd
 //        polynomial below |x| = 0.625,
 //        1 - 2 / (exp(2|x|) + 1) with x's sign from there.
-//   erf: 4 pieces of width 1 over [0, 4), a degree-10 polynomial on
-//        each (coefficients picked by the interval index, no exp and no
+//   erf: pieces over [0, 4), a polynomial on each (16 pieces of degree
+//        6 where the kernels are AVX-512, else 4 of degree 10;
+//        coefficients picked by the interval index, no exp and no
 //        division); +-1 from 4 on, where float erf rounds to 1. Within
 //        1 ulp of the correctly rounded erf at every float (checked
-//        exhaustively over [-4.5, 4.5]; 1.7% of those floats are 1 ulp off).
+//        exhaustively over [-4.5, 4.5]).
 //        A NaN input stays NaN. std::erf was a scalar call of ~2.4 ns, 13%
 //        of a tiny BERT's run time in its GELUs.
 #pragma once
@@ -108,22 +109,37 @@ inline constexpr float kPoly[5] = {-0.00570499199f, 0.0206390936f, -0.0537397191
   return __builtin_copysignf(a < kSmall ? small : large, x);  // tanh(-0) = -0
 }
 
-// erf's pieces: |x| in [i, i + 1) for i < 4 is interval i, with
-// u = 2 (|x| - kErfCenter[i]) in [-1, 1) (interval 0: u = 2 |x| in [0, 2)),
-// exact in float, and erf = c0 + u (c1 + u (c2 + ... + u c10)), where
-// interval 0 adds |x| instead of its c0 (so that erf(x) ~ 2x / sqrt(pi)
-// keeps its relative accuracy near 0). Four pieces make each coefficient
-// read one in-lane permute (a 4-entry table per 128-bit lane), which is
-// cheap on every x86 core; sixteen pieces took two cross-lane permutes and
-// a blend per coefficient with AVX2. The fits are weighted to ulps and
+// erf's pieces: with w = 1 / kErfPerUnit, |x| in [i w, (i + 1) w) for
+// i < kErfPieces is interval i, with u = 2 (|x| - kErfCenter[i]) / w in
+// [-1, 1) (interval 0: u = 2 |x| / w in [0, 2)), exact in float, and
+// erf = c0 + u (c1 + u (c2 + ...)), where interval 0 adds |x| instead of
+// its c0 (so that erf(x) ~ 2x / sqrt(pi) keeps its relative accuracy near
+// 0). Each coefficient is one permute of a table held in a register: with
+// AVX-512 a 16-entry table (vpermps), so 16 pieces of degree 6, a third
+// fewer instructions a vector than 4 pieces of degree 10; with AVX2 a
+// 4-entry table per 128-bit lane (16 pieces took two cross-lane permutes
+// and a blend per coefficient there). The fits are weighted to ulps and
 // pushed towards minimax in double; each coefficient is rounded to float
 // in turn and the later ones refitted to what the rounding left
-// (scripts/fit_erf.py prints this table; `make check-erf` checks the kernel
-// at every float).
+// (scripts/fit_erf.py prints both tables; `make check-erf` checks the
+// kernel at every float).
 namespace erf_table {
-inline constexpr int kErfTerms = 11;  // c0 .. c10
-inline constexpr float kErfCenter[4] = {0.f, 1.5f, 2.5f, 3.5f};
-inline constexpr float kErfCoef[kErfTerms][4] = {
+#if defined(__AVX512F__)
+inline constexpr int kErfPieces = 16, kErfTerms = 7;  // c0 .. c6
+inline constexpr float kErfCenter[kErfPieces] = {0.f, 0.375f, 0.625f, 0.875f, 1.125f, 1.375f, 1.625f, 1.875f, 2.125f, 2.375f, 2.625f, 2.875f, 3.125f, 3.375f, 3.625f, 3.875f};
+inline constexpr float kErfCoef[kErfTerms][kErfPieces] = {
+    {0.f, 0.404116899f, 0.623240888f, 0.784075081f, 0.888388216f, 0.948170066f, 0.978443742f, 0.99199003f, 0.997345984f, 0.999217033f, 0.999794602f, 0.999952137f, 0.999990106f, 0.999998212f, 0.999999702f, 0.99999994f},  // c0
+    {0.0160473958f, 0.122544102f, 0.0954374447f, 0.0655931309f, 0.0397842452f, 0.0212949719f, 0.0100590326f, 0.00419322867f, 0.00154260255f, 0.000500809751f, 0.000143484402f, 3.62785431e-5f, 8.09483936e-6f, 1.59396916e-6f, 2.76990505e-7f, 4.2484789e-8f},  // c1
+    {-7.18365145e-9f, -0.00574406283f, -0.00745615456f, -0.00717460876f, -0.00559438905f, -0.00365995057f, -0.00204339251f, -0.000982292229f, -0.000409991248f, -0.000148172447f, -4.66915481e-5f, -1.29007258e-5f, -3.20411436e-6f, -1.15556838e-6f, -7.41951496e-8f, 3.12730293e-7f},  // c2
+    {-0.000734563684f, -0.000458747731f, -0.000108749911f, 0.000181487092f, 0.000317286205f, 0.00030847147f, 0.000224298143f, 0.000131721434f, 6.45266846e-5f, 2.68173535e-5f, 9.55142878e-6f, 2.93449943e-6f, 7.81217182e-7f, 1.80798409e-7f, 3.64636534e-8f, 9.476706e-8f},  // c3
+    {-1.42535043e-7f, 4.01540783e-5f, 4.33549212e-5f, 2.8396782e-5f, 6.1105784e-6f, -7.77244986e-6f, -1.17365471e-5f, -1.16360679e-5f, -5.80412006e-6f, -4.55112104e-6f, -2.3575044e-6f, -8.23558253e-7f, -2.41985934e-8f, 1.2506955e-6f, -1.44135939e-7f, -7.88244165e-7f},  // c4
+    {3.59352703e-6f, 1.38879045e-6f, -8.15530598e-7f, -2.03875402e-6f, -1.86384466e-6f, -9.34211528e-7f, -6.80245265e-8f, 3.46910241e-7f, 3.79991292e-7f, 2.55182073e-7f, 1.29207379e-7f, 5.26621058e-8f, 1.77982216e-8f, 5.07145037e-9f, 1.23092403e-9f, -1.13243679e-7f},  // c5
+    {-7.14709074e-8f, 1.54057702e-7f, -3.37238646e-7f, -6.75635647e-7f, 5.37476353e-7f, 3.01247411e-7f, -2.11953164e-7f, 8.93945639e-7f, -4.27503096e-7f, 8.83779478e-7f, 6.81175777e-7f, 2.38159274e-7f, -7.62760735e-8f, -8.5659434e-7f, 9.07741295e-8f, 4.62200006e-7f},  // c6
+};
+#else
+inline constexpr int kErfPieces = 4, kErfTerms = 11;  // c0 .. c10
+inline constexpr float kErfCenter[kErfPieces] = {0.f, 1.5f, 2.5f, 3.5f};
+inline constexpr float kErfCoef[kErfTerms][kErfPieces] = {
     {0.f, 0.966105163f, 0.999593019f, 0.999999285f},  // c0
     {0.0641895831f, 0.0594651438f, 0.00108914217f, 2.69970496e-6f},  // c1
     {4.32174652e-8f, -0.0445996784f, -0.0013600185f, -6.10244433e-6f},  // c2
@@ -136,25 +152,29 @@ inline constexpr float kErfCoef[kErfTerms][4] = {
     {1.12684138e-5f, 3.02739977e-6f, -4.79081564e-7f, 1.52750587e-7f},  // c9
     {-1.48052447e-6f, -8.37845801e-6f, 1.44359819e-5f, -1.3978929e-5f},  // c10
 };
+#endif
+// Pieces per unit of |x|; the first piece ends at 1 / kErfPerUnit.
+inline constexpr float kErfPerUnit = kErfPieces / 4.f;
 }  // namespace erf_table
 
 [[gnu::always_inline]] inline float fast_erf(float x) {
   const float a = __builtin_fabsf(x);
+  using erf_table::kErfPerUnit;
   // a < 4 is false for NaN: interval 0, which keeps the NaN.
-  const int i = a < 4.f ? static_cast<int>(a) : 0;
+  const int i = a < 4.f ? static_cast<int>(a * kErfPerUnit) : 0;
   const auto& c = erf_table::kErfCoef;
-  const float u = (a - erf_table::kErfCenter[i]) * 2.f;
+  const float u = (a - erf_table::kErfCenter[i]) * (2.f * kErfPerUnit);
   float p = c[erf_table::kErfTerms - 1][i];
 #pragma GCC unroll 16
   for (int k = erf_table::kErfTerms - 2; k >= 1; --k) p = __builtin_fmaf(p, u, c[k][i]);
-  const float r = __builtin_fmaf(p, u, a < 1.f ? a : c[0][i]);
+  const float r = __builtin_fmaf(p, u, a < 1.f / kErfPerUnit ? a : c[0][i]);
   return __builtin_copysignf(a >= 4.f ? 1.f : r, x);
 }
 
 // y[0, n) = erf(x[0, n)), equal to fast_erf element by element (y may be
-// x). With AVX-512 and AVX2 the tables live in registers, each broadcast
-// to every 128-bit lane, and each coefficient is one in-lane permute by the
-// interval index (a gather would cost more than the whole polynomial).
+// x). With AVX-512 and AVX2 the tables live in registers and each
+// coefficient is one permute by the interval index (a gather would cost
+// more than the whole polynomial).
 void erf_n(const float* x, float* y, int64_t n);
 
 // y[0, n) = sigmoid(x[0, n)), equal to fast_sigmoid element by element (y
