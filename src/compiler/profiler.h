@@ -35,7 +35,7 @@ struct Step;
 
 // Bumped whenever an rKernel changes speed or tiling, or the profiler
 // the way it takes a cost: old cache entries stop matching.
-inline constexpr int kKernelVersion = 84;
+inline constexpr int kKernelVersion = 85;
 
 struct ProfileOptions {
   bool use_cache = true;   // read and update the cache

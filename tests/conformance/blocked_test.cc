@@ -127,6 +127,10 @@ TEST_F(Nn, BlockedConvMatchesNchw) {
       // Edge columns over up to 8 rows at a time: 8, 8 and 3 rows, the
       // 2 columns left after the 3x3 tiles, a 7x7 window's 6 edge columns.
       {1, 24, 24, 19, 3, 1, 1, true, "Clip", true},       {1, 16, 16, 12, 7, 1, 3, false, "none", false},
+      // AVX-512's stride-1 tiles of pixel pairs: a 3x3 row of two 12-pixel
+      // tiles and a pair, a 5x5 row of two 8-pixel tiles, a pair and an
+      // edge column; the rows above and below the plane read as zeros.
+      {1, 16, 16, 28, 3, 1, 1, true, "Relu", false},     {2, 24, 24, 23, 5, 1, 2, true, "Clip", true},
       // AVX-512's 1x1 tiles of 4 blocks: four and a pair, a long
       // reduction, a plane of whole 12-pixel tiles; on a small plane, rTasks
       // of units of 4 blocks or, where there are more rTasks than units, of

@@ -178,7 +178,13 @@ class Depthwise8 {
     for (int64_t oy0 = r0; oy0 < r1; oy0 += 8) {
       const int64_t oy1 = std::min(oy0 + 8, r1);
       int64_t rest = c_.ow;  // the first column after the inside tiles: the same in every row
-      for (int64_t oy = oy0; oy < oy1; ++oy) rest = inside(x, row0, wq, bv, y + (oy - r0) * c_.ow * kB, oy);
+      int64_t row = oy0;
+#if defined(__AVX512F__)
+      // Two rows at a time where their tiles share input rows (pair_window).
+      if (pairs() && c_.sh == 1)
+        for (; row + 2 <= oy1; row += 2) rest = inside<2>(x, row0, wq, bv, y + (row - r0) * c_.ow * kB, row);
+#endif
+      for (; row < oy1; ++row) rest = inside(x, row0, wq, bv, y + (row - r0) * c_.ow * kB, row);
       const auto columns = [&](int64_t from, int64_t to) {
         for (int64_t ox = from; ox < to; ++ox) {
           int64_t oy = oy0;
@@ -257,8 +263,14 @@ class Depthwise8 {
   // A row's columns whose taps all lie inside it, in tiles (3x3 and 5x5
   // windows at stride 1 or 2 by window(), others 8 pixels a tile), then 4
   // and 2; returns the first column after them (the rest: column()).
+  // With R = 2 (AVX-512, pairs()), rows oy and oy + 1, yr the first.
+  template <int R = 1>
   int64_t inside(const float* x, int64_t row0, const float* wq, __m256 bv, float* yr, int64_t oy) const {
     int64_t ox = ox_lo_;
+#if defined(__AVX512F__)
+    if (c_.kw == 3 && c_.sw == 1) return pair_tiles<12, 3, R>(x, row0, wq, bv, yr, oy, ox);
+    if (c_.kw == 5 && c_.sw == 1) return pair_tiles<8, 5, R>(x, row0, wq, bv, yr, oy, ox);
+#endif
     if (c_.kw == 3 && c_.sw == 1) ox = tiles<6, 3, 1>(x, row0, wq, bv, yr, oy, ox);
     else if (c_.kw == 3 && c_.sw == 2) ox = tiles<4, 3, 2>(x, row0, wq, bv, yr, oy, ox);
     else if (c_.kw == 5 && c_.sw == 1) ox = tiles<4, 5, 1>(x, row0, wq, bv, yr, oy, ox);
@@ -355,10 +367,94 @@ class Depthwise8 {
     for (int i = 0; i < T; ++i) _mm256_storeu_ps(yr + (ox + i) * kB, fused_ ? clamp_(acc[i]) : acc[i]);
   }
 
+#if defined(__AVX512F__)
+  // Whether inside() runs pair_tiles.
+  bool pairs() const { return c_.sw == 1 && (c_.kw == 3 || c_.kw == 5); }
+
+  // Stride 1 with AVX-512: a block's pixels are consecutive, so two
+  // pixels' 8 channels are one 512-bit vector, and one FMA adds a tap to
+  // both. As tiles(): tiles of T pixels while they fit, then 4 and 2.
+  template <int T, int KW, int R>
+  int64_t pair_tiles(const float* x, int64_t row0, const float* wq, __m256 bv, float* yr, int64_t oy,
+                     int64_t ox) const {
+    for (; ox + T <= ox_hi_; ox += T) pair_window<T, KW, R>(x, row0, wq, bv, yr, oy, ox);
+    if constexpr (T > 4) {
+      if (ox + 4 <= ox_hi_) pair_window<4, KW, R>(x, row0, wq, bv, yr, oy, ox), ox += 4;
+    }
+    if (ox + 2 <= ox_hi_) pair_window<2, KW, R>(x, row0, wq, bv, yr, oy, ox), ox += 2;
+    return ox;
+  }
+
+  // window<T, KW, 1> on pairs of pixels, over R output rows from oy (R = 2
+  // at vertical stride 1: each input row loaded once for both).
+  template <int T, int KW, int R>
+  void pair_window(const float* x, int64_t row0, const float* wq, __m256 bv, float* yr, int64_t oy,
+                   int64_t ox) const {
+    const int64_t ix0 = ox - c_.pw;
+    const auto row = [&](int64_t q) -> const float* {  // input row oy * sh - ph + q at column ix0
+      const int64_t iy = oy * c_.sh - c_.ph + q;
+      return iy >= 0 && iy < c_.ih ? x + ((iy - row0) * c_.iw + ix0) * kB : nullptr;
+    };
+    pair_tile<T, KW, R>(row, wq, bv, yr + ox * kB, c_.ow * kB);
+  }
+
+  // T output pixels in pairs (two pixels' 8 channels in one 512-bit
+  // vector: T / 2 accumulators), over R output rows y + r * ystride, input
+  // row q of their windows at row(q) (nullptr: zeros), q from 0 to
+  // kh + R - 2. Per input row, the pairs starting at each of its first
+  // T + KW - 2 columns (pair i's tap kx is the one at 2i + kx), each one
+  // unaligned load, and each tap's weight in both halves. The input rows
+  // go in order, so every lane sees window()'s FMAs in the same order:
+  // the same bits, half the FMAs, and with R = 2 half the loads.
+  template <int T, int KW, int R, class Row>
+  void pair_tile(const Row& row, const float* wq, __m256 bv, float* y, int64_t ystride) const {
+    static_assert(T % 2 == 0 && (R == 1 || R == 2));
+    constexpr int kPairs = T / 2, kIn = T + KW - 2;
+    // (The maskz form: GCC 12 warns about the plain one's undefined
+    // pass-through operand.)
+    const auto both = [](__m256 v) {
+      return _mm512_castpd_ps(_mm512_maskz_broadcast_f64x4(static_cast<__mmask8>(0xff), _mm256_castps_pd(v)));
+    };
+    __m512 acc[R][kPairs];
+    const __m512 b2 = both(bv);
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int i = 0; i < kPairs; ++i) acc[r][i] = b2;
+    const int64_t kh = c_.kh;
+    for (int64_t q = 0; q < kh + R - 1; ++q) {
+      __m512 in[kIn];
+      if (const float* xr = row(q)) {
+#pragma GCC unroll 16
+        for (int j = 0; j < kIn; ++j) in[j] = _mm512_loadu_ps(xr + j * kB);
+      } else {
+#pragma GCC unroll 16
+        for (int j = 0; j < kIn; ++j) in[j] = _mm512_setzero_ps();
+      }
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) {
+        const int64_t ky = q - r;
+        if (ky < 0 || ky >= kh) continue;
+#pragma GCC unroll 5
+        for (int kx = 0; kx < KW; ++kx) {
+          const __m512 wv = both(_mm256_loadu_ps(wq + (ky * KW + kx) * kB));
+#pragma GCC unroll 8
+          for (int i = 0; i < kPairs; ++i) acc[r][i] = _mm512_fmadd_ps(in[2 * i + kx], wv, acc[r][i]);
+        }
+      }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int i = 0; i < kPairs; ++i)
+        _mm512_storeu_ps(y + r * ystride + 2 * i * kB, fused_ ? clamp_(acc[r][i]) : acc[r][i]);
+  }
+#endif
+
   // The widest tile of a row through padded rows: with AVX-512's 32
   // registers 7 (planes of 7, 14, 28, ... wide) or 8 pixels (the inputs a
   // 5x5 window at stride 2 needs for 8 pixels, their sums and a weight:
-  // 28), with AVX2's 16, 4.
+  // 28), with AVX2's 16, 4. (AVX-512 at stride 1 runs pairs instead.)
 #if defined(__AVX512F__)
   static constexpr int kRowTile = 8;
 #else
@@ -370,6 +466,21 @@ class Depthwise8 {
   template <int KW, int SW>
   void padded_row(const float* prow, int64_t wp, const float* wq, __m256 bv, float* yr) const {
     int64_t ox = 0;
+#if defined(__AVX512F__)
+    if constexpr (SW == 1) {
+      // Stride 1: pairs of pixels (pair_tile), tiles of 8, 4 and 2, then
+      // a last pixel alone.
+      const auto tile = [&]<int T>() {
+        pair_tile<T, KW, 1>([&](int64_t q) { return prow + (q * wp + ox) * kB; }, wq, bv, yr + ox * kB, 0);
+        ox += T;
+      };
+      while (ox + 8 <= c_.ow) tile.template operator()<8>();
+      if (ox + 4 <= c_.ow) tile.template operator()<4>();
+      if (ox + 2 <= c_.ow) tile.template operator()<2>();
+      if (ox < c_.ow) padded_window<1, KW, SW>(prow, wp, wq, bv, yr, ox);
+      return;
+    }
+#endif
     if (kRowTile >= 7 && c_.ow % 7 == 0) {
       for (; ox + 7 <= c_.ow; ox += 7) padded_window<7, KW, SW>(prow, wp, wq, bv, yr, ox);
     } else {
