@@ -71,6 +71,24 @@ TEST_F(Elementwise, UnaryFloatOps) {
   }
 }
 
+// HardSigmoid and HardSwish keep NaN, as PyTorch and the ONNX reference
+// do (their clamps are compares, not fmax and fmin, which would map a NaN
+// gate to a bound: HardSigmoid(NaN) = 1), at positions in the vector
+// loops' bodies and in their tails; every other element as the formula.
+TEST_F(Elementwise, HardActivationsKeepNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = rng.floats(Shape{37}, -5, 5);
+  for (int64_t i : {0, 5, 16, 33, 36}) x.data<float>()[i] = nan;
+  const double a = 0.3, b = 0.6;
+  const auto keep = [](const std::function<double(double)>& f) {
+    return [f](double v) { return std::isnan(v) ? v : f(v); };
+  };
+  expect_matches({"HardSigmoid", {{x}}, {{"alpha", attr_f(0.3f)}, {"beta", attr_f(0.6f)}}},
+                 {unary_ref(x, keep([a, b](double v) { return std::max(0.0, std::min(1.0, a * v + b)); }))}, 2e-6);
+  expect_matches({"HardSwish", {{x}}, {}},
+                 {unary_ref(x, keep([](double v) { return v * std::max(0.0, std::min(1.0, v / 6 + 0.5)); }))}, 2e-6);
+}
+
 // The Erf kernel's approximation, point by point: within 1 ulp of erf
 // (computed in double, then rounded) on a dense grid over all its pieces
 // (4 or 16), their edges and the clamp, in the vector path (erf_n, its tail too) and

@@ -53,7 +53,7 @@ void unary_loop(Unary op, const T* x, T* y, int64_t n, const UnaryAttrs& a) {
         for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= 0 ? x[i] : alpha * std::expm1(x[i]);
         return;
       case Unary::kHardSigmoid:
-        for (int64_t i = 0; i < n; ++i) y[i] = std::fmax(0.f, std::fmin(1.f, alpha * x[i] + beta));
+        for (int64_t i = 0; i < n; ++i) y[i] = hard_sigmoid(x[i], alpha, beta);
         return;
       case Unary::kHardSwish:
         for (int64_t i = 0; i < n; ++i) y[i] = hard_swish(x[i]);

@@ -85,7 +85,7 @@ struct Epilogue {
       case Act::kSigmoid: sigmoid_n(y, y, n); return;
       case Act::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = fast_tanh(y[i]); return;
       case Act::kHardSigmoid:
-        for (int64_t i = 0; i < n; ++i) y[i] = std::fmax(0.f, std::fmin(1.f, a * y[i] + b));
+        for (int64_t i = 0; i < n; ++i) y[i] = hard_sigmoid(y[i], a, b);
         return;
       case Act::kHardSwish:
         for (int64_t i = 0; i < n; ++i) y[i] = hard_swish(y[i]);

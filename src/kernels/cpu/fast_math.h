@@ -78,11 +78,23 @@ inline constexpr float kPoly[7] = {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f
   return x != x ? x : x < exp_consts::kLow ? 0.f : 1.f / (1.f + fast_exp(-x));
 }
 
+// t clamped to [lo, hi] by comparisons, NaN kept: a loop of these
+// vectorizes (compares and blends), where fmaxf and fminf, whose NaN rule
+// differs, stay one libm call each per element (HardSwish fused into a
+// stem conv took 10 times the conv's time).
+[[gnu::always_inline]] inline float clamp_keep_nan(float t, float lo, float hi) {
+  return t < lo ? lo : (t > hi ? hi : t);
+}
+
 // HardSwish as PyTorch computes it, x * clamp(x + 3, 0, 6) / 6: near x =
 // -3, x + 3 is exact where x / 6 + 0.5 would cancel to a few ulps. The op
 // and the fused epilogue share it.
-[[gnu::always_inline]] inline float hard_swish(float x) {
-  return x * __builtin_fmaxf(0.f, __builtin_fminf(6.f, x + 3.f)) / 6.f;
+[[gnu::always_inline]] inline float hard_swish(float x) { return x * clamp_keep_nan(x + 3.f, 0.f, 6.f) / 6.f; }
+
+// HardSigmoid, max(0, min(1, alpha x + beta)); NaN stays NaN, as in
+// PyTorch and the ONNX reference. The op and the fused epilogue share it.
+[[gnu::always_inline]] inline float hard_sigmoid(float x, float alpha, float beta) {
+  return clamp_keep_nan(alpha * x + beta, 0.f, 1.f);
 }
 
 // tanh: below |x| = 0.625 an odd polynomial x + x^3 P(x^2) (P of degree 4,
