@@ -267,14 +267,22 @@ class Depthwise8 {
   template <int R = 1>
   int64_t inside(const float* x, int64_t row0, const float* wq, __m256 bv, float* yr, int64_t oy) const {
     int64_t ox = ox_lo_;
+    // A tile of N pixels at column o: window() with AVX2's registers,
+    // pair_window() at stride 1 with AVX-512's.
+    const auto w3 = [&]<int N>(int64_t o) { window<N, 3, 1>(x, row0, wq, bv, yr, oy, o); };
+    const auto w5 = [&]<int N>(int64_t o) { window<N, 5, 1>(x, row0, wq, bv, yr, oy, o); };
+    const auto w3s2 = [&]<int N>(int64_t o) { window<N, 3, 2>(x, row0, wq, bv, yr, oy, o); };
+    const auto w5s2 = [&]<int N>(int64_t o) { window<N, 5, 2>(x, row0, wq, bv, yr, oy, o); };
 #if defined(__AVX512F__)
-    if (c_.kw == 3 && c_.sw == 1) return pair_tiles<12, 3, R>(x, row0, wq, bv, yr, oy, ox);
-    if (c_.kw == 5 && c_.sw == 1) return pair_tiles<8, 5, R>(x, row0, wq, bv, yr, oy, ox);
+    const auto p3 = [&]<int N>(int64_t o) { pair_window<N, 3, R>(x, row0, wq, bv, yr, oy, o); };
+    const auto p5 = [&]<int N>(int64_t o) { pair_window<N, 5, R>(x, row0, wq, bv, yr, oy, o); };
+    if (c_.kw == 3 && c_.sw == 1) return tiles<12>(p3, ox);
+    if (c_.kw == 5 && c_.sw == 1) return tiles<8>(p5, ox);
 #endif
-    if (c_.kw == 3 && c_.sw == 1) ox = tiles<6, 3, 1>(x, row0, wq, bv, yr, oy, ox);
-    else if (c_.kw == 3 && c_.sw == 2) ox = tiles<4, 3, 2>(x, row0, wq, bv, yr, oy, ox);
-    else if (c_.kw == 5 && c_.sw == 1) ox = tiles<4, 5, 1>(x, row0, wq, bv, yr, oy, ox);
-    else if (c_.kw == 5 && c_.sw == 2) ox = tiles<3, 5, 2>(x, row0, wq, bv, yr, oy, ox);
+    if (c_.kw == 3 && c_.sw == 1) ox = tiles<6>(w3, ox);
+    else if (c_.kw == 3 && c_.sw == 2) ox = tiles<4>(w3s2, ox);
+    else if (c_.kw == 5 && c_.sw == 1) ox = tiles<4>(w5, ox);
+    else if (c_.kw == 5 && c_.sw == 2) ox = tiles<3>(w5s2, ox);
     else
       for (; ox + kTile <= ox_hi_; ox += kTile) pixels<kTile>(x, row0, wq, bv, yr, oy, ox);
     if (ox + 4 <= ox_hi_) pixels<4>(x, row0, wq, bv, yr, oy, ox), ox += 4;
@@ -319,14 +327,15 @@ class Depthwise8 {
   }
 
   // Inside tiles of T pixels from ox while they fit, then one of 4 and
-  // one of 2 where those fit; returns the next column.
-  template <int T, int KW, int SW>
-  int64_t tiles(const float* x, int64_t row0, const float* wq, __m256 bv, float* yr, int64_t oy, int64_t ox) const {
-    for (; ox + T <= ox_hi_; ox += T) window<T, KW, SW>(x, row0, wq, bv, yr, oy, ox);
+  // one of 2 where those fit, each tile.template operator()<N>(column);
+  // returns the next column.
+  template <int T, class Tile>
+  int64_t tiles(const Tile& tile, int64_t ox) const {
+    for (; ox + T <= ox_hi_; ox += T) tile.template operator()<T>(ox);
     if constexpr (T > 4) {
-      if (ox + 4 <= ox_hi_) window<4, KW, SW>(x, row0, wq, bv, yr, oy, ox), ox += 4;
+      if (ox + 4 <= ox_hi_) tile.template operator()<4>(ox), ox += 4;
     }
-    if (ox + 2 <= ox_hi_) window<2, KW, SW>(x, row0, wq, bv, yr, oy, ox), ox += 2;
+    if (ox + 2 <= ox_hi_) tile.template operator()<2>(ox), ox += 2;
     return ox;
   }
 
@@ -368,25 +377,13 @@ class Depthwise8 {
   }
 
 #if defined(__AVX512F__)
-  // Whether inside() runs pair_tiles.
+  // Whether inside() runs pair_window().
   bool pairs() const { return c_.sw == 1 && (c_.kw == 3 || c_.kw == 5); }
 
-  // Stride 1 with AVX-512: a block's pixels are consecutive, so two
-  // pixels' 8 channels are one 512-bit vector, and one FMA adds a tap to
-  // both. As tiles(): tiles of T pixels while they fit, then 4 and 2.
-  template <int T, int KW, int R>
-  int64_t pair_tiles(const float* x, int64_t row0, const float* wq, __m256 bv, float* yr, int64_t oy,
-                     int64_t ox) const {
-    for (; ox + T <= ox_hi_; ox += T) pair_window<T, KW, R>(x, row0, wq, bv, yr, oy, ox);
-    if constexpr (T > 4) {
-      if (ox + 4 <= ox_hi_) pair_window<4, KW, R>(x, row0, wq, bv, yr, oy, ox), ox += 4;
-    }
-    if (ox + 2 <= ox_hi_) pair_window<2, KW, R>(x, row0, wq, bv, yr, oy, ox), ox += 2;
-    return ox;
-  }
-
-  // window<T, KW, 1> on pairs of pixels, over R output rows from oy (R = 2
-  // at vertical stride 1: each input row loaded once for both).
+  // window<T, KW, 1> on pairs of pixels (stride 1 with AVX-512: a block's
+  // pixels are consecutive, so two pixels' 8 channels are one 512-bit
+  // vector, and one FMA adds a tap to both), over R output rows from oy
+  // (R = 2 at vertical stride 1: each input row loaded once for both).
   template <int T, int KW, int R>
   void pair_window(const float* x, int64_t row0, const float* wq, __m256 bv, float* yr, int64_t oy,
                    int64_t ox) const {
