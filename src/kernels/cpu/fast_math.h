@@ -80,8 +80,7 @@ inline constexpr float kPoly[7] = {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f
 
 // t clamped to [lo, hi] by comparisons, NaN kept: a loop of these
 // vectorizes (compares and blends), where fmaxf and fminf, whose NaN rule
-// differs, stay one libm call each per element (HardSwish fused into a
-// stem conv took 10 times the conv's time).
+// differs, stay one libm call each per element.
 [[gnu::always_inline]] inline float clamp_keep_nan(float t, float lo, float hi) {
   return t < lo ? lo : (t > hi ? hi : t);
 }
