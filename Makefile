@@ -7,8 +7,9 @@
 #   make test       build and run every test (unit, conformance, zoo, CLI, fuzz smoke)
 #   make zoo        export the model zoo (build/zoo/) and the extra set of
 #                   unseen-kind models (build/zoo-extra/) with PyTorch
-#   make fuzz       build the libFuzzer targets with clang and run them longer
-#   make asan       build and test with AddressSanitizer + UBSan (build-asan/)
+#   make fuzz       build the libFuzzer targets (build-asan/) and run them longer
+#   make asan       build and test with AddressSanitizer + UBSan (build-asan/,
+#                   clang, one build with the fuzz targets)
 #   make tsan       ThreadSanitizer on the thread pool and the plan executor
 #                   under random schedules (build-tsan/)
 #   make bench      Tessera vs ONNX Runtime and PyTorch, interleaved; writes
@@ -20,13 +21,13 @@
 # Variables: BUILD_TYPE (Release), WERROR (the main build's -Werror: ON in CI),
 # JOBS, FUZZ_SECONDS.
 #
-# The sanitizer and fuzz builds carry line tables only (-g1): enough for
+# The sanitizer builds carry line tables only (-g1): enough for
 # file:line in every report, and their compiles take a fifth to two fifths
 # less time than with full debug information. They optimize at -O1 but
 # for the kernels (-O2, where their tests spend their time): the ASan
 # build takes a quarter less CPU time than at -O2, and its suites run
 # as fast. They are developer builds,
-# so they always treat warnings as errors: the fuzz build is the one clang
+# so they always treat warnings as errors: the ASan build is the one clang
 # compile, and its warnings differ from gcc's with the host's ISA (an
 # AVX2 host leaves AVX-512-only helpers unused).
 
@@ -72,30 +73,33 @@ test: build zoo
 check-erf: build
 	$(BUILD)/tests/erf_every_float
 
-FUZZ_BUILD := build-fuzz
-$(FUZZ_BUILD)/build.ninja: CMakeLists.txt Makefile
-	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DTESSERA_FUZZ=ON -DTESSERA_TESTS=OFF -DTESSERA_WERROR=ON \
-	  $(SAN_FLAGS)
+# One clang build with AddressSanitizer + UBSan (build-asan/) serves the
+# fuzzers and the sanitized suites: the library is compiled once for both.
+# Its code but the kernels carries libFuzzer's coverage; the test programs
+# link without libFuzzer, and the sanitizer runtime answers the hooks.
+SAN_BUILD := build-asan
+$(SAN_BUILD)/build.ninja: CMakeLists.txt Makefile
+	@# A gcc build left there (before it was clang's) is configured afresh.
+	@grep -qs '^CMAKE_CXX_COMPILER:.*clang' $(SAN_BUILD)/CMakeCache.txt || rm -rf $(SAN_BUILD)/CMakeCache.txt $(SAN_BUILD)/CMakeFiles
+	cmake -S . -B $(SAN_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DTESSERA_SANITIZE="address;undefined" -DTESSERA_FUZZ=ON -DTESSERA_WERROR=ON $(SAN_FLAGS)
 
-fuzz-build: deps $(FUZZ_BUILD)/build.ninja
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_onnx_import fuzz_executable_load fuzz_daemon_request
+fuzz-build: deps $(SAN_BUILD)/build.ninja
+	cmake --build $(SAN_BUILD) -j $(JOBS) --target fuzz_onnx_import fuzz_executable_load fuzz_daemon_request
 
 # A short run inside `make test`; `make fuzz` runs longer. The Executable
 # seeds are compiled by the main build's CLI.
 fuzz-smoke: build fuzz-build
-	bash tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) 30 $(TESSERA)
+	bash tests/fuzz/run_fuzz.sh $(SAN_BUILD) 30 $(TESSERA)
 
 fuzz: build fuzz-build
-	bash tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(TESSERA)
+	bash tests/fuzz/run_fuzz.sh $(SAN_BUILD) $(FUZZ_SECONDS) $(TESSERA)
 
-asan: zoo
-	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_SANITIZE="address;undefined" \
-	  -DTESSERA_WERROR=ON $(SAN_FLAGS)
-	cmake --build build-asan -j $(JOBS)
-	ln -sfn ../$(BUILD)/zoo build-asan/zoo
-	ln -sfn ../$(BUILD)/zoo-extra build-asan/zoo-extra
-	cd build-asan && ctest --output-on-failure -j 1
+asan: zoo deps $(SAN_BUILD)/build.ninja
+	cmake --build $(SAN_BUILD) -j $(JOBS)
+	ln -sfn ../$(BUILD)/zoo $(SAN_BUILD)/zoo
+	ln -sfn ../$(BUILD)/zoo-extra $(SAN_BUILD)/zoo-extra
+	cd $(SAN_BUILD) && ctest --output-on-failure -j 1
 
 # ONNX Runtime for baselines: the npm package's bundled CPU library; its
 # install scripts (which would download) are skipped.
@@ -149,4 +153,4 @@ bench-gemm:
 	OMP_NUM_THREADS=1 $(BUILD)/gemm_tiles
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) build-tsan build-fuzz

@@ -38,7 +38,7 @@ using testing_util::expect_bitwise;
 using testing_util::kSanitized;
 using testing_util::rel_l2;
 using testing_util::run_outputs;
-using testing_util::sweep_ends_only;
+using testing_util::kSweepEndsOnly;
 using testing_util::zoo;
 using testing_util::zoo_extra;
 
@@ -58,7 +58,7 @@ TEST_P(PlanZoo, BitwiseEqualToSequentialForEveryPolicyAnd1To4Veus) {
   auto want = sequential_reference(model);
   for (Policy policy : {Policy::kWavefront, Policy::kCriticalPath, Policy::kAuto}) {
     for (int veus = 1; veus <= 4; ++veus) {
-      if (sweep_ends_only(model) && !(policy == Policy::kWavefront && veus == 1) &&
+      if (kSweepEndsOnly && !(policy == Policy::kWavefront && veus == 1) &&
           !(policy == Policy::kAuto && veus == 4))
         continue;
       CompileConfig co;
@@ -85,7 +85,7 @@ TEST_P(PlanZoo, WithVariantsMatchesSequentialForEveryPolicy) {
   auto want = sequential_reference(model);
   for (Policy policy : {Policy::kWavefront, Policy::kCriticalPath, Policy::kAuto}) {
     for (int veus : {1, 2, 3}) {
-      if (sweep_ends_only(model) && !(policy == Policy::kWavefront && veus == 1) &&
+      if (kSweepEndsOnly && !(policy == Policy::kWavefront && veus == 1) &&
           !(policy == Policy::kAuto && veus == 3))
         continue;
       CompileConfig co;
@@ -119,7 +119,7 @@ TEST(Variants, NeverPredictWorseAndAreChosen) {
       for (int veus : {2, 3}) {
         // Compiling is all this test does: under a sanitizer every model
         // sweeps only its ends (each policy's variant code runs there).
-        if ((kSanitized || sweep_ends_only(model)) && !(policy == Policy::kWavefront && veus == 2) &&
+        if (kSweepEndsOnly && !(policy == Policy::kWavefront && veus == 2) &&
             !(policy == Policy::kAuto && veus == 3))
           continue;
         std::map<std::string, Tensor> inputs;
@@ -249,7 +249,7 @@ TEST_P(PlanZoo, RandomSchedulesStress) {
 // Values sharing bytes must be ordered by the plan's waits.
 TEST_P(PlanZoo, ParallelMemoryPlanSharesOnlyOrderedValues) {
   const std::string model = GetParam();
-  for (int seed = 0; seed < (sweep_ends_only(model) ? 2 : 3); ++seed) {
+  for (int seed = 0; seed < (kSweepEndsOnly ? 2 : 3); ++seed) {
     CompileConfig co;
     co.build_plan = true;
     co.schedule.veus = 3;

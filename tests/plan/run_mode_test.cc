@@ -120,7 +120,7 @@ TEST_P(RunAlone, BitwiseThePlansOutputsOnListAndRandomSchedules) {
   const std::string model = GetParam();
   for (Policy policy : {Policy::kCriticalPath, Policy::kRandom}) {
     for (int veus : {2, 4}) {
-      if (testing_util::sweep_ends_only(model) &&
+      if (testing_util::kSweepEndsOnly &&
           !(policy == Policy::kCriticalPath && veus == 2) && !(policy == Policy::kRandom && veus == 4))
         continue;
       const std::string what = model + " " + std::string(policy_name(policy)) + " veus=" + std::to_string(veus);
