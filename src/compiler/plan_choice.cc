@@ -16,6 +16,7 @@
 #include "base/strings.h"
 #include "compiler/profiler.h"
 #include "compiler/variants.h"
+#include "kernels/prepared.h"
 #include "topology/host_map.h"
 
 namespace tessera {
@@ -768,6 +769,9 @@ Status choose_measured(Planner& planner, Program& p, const CompileConfig& o) {
 }  // namespace
 
 Status build_plan(Program& p, const CompileConfig& o, Profiler* prof) {
+  // Every candidate's tilings share what the kernels prepare from the
+  // weights (kernels/prepared.h): the graph holds still until we return.
+  PreparedScope prepared;
   Planner planner(p, o, prof);
   const bool measure = o.plan_runner && o.schedule.policy == Policy::kAuto && o.schedule.veus > 1;
   if (measure) return choose_measured(planner, p, o);

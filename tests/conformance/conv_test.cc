@@ -13,6 +13,7 @@
 #include "kernels/cpu/dw_strip.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernel.h"
+#include "kernels/prepared.h"
 #include "tests/conformance/harness.h"
 
 namespace tessera::testing {
@@ -533,6 +534,8 @@ TEST_F(Nn, Winograd4x4MatchesReferenceInEveryTiling) {
     ASSERT_TRUE(k->fits(*n));
     const Tensor want = conv_ref(x, w, &b, s, oh, ow, s.pads[0], s.pads[1]);
     const std::vector<float> ref(want.data<float>(), want.data<float>() + want.numel());
+    // The tilings share one transform of the weights, as in a compile.
+    PreparedScope scope;
     for (int64_t tasks : {0, 1, 2, 3, 5}) {  // 0: the rKernel's own grain
       auto op = k->make(*n, KernelParams{tasks});
       ASSERT_TRUE(op.ok()) << op.status().to_string();
@@ -544,6 +547,8 @@ TEST_F(Nn, Winograd4x4MatchesReferenceInEveryTiling) {
       for (int64_t t = 0; t < (*op)->tasks(); ++t) (*op)->run(t, TaskArgs{ins, outs, scratch.data()});
       EXPECT_LT(rel_l2(out, ref), 1e-5) << tasks << " rTasks";
     }
+    EXPECT_EQ(scope.made(), 1u);
+    EXPECT_EQ(scope.reused(), 4u);
   }
   // Fewer than 4 outputs a side: F(2x2) only.
   Graph g;
@@ -553,6 +558,57 @@ TEST_F(Nn, Winograd4x4MatchesReferenceInEveryTiling) {
   n->outputs[0]->dtype = DType::kFloat32;
   n->outputs[0]->shape = Shape{1, 8, 3, 3};
   EXPECT_FALSE(k->fits(*n));
+}
+
+// What a Winograd rKernel transforms from the weights is made once per
+// form in a PreparedScope (kernels/prepared.h) and shared by every tiling:
+// F(2,3) and F(4,3) are two forms, other weights of the same shape
+// another, and outside a scope each make transforms its own.
+TEST_F(Nn, WinogradTilingsShareTransformedWeightsInAScope) {
+  Graph g;
+  Value* xv = g.add_input("x", DType::kFloat32, Shape{1, 16, 12, 12});
+  auto conv = [&](const char* name) {
+    Node* n = g.add_node("Conv", name, {xv, g.add_constant(std::string(name) + ".w", rng.floats(Shape{16, 16, 3, 3}))}, 1);
+    n->attrs["pads"] = attr_ints({1, 1, 1, 1});
+    n->outputs[0]->dtype = DType::kFloat32;
+    n->outputs[0]->shape = Shape{1, 16, 12, 12};
+    return n;
+  };
+  Node* a = conv("a");
+  Node* b = conv("b");
+  const RKernel* f2 = nullptr;
+  const RKernel* f4 = nullptr;
+  for (const RKernel& r : cpu_kernels()) {
+    if (r.name == "conv.winograd") f2 = &r;
+    if (r.name == "conv.winograd4") f4 = &r;
+  }
+  ASSERT_NE(f2, nullptr);
+  ASSERT_NE(f4, nullptr);
+  auto weights_of = [](const Result<std::unique_ptr<ROp>>& op) {
+    EXPECT_TRUE(op.ok()) << op.status().to_string();
+    EXPECT_EQ((*op)->resident().size(), 1u);
+    return (*op)->resident().at(0).data();
+  };
+  {
+    PreparedScope scope;
+    auto a2_1 = f2->make(*a, KernelParams{1}), a2_3 = f2->make(*a, KernelParams{3});
+    auto a4_1 = f4->make(*a, KernelParams{1}), a4_2 = f4->make(*a, KernelParams{2});
+    auto b2_1 = f2->make(*b, KernelParams{1});
+    EXPECT_EQ(weights_of(a2_1), weights_of(a2_3));
+    EXPECT_EQ(weights_of(a4_1), weights_of(a4_2));
+    EXPECT_NE(weights_of(a2_1), weights_of(a4_1));
+    EXPECT_NE(weights_of(a2_1), weights_of(b2_1));
+    {
+      PreparedScope nested;  // the outer scope stays current
+      EXPECT_EQ(PreparedScope::current(), &scope);
+      EXPECT_EQ(weights_of(f2->make(*b, KernelParams{2})), weights_of(b2_1));
+    }
+    EXPECT_EQ(scope.made(), 3u);
+    EXPECT_EQ(scope.reused(), 3u);
+  }
+  EXPECT_EQ(PreparedScope::current(), nullptr);
+  auto one = f2->make(*a, KernelParams{1}), two = f2->make(*a, KernelParams{1});
+  EXPECT_NE(weights_of(one), weights_of(two));
 }
 
 // A 1x1 conv's tilings: the packed GEMM (reductions up to 256) gives the

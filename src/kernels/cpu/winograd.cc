@@ -28,6 +28,7 @@
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/winograd_tiling.h"
+#include "kernels/prepared.h"
 
 namespace tessera {
 namespace {
@@ -68,11 +69,11 @@ class WinogradOp : public ROp {
     const int64_t nt = t_.chunk_tiles();
     scratch_bytes_ = static_cast<size_t>(kPoints * (t_.cin_g + t_.cout_g) * nt + 8 * wp_) * sizeof(float);
     static constexpr double kG[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
-    u_ = winograd_weights(c, w, &kG[0][0], 4);
+    u_ = prepared<float>(w, winograd_weights_key(c, 4), [&] { return winograd_weights(c, w, &kG[0][0], 4); });
   }
 
   std::string_view path() const override { return "winograd F(2,3)"; }
-  std::vector<std::span<const std::byte>> resident() const override { return {resident_bytes(u_)}; }
+  std::vector<std::span<const std::byte>> resident() const override { return {resident_bytes(*u_)}; }
 
   void run(int64_t task, const TaskArgs& args) const override {
     const float* x = static_cast<const float*>(args.in[0]);
@@ -99,7 +100,7 @@ class WinogradOp : public ROp {
     }
     // One GEMM per point: M[t] (cout x nt) = U[t] (cout x cin) * V[t] (cin x nt).
     for (int64_t t = 0; t < kPoints; ++t)
-      packed_gemm(u_.data() + u_index(gr, t, co0, 0), co1 - co0, cin, v + t * cin * nt, nt, nt,
+      packed_gemm(u_->data() + u_index(gr, t, co0, 0), co1 - co0, cin, v + t * cin * nt, nt, nt,
                   m + (t * cout + co0) * nt, nt);
     const int64_t oy0 = 2 * ty0, oy1 = std::min(2 * ty1, c_.oh), ow = c_.ow;
     for (int64_t co = co0; co < co1; ++co) {
@@ -368,7 +369,7 @@ class WinogradOp : public ROp {
   Epilogue epi_;
   WinogradTiling t_;
   int64_t wp_ = 4;  // padded input row: 2 * tw + 2 columns
-  std::vector<float> u_;     // transformed weights, [16] x packed (cout x cin)
+  std::shared_ptr<const std::vector<float>> u_;  // transformed weights, [16] x packed (cout x cin)
 };
 
 }  // namespace
@@ -406,7 +407,8 @@ WinogradTiling::WinogradTiling(const Conv2d& c, int64_t tile, int64_t points, bo
 
 std::vector<float> winograd_weights(const Conv2d& c, const float* w, const double* g_matrix, int side) {
   const int64_t cin_g = c.cin / c.group, cout_g = c.cout / c.group, points = side * side;
-  std::vector<float> u(static_cast<size_t>(c.group * points) * packed_size(cout_g, cin_g), 0.f);
+  const size_t block = packed_size(cout_g, cin_g);  // one (group, point)'s packed cout x cin
+  std::vector<float> u(static_cast<size_t>(c.group * points) * block, 0.f);
   std::vector<double> gg(static_cast<size_t>(side) * 3);  // G g
   for (int64_t gr = 0; gr < c.group; ++gr)
     for (int64_t co = 0; co < cout_g; ++co)
@@ -417,15 +419,22 @@ std::vector<float> winograd_weights(const Conv2d& c, const float* w, const doubl
             const double* gi = g_matrix + i * 3;
             gg[static_cast<size_t>(i * 3 + k)] = gi[0] * g[k] + gi[1] * g[3 + k] + gi[2] * g[6 + k];
           }
+        // winograd_u_index(c, points, gr, t, co, ci), its point t apart.
+        float* at = u.data() + static_cast<size_t>(gr * points) * block +
+                    static_cast<size_t>((co / kPackRows * cin_g + ci) * kPackRows + co % kPackRows);
         for (int i = 0; i < side; ++i)
           for (int l = 0; l < side; ++l) {
             const double* a = &gg[static_cast<size_t>(i * 3)];
             const double* gl = g_matrix + l * 3;
-            u[winograd_u_index(c, points, gr, i * side + l, co, ci)] =
-                static_cast<float>(a[0] * gl[0] + a[1] * gl[1] + a[2] * gl[2]);
+            at[static_cast<size_t>(i * side + l) * block] = static_cast<float>(a[0] * gl[0] + a[1] * gl[1] + a[2] * gl[2]);
           }
       }
   return u;
+}
+
+std::string winograd_weights_key(const Conv2d& c, int side) {
+  return "winograd U side " + std::to_string(side) + ", " + std::to_string(c.cout) + "x" + std::to_string(c.cin) +
+         "/" + std::to_string(c.group);
 }
 
 bool winograd_fits(const Conv2d& c) {

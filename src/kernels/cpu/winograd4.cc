@@ -33,6 +33,7 @@
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/winograd_tiling.h"
+#include "kernels/prepared.h"
 
 namespace tessera {
 namespace {
@@ -130,11 +131,11 @@ class Winograd4Op : public ROp {
                                         {1.0 / 24, 1.0 / 12, 1.0 / 6},
                                         {1.0 / 24, -1.0 / 12, 1.0 / 6},
                                         {0, 0, 1}};
-    u_ = winograd_weights(c, w, &kG[0][0], kSide);
+    u_ = prepared<float>(w, winograd_weights_key(c, kSide), [&] { return winograd_weights(c, w, &kG[0][0], kSide); });
   }
 
   std::string_view path() const override { return "winograd F(4,3)"; }
-  std::vector<std::span<const std::byte>> resident() const override { return {resident_bytes(u_)}; }
+  std::vector<std::span<const std::byte>> resident() const override { return {resident_bytes(*u_)}; }
 
   void run(int64_t task, const TaskArgs& args) const override {
     const float* x = static_cast<const float*>(args.in[0]);
@@ -169,7 +170,7 @@ class Winograd4Op : public ROp {
     for (int64_t ci = 0; ci < cin; ++ci)
       input_rows(x + (n * c_.cin + gr * cin + ci) * c_.ih * c_.iw, ty0, ty1, v + ci * nt, cin * nt, buf);
     for (int64_t t = 0; t < kPoints; ++t)
-      packed_gemm(u_.data() + u_index(gr, t, co0, 0), co1 - co0, cin, v + t * cin * nt, nt, nt,
+      packed_gemm(u_->data() + u_index(gr, t, co0, 0), co1 - co0, cin, v + t * cin * nt, nt, nt,
                   m + (t * cout + co0) * nt, nt);
     const int64_t oy0 = kTile * ty0, oy1 = std::min(kTile * ty1, c_.oh), ow = c_.ow;
     for (int64_t co = co0; co < co1; ++co) {
@@ -325,7 +326,7 @@ class Winograd4Op : public ROp {
   Epilogue epi_;
   WinogradTiling t_;
   int64_t wp_ = 6;  // padded input row: 4 * tw + 2 columns
-  std::vector<float> u_;  // transformed weights, [36] x packed (cout x cin)
+  std::shared_ptr<const std::vector<float>> u_;  // transformed weights, [36] x packed (cout x cin)
 };
 
 }  // namespace

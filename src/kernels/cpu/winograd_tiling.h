@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/conv2d.h"
@@ -76,6 +77,8 @@ struct WinogradTiling {
 // rows for packed_gemm: `side * side` blocks of packed_size(cout_g, cin_g)
 // floats per group.
 std::vector<float> winograd_weights(const Conv2d& c, const float* w, const double* g_matrix, int side);
+// The form winograd_weights makes for `side`, as kernels/prepared.h keys it.
+std::string winograd_weights_key(const Conv2d& c, int side);
 
 // Where winograd_weights put (group, point, co, ci).
 inline size_t winograd_u_index(const Conv2d& c, int64_t points, int64_t gr, int64_t t, int64_t co, int64_t ci) {
