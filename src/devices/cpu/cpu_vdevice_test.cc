@@ -1,5 +1,6 @@
 #include "devices/cpu/cpu_vdevice.h"
 
+#include "kernels/cpu/gemm.h"
 #include "topology/cpu_topology.h"
 
 #include <gtest/gtest.h>
@@ -83,6 +84,43 @@ class FnOp : public ROp {
  private:
   std::function<void(int64_t)> f_;
 };
+
+// The kernels' first sgemm starts oneDNN's OpenMP runtime on a vEU's
+// thread; each vEU stays on its own PU after it (a second OpenMP runtime
+// linked beside oneDNN's re-pinned that thread, and both vEUs of a Plan
+// ran on one core).
+TEST(CpuVDevice, EachVeuKeepsItsPuThroughTheKernelsFirstSgemm) {
+  const CpuTopology& t = cpu_topology();
+  if (t.pu_order.size() < 2) GTEST_SKIP() << "one PU";
+  Plan plan;
+  plan.veus = 2;
+  plan.program = {{{Instr::Kind::kRun, 0, 0}}, {{Instr::Kind::kRun, 0, 1}}};
+  plan.tasks_per_veu = {1, 1};
+  bool measure = false;
+  cpu_set_t masks[2];
+  FnOp op(2, [&](int64_t task) {
+    if (measure) {
+      pthread_getaffinity_np(pthread_self(), sizeof masks[task], &masks[task]);
+      return;
+    }
+    const float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1};
+    float c[4] = {};
+    sgemm(false, false, 2, 2, 2, 1.f, a, 2, b, 2, 0.f, c, 2);
+    EXPECT_EQ(c[3], 4.f);
+  });
+  const std::vector<StepArgs> steps = {{&op, nullptr, nullptr}};
+  std::thread th([&] {
+    CpuVDevice device(2, 64, true);
+    device.run(plan, steps);
+    measure = true;
+    device.run(plan, steps);
+  });
+  th.join();
+  for (int u = 0; u < 2; ++u) {
+    EXPECT_EQ(CPU_COUNT(&masks[u]), 1) << "vEU " << u;
+    EXPECT_TRUE(CPU_ISSET(t.pu_order[static_cast<size_t>(u)], &masks[u])) << "vEU " << u;
+  }
+}
 
 // vEU 1 runs `writes` rTasks, the last of which publishes the run number
 // after a pause; vEU 0 waits for all of them, then reads it.
