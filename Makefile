@@ -75,7 +75,8 @@ check-erf: build
 
 # One clang build with AddressSanitizer + UBSan (build-asan/) serves the
 # fuzzers and the sanitized suites: the library is compiled once for both.
-# Its code but the kernels carries libFuzzer's coverage; the test programs
+# The code the fuzzers reach carries libFuzzer's coverage (not the kernels,
+# calibration, run path or profiler: tessera_no_fuzz_coverage); the test programs
 # link without libFuzzer, and the sanitizer runtime answers the hooks.
 SAN_BUILD := build-asan
 $(SAN_BUILD)/build.ninja: CMakeLists.txt Makefile
