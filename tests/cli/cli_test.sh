@@ -222,7 +222,8 @@ expect_fail "topo: refresh and a file" 2 "--refresh measures this host" $T topo 
 
 # The Plan's choice: --json says how it was chosen; the 1-vEU Plan is
 # always a candidate; medians within 2 % are a tie that goes to fewer
-# vEUs; --no-measure keeps the predicted choice; a given host map is
+# vEUs (a wider Plan that starts alone, its rTasks timed on one thread
+# against the 1-vEU Plan, may stand instead); --no-measure keeps the predicted choice; a given host map is
 # planned for.
 check "run --json: measured plan choice" bash -c "$T run $ZOO/mlp.onnx --iters 3 --threads 2 --json 2>/dev/null > $TMP/m.json && $PY -c '
 import json
@@ -230,7 +231,8 @@ p=json.load(open(\"$TMP/m.json\"))[\"plan\"]
 assert p[\"chosen_by\"]==\"measured\" and p[\"requested_veus\"]==2 and 1<=p[\"veus\"]<=2, p
 assert any(c[\"veus\"]==1 for c in p[\"candidates\"]) and any(c[\"veus\"]==2 for c in p[\"candidates\"]), p
 best=min(c[\"measured_ms\"] for c in p[\"candidates\"]); tied=[c for c in p[\"candidates\"] if c[\"measured_ms\"]<=1.02*best+1e-6]
-assert p[\"measured_ms\"]<=1.02*best+1e-6 and p[\"veus\"]==min(c[\"veus\"] for c in tied), p
+assert p[\"measured_ms\"]<=1.02*best+1e-6, p
+assert p[\"alone_first\"] or p[\"veus\"]==min(c[\"veus\"] for c in tied), p
 assert len(p[\"per_veu\"])==p[\"veus\"] and all(v[\"predicted_end_ms\"]>0 for v in p[\"per_veu\"]), p
 '"
 check "run --no-measure: predicted choice" bash -c "$T run $ZOO/mlp.onnx --iters 3 --threads 2 --no-measure --json 2>/dev/null | $PY -c '
